@@ -1,0 +1,263 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Config is every setting of playwatch, read once at start and never
+// changed afterwards. Each field comes from one environment variable (see
+// settings), which a command-line flag of the same name may override.
+type Config struct {
+	DatabaseURL      string
+	KafkaBrokers     []string
+	DataDir          string
+	HTTPAddr         string
+	BrokerAddr       string
+	BrokerFsync      bool
+	RegistryToken    string
+	PGListen         string
+	PGUser           string
+	TopicPartitions  int
+	TopicReplication int
+	TopicRetention   time.Duration
+	ShutdownTimeout  time.Duration
+	LogLevel         slog.Level
+	LogFormat        string
+}
+
+// setting binds one environment variable to a Config field. The flag name is
+// derived from the variable: PLAYWATCH_HTTP_ADDR -> --http-addr.
+type setting struct {
+	env   string
+	def   string
+	help  string
+	apply func(c *Config, v string) error
+}
+
+// settings is the single list of configuration knobs: --help prints it,
+// loadConfig applies it.
+var settings = []setting{
+	{"DATABASE_URL", "", "PostgreSQL URL; empty: run a private cluster in $PLAYWATCH_DATA_DIR/postgres",
+		func(c *Config, v string) (err error) { c.DatabaseURL, err = parseDatabaseURL(v); return }},
+	{"KAFKA_BROKERS", "", "comma-separated Kafka/Redpanda seed brokers (host:port); empty: run an embedded broker",
+		func(c *Config, v string) (err error) { c.KafkaBrokers, err = parseHostPorts(v); return }},
+	{"PLAYWATCH_DATA_DIR", "./data", "directory for the managed PostgreSQL cluster and the embedded broker",
+		func(c *Config, v string) (err error) { c.DataDir, err = parseDir(v); return }},
+	{"PLAYWATCH_HTTP_ADDR", "127.0.0.1:8080", "listen address of the registry API, /healthz, /readyz and /metrics",
+		func(c *Config, v string) (err error) { c.HTTPAddr, err = parseHostPort(v); return }},
+	{"PLAYWATCH_BROKER_ADDR", "127.0.0.1:9092", "listen address of the embedded broker (a loopback address)",
+		func(c *Config, v string) (err error) { c.BrokerAddr, err = parseLoopbackHostPort(v); return }},
+	{"PLAYWATCH_BROKER_FSYNC", "false", "fsync every batch the embedded broker writes (survives power loss, slower)",
+		func(c *Config, v string) (err error) { c.BrokerFsync, err = strconv.ParseBool(v); return }},
+	{"REGISTRY_TOKEN", "", "bearer token required for registry writes; required when PLAYWATCH_HTTP_ADDR is not loopback",
+		func(c *Config, v string) error { c.RegistryToken = v; return nil }},
+	{"PLAYWATCH_PG_LISTEN", "", "host:port where the managed PostgreSQL also listens on TCP; empty: unix socket only",
+		func(c *Config, v string) (err error) {
+			if v != "" {
+				c.PGListen, err = parseHostPort(v)
+			}
+			return
+		}},
+	{"PLAYWATCH_PG_USER", "postgres", "OS user that runs the managed PostgreSQL when playwatch runs as root",
+		func(c *Config, v string) error { c.PGUser = v; return nonEmpty(v) }},
+	{"KAFKA_TOPIC_PARTITIONS", "3", "partitions of each topic playwatch creates",
+		func(c *Config, v string) (err error) { c.TopicPartitions, err = parseInt(v, 1, 10000); return }},
+	{"KAFKA_TOPIC_REPLICATION", "-1", "replication factor of each topic playwatch creates; -1: the broker's default",
+		func(c *Config, v string) (err error) { c.TopicReplication, err = parseReplication(v); return }},
+	{"KAFKA_TOPIC_RETENTION", "168h", "retention.ms of each topic playwatch creates (a Go duration)",
+		func(c *Config, v string) (err error) { c.TopicRetention, err = parsePositiveDuration(v); return }},
+	{"PLAYWATCH_SHUTDOWN_TIMEOUT", "30s", "how long a graceful shutdown may take before it is cut short",
+		func(c *Config, v string) (err error) { c.ShutdownTimeout, err = parsePositiveDuration(v); return }},
+	{"LOG_LEVEL", "info", "debug, info, warn or error",
+		func(c *Config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
+	{"LOG_FORMAT", "text", "text or json",
+		func(c *Config, v string) error {
+			c.LogFormat = v
+			return oneOf(v, "text", "json")
+		}},
+}
+
+func (s setting) flagName() string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s.env, "PLAYWATCH_")), "_", "-")
+}
+
+// configFlags holds the values of the config flags given on a command line.
+type configFlags map[string]*string
+
+// bindConfigFlags registers one string flag per setting on fs.
+func bindConfigFlags(fs *flag.FlagSet) configFlags {
+	cf := configFlags{}
+	for _, s := range settings {
+		cf[s.env] = fs.String(s.flagName(), "", "overrides $"+s.env)
+	}
+	return cf
+}
+
+// loadConfig builds the Config from defaults, the environment and the flags
+// that were set, in that order of precedence, and validates it. Every error
+// names the variable that is wrong.
+func loadConfig(getenv func(string) string, fs *flag.FlagSet, cf configFlags) (Config, error) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var c Config
+	for _, s := range settings {
+		v, from := s.def, "default"
+		if e := getenv(s.env); e != "" {
+			v, from = e, "environment"
+		}
+		if set[s.flagName()] {
+			v, from = *cf[s.env], "--"+s.flagName()
+		}
+		if err := s.apply(&c, v); err != nil {
+			return Config{}, fmt.Errorf("invalid %s=%q (from %s): %w", s.env, v, from, err)
+		}
+	}
+	if !isLoopback(c.HTTPAddr) && c.RegistryToken == "" {
+		return Config{}, fmt.Errorf("PLAYWATCH_HTTP_ADDR=%q is not a loopback address and REGISTRY_TOKEN is empty: set REGISTRY_TOKEN so nobody else can change the registry", c.HTTPAddr)
+	}
+	return c, nil
+}
+
+// printSettings writes the table of environment variables for --help.
+func printSettings(w io.Writer) {
+	fmt.Fprintln(w, "Environment variables (a flag of the same name overrides each, e.g. --http-addr):")
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	for _, s := range settings {
+		def := s.def
+		if def == "" {
+			def = `""`
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", s.env, def, s.help)
+	}
+	tw.Flush()
+}
+
+func nonEmpty(v string) error {
+	if v == "" {
+		return errors.New("must not be empty")
+	}
+	return nil
+}
+
+func oneOf(v string, allowed ...string) error {
+	for _, a := range allowed {
+		if v == a {
+			return nil
+		}
+	}
+	return fmt.Errorf("must be one of %s", strings.Join(allowed, ", "))
+}
+
+func parseInt(v string, lo, hi int) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, errors.New("not an integer")
+	}
+	if n < lo || n > hi {
+		return 0, fmt.Errorf("must be between %d and %d", lo, hi)
+	}
+	return n, nil
+}
+
+func parseReplication(v string) (int, error) {
+	n, err := parseInt(v, -1, 100)
+	if err == nil && n == 0 {
+		err = errors.New("must be -1 (broker default) or at least 1")
+	}
+	return n, err
+}
+
+func parsePositiveDuration(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, errors.New("not a Go duration such as 30s, 5m or 1h")
+	}
+	if d <= 0 {
+		return 0, errors.New("must be positive")
+	}
+	return d, nil
+}
+
+func parseDir(v string) (string, error) {
+	if v == "" {
+		return "", errors.New("must not be empty")
+	}
+	return filepath.Abs(v)
+}
+
+func parseDatabaseURL(v string) (string, error) {
+	if v == "" {
+		return "", nil
+	}
+	u, err := url.Parse(v)
+	if err != nil {
+		return "", errors.New("not a URL")
+	}
+	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+		return "", errors.New("must start with postgres:// or postgresql://")
+	}
+	return v, nil
+}
+
+func parseHostPort(v string) (string, error) {
+	host, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return "", errors.New("not host:port")
+	}
+	if strings.ContainsAny(host, " /") {
+		return "", errors.New("not a host name or IP address")
+	}
+	if _, err := parseInt(port, 0, 65535); err != nil {
+		return "", fmt.Errorf("port %q: %w", port, err)
+	}
+	return v, nil
+}
+
+func parseLoopbackHostPort(v string) (string, error) {
+	if _, err := parseHostPort(v); err != nil {
+		return "", err
+	}
+	if !isLoopback(v) {
+		return "", errors.New("must be a loopback address such as 127.0.0.1:9092")
+	}
+	return v, nil
+}
+
+func parseHostPorts(v string) ([]string, error) {
+	if v == "" {
+		return nil, nil
+	}
+	var out []string
+	for _, hp := range strings.Split(v, ",") {
+		hp = strings.TrimSpace(hp)
+		if _, err := parseHostPort(hp); err != nil {
+			return nil, fmt.Errorf("%q: %w", hp, err)
+		}
+		out = append(out, hp)
+	}
+	return out, nil
+}
+
+// isLoopback reports whether a host:port only accepts local connections.
+func isLoopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func loadTestConfig(env map[string]string, args ...string) (Config, error) {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	cf := bindConfigFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	return loadConfig(func(k string) string { return env[k] }, fs, cf)
+}
+
+func TestConfigDefaults(t *testing.T) {
+	c, err := loadTestConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HTTPAddr != "127.0.0.1:8080" || c.BrokerAddr != "127.0.0.1:9092" || c.DatabaseURL != "" ||
+		c.KafkaBrokers != nil || !strings.HasSuffix(c.DataDir, "/data") || c.TopicPartitions != 3 ||
+		c.TopicRetention != 7*24*time.Hour || c.ShutdownTimeout != 30*time.Second || c.PGUser != "postgres" {
+		t.Fatalf("unexpected defaults: %+v", c)
+	}
+}
+
+func TestConfigFlagOverridesEnvironment(t *testing.T) {
+	c, err := loadTestConfig(map[string]string{"PLAYWATCH_HTTP_ADDR": "127.0.0.1:1", "KAFKA_BROKERS": "a:1, b:2"},
+		"--http-addr", "127.0.0.1:2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HTTPAddr != "127.0.0.1:2" {
+		t.Errorf("HTTPAddr = %q, want the flag's value", c.HTTPAddr)
+	}
+	if len(c.KafkaBrokers) != 2 || c.KafkaBrokers[1] != "b:2" {
+		t.Errorf("KafkaBrokers = %q", c.KafkaBrokers)
+	}
+}
+
+// Each invalid value stops the program with a message naming its variable.
+func TestConfigInvalidValuesNameTheVariable(t *testing.T) {
+	cases := []struct{ name, value string }{
+		{"DATABASE_URL", "mysql://x"},
+		{"DATABASE_URL", "postgres://%zz"},
+		{"KAFKA_BROKERS", "localhost"},
+		{"KAFKA_BROKERS", "a:1,b:notaport"},
+		{"PLAYWATCH_HTTP_ADDR", "8080"},
+		{"PLAYWATCH_HTTP_ADDR", "127.0.0.1:99999"},
+		{"PLAYWATCH_BROKER_ADDR", "0.0.0.0:9092"},
+		{"PLAYWATCH_BROKER_FSYNC", "maybe"},
+		{"PLAYWATCH_PG_LISTEN", "5432"},
+		{"KAFKA_TOPIC_PARTITIONS", "-1"},
+		{"KAFKA_TOPIC_PARTITIONS", "three"},
+		{"KAFKA_TOPIC_REPLICATION", "0"},
+		{"KAFKA_TOPIC_RETENTION", "7d"},
+		{"KAFKA_TOPIC_RETENTION", "-1h"},
+		{"PLAYWATCH_SHUTDOWN_TIMEOUT", "0s"},
+		{"LOG_LEVEL", "verbose"},
+		{"LOG_FORMAT", "xml"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
+			_, err := loadTestConfig(map[string]string{tc.name: tc.value})
+			if err == nil {
+				t.Fatalf("%s=%q accepted", tc.name, tc.value)
+			}
+			if !strings.Contains(err.Error(), tc.name) {
+				t.Fatalf("error %q does not name %s", err, tc.name)
+			}
+		})
+	}
+}
+
+func TestConfigRefusesOpenRegistryWithoutToken(t *testing.T) {
+	_, err := loadTestConfig(map[string]string{"PLAYWATCH_HTTP_ADDR": "0.0.0.0:8080"})
+	if err == nil || !strings.Contains(err.Error(), "REGISTRY_TOKEN") || !strings.Contains(err.Error(), "PLAYWATCH_HTTP_ADDR") {
+		t.Fatalf("err = %v, want a refusal naming PLAYWATCH_HTTP_ADDR and REGISTRY_TOKEN", err)
+	}
+	if _, err := loadTestConfig(map[string]string{"PLAYWATCH_HTTP_ADDR": "0.0.0.0:8080", "REGISTRY_TOKEN": "s3cret"}); err != nil {
+		t.Fatalf("with a token: %v", err)
+	}
+	if _, err := loadTestConfig(map[string]string{"PLAYWATCH_HTTP_ADDR": "[::1]:8080"}); err != nil {
+		t.Fatalf("IPv6 loopback: %v", err)
+	}
+}

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// syncBuffer is a bytes.Buffer safe for the program's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func envFunc(env map[string]string) func(string) string {
+	return func(k string) string { return env[k] }
+}
+
+// startRun runs `playwatch run` in-process and waits for /readyz.
+func startRun(t *testing.T, env map[string]string, args ...string) (base string, stop func() error, logs *syncBuffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	logs = &syncBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, append([]string{"run"}, args...), envFunc(env), io.Discard, logs) }()
+	base = "http://" + env["PLAYWATCH_HTTP_ADDR"]
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		select {
+		case err := <-done:
+			cancel()
+			t.Fatalf("run exited during start-up: %v\n%s", err, logs)
+		default:
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("not ready after 90s:\n%s", logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case runErr = <-done:
+			case <-time.After(60 * time.Second):
+				runErr = errors.New("run did not return 60s after cancel")
+			}
+		})
+		return runErr
+	}
+	t.Cleanup(func() { stop() })
+	return base, stop, logs
+}
+
+func httpDo(t *testing.T, method, url, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// The appliance on its embedded defaults: managed Postgres, embedded broker,
+// registry; it stops cleanly and keeps its data for the next start.
+func TestRunAppliance(t *testing.T) {
+	env := map[string]string{
+		"PLAYWATCH_DATA_DIR":    filepath.Join(tempDataDir(t), "data"),
+		"PLAYWATCH_HTTP_ADDR":   freeAddr(t),
+		"PLAYWATCH_BROKER_ADDR": freeAddr(t),
+	}
+	base, stop, logs := startRun(t, env)
+	if code, body := httpDo(t, "POST", base+"/api/v1/apps", `{"package_name":"org.telegram.messenger","is_messaging_app":true}`); code != 201 {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	if code, body := httpDo(t, "GET", base+"/metrics", ""); code != 200 || !strings.Contains(body, `playwatch_http_requests_total{code="201",route="POST /api/v1/apps"} 1`) {
+		t.Fatalf("metrics: %d\n%s", code, body)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("run returned %v after cancel\n%s", err, logs)
+	}
+	for _, want := range []string{"managed postgres ready", "embedded broker listening", "created topic", "playwatch ready", "managed postgres stopped", "playwatch stopped"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("logs lack %q", want)
+		}
+	}
+	if _, err := net.Dial("tcp", env["PLAYWATCH_HTTP_ADDR"]); err == nil {
+		t.Error("the HTTP port still accepts connections after shutdown")
+	}
+
+	base, stop, logs = startRun(t, env, "--roles", "registry")
+	if code, body := httpDo(t, "GET", base+"/api/v1/apps/org.telegram.messenger", ""); code != 200 {
+		t.Fatalf("after restart: %d %s\n%s", code, body, logs)
+	}
+	if strings.Contains(logs.String(), "created topic") {
+		t.Error("topics were created again on restart")
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRunCommandLine(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"--help"}, envFunc(nil), &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range settings {
+		if !strings.Contains(out.String(), s.env) {
+			t.Errorf("--help does not list %s", s.env)
+		}
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"run", "--help"}, envFunc(nil), &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errOut.String(), "--roles") || !strings.Contains(errOut.String(), "PLAYWATCH_HTTP_ADDR") {
+		t.Errorf("run --help:\n%s", errOut.String())
+	}
+	if err := run(context.Background(), []string{"version"}, envFunc(nil), &out, &errOut); err != nil || !strings.Contains(out.String(), "playwatch") {
+		t.Errorf("version: %v %q", err, out.String())
+	}
+
+	var uerr usageError
+	for _, args := range [][]string{nil, {"frobnicate"}, {"run", "--roles", "registry,chef"}, {"run", "extra"}, {"run", "--no-such-flag"}} {
+		if err := run(context.Background(), args, envFunc(nil), io.Discard, io.Discard); !errors.As(err, &uerr) {
+			t.Errorf("%q: err = %v, want a usage error", args, err)
+		}
+	}
+	err := run(context.Background(), []string{"run"}, envFunc(map[string]string{"CRAWL_NOTHING": "x", "KAFKA_TOPIC_PARTITIONS": "-3"}), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "KAFKA_TOPIC_PARTITIONS") {
+		t.Errorf("invalid env: %v", err)
+	}
+}

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+func TestMigrateTwiceIsNoOp(t *testing.T) {
+	pool := newTestPool(t) // already migrated once
+	ctx := context.Background()
+	if err := migrate(ctx, pool, testLogger(t)); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := parseMigrations(schemaSQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n, max int
+	if err := pool.QueryRow(ctx, "SELECT count(*), max(version) FROM storage_consumer_migrations").Scan(&n, &max); err != nil {
+		t.Fatal(err)
+	}
+	if n != len(ms) || max != len(ms) {
+		t.Fatalf("bookkeeping has %d rows up to %d, want %d", n, max, len(ms))
+	}
+}
+
+func TestParseMigrationsRejectsGaps(t *testing.T) {
+	if _, err := parseMigrations("-- migration 1: a\nSELECT 1;\n-- migration 3: c\nSELECT 3;\n"); err == nil {
+		t.Fatal("a gap in the numbering was accepted")
+	}
+	if _, err := parseMigrations("SELECT 1;"); err == nil {
+		t.Fatal("a file without migrations was accepted")
+	}
+}
+
+// The schema has every column type, default and nullability of SCHEMA.md.
+func TestSchemaColumnsMatchContract(t *testing.T) {
+	pool := newTestPool(t)
+	want := map[string]string{
+		"apps_registry_application.id":                  "bigint NOT NULL nextval",
+		"apps_registry_application.package_name":        "character varying(255) NOT NULL",
+		"apps_registry_application.display_name":        "character varying(255) NULL",
+		"apps_registry_application.category":            "character varying(100) NULL",
+		"apps_registry_application.is_messaging_app":    "boolean NOT NULL false",
+		"apps_registry_application.is_iranian_app":      "boolean NOT NULL false",
+		"apps_registry_application.is_active":           "boolean NOT NULL true",
+		"apps_registry_application.created_at":          "timestamp with time zone NOT NULL now",
+		"apps_registry_application.updated_at":          "timestamp with time zone NOT NULL now",
+		"app_stats.id":                                  "bigint NOT NULL nextval",
+		"app_stats.application_id":                      "bigint NOT NULL",
+		"app_stats.min_installs":                        "bigint NULL",
+		"app_stats.score":                               "double precision NULL",
+		"app_stats.ratings":                             "bigint NULL",
+		"app_stats.reviews_count":                       "bigint NULL",
+		"app_stats.version":                             "character varying(50) NULL",
+		"app_stats.ad_supported":                        "boolean NULL",
+		"app_stats.app_updated_at":                      "timestamp with time zone NULL",
+		"app_stats.crawled_at":                          "timestamp with time zone NOT NULL",
+		"reviews.id":                                    "bigint NOT NULL nextval",
+		"reviews.application_id":                        "bigint NOT NULL",
+		"reviews.review_id":                             "character varying(255) NOT NULL",
+		"reviews.user_name":                             "character varying(255) NULL",
+		"reviews.thumbs_up_count":                       "integer NOT NULL 0",
+		"reviews.score":                                 "smallint NULL",
+		"reviews.content":                               "text NULL",
+		"reviews.at":                                    "timestamp with time zone NOT NULL",
+		"reviews.sentiment":                             "character varying(20) NULL",
+		"reviews.first_seen_at":                         "timestamp with time zone NOT NULL now",
+		"reviews.last_synced_at":                        "timestamp with time zone NOT NULL",
+		"network_metrics.id":                            "bigint NOT NULL nextval",
+		"network_metrics.application_id":                "bigint NOT NULL",
+		"network_metrics.analysis_id":                   "uuid NOT NULL",
+		"network_metrics.scenario":                      "character varying(20) NOT NULL",
+		"network_metrics.rtt_handshake":                 "double precision NULL",
+		"network_metrics.retransmission_count":          "integer NOT NULL 0",
+		"network_metrics.out_of_order_count":            "integer NOT NULL 0",
+		"network_metrics.spurious_retransmission_count": "integer NOT NULL 0",
+		"network_metrics.zero_window_count":             "integer NOT NULL 0",
+		"network_metrics.tcp_reset_count":               "integer NOT NULL 0",
+		"network_metrics.bytes_transferred_total":       "bigint NOT NULL",
+		"network_metrics.bytes_payload_total":           "bigint NOT NULL",
+		"network_metrics.overhead_ratio":                "double precision NOT NULL",
+		"network_metrics.source_pcap_filename":          "character varying(255) NULL",
+		"network_metrics.analyzed_at":                   "timestamp with time zone NOT NULL",
+		"dead_letter_events.id":                         "bigint NOT NULL nextval",
+		"dead_letter_events.topic":                      "character varying(255) NOT NULL",
+		"dead_letter_events.partition":                  "integer NOT NULL",
+		"dead_letter_events.kafka_offset":               "bigint NOT NULL",
+		"dead_letter_events.kafka_key":                  "text NULL",
+		"dead_letter_events.raw_payload":                "bytea NULL",
+		"dead_letter_events.error_reason":               "text NOT NULL",
+		"dead_letter_events.occurred_at":                "timestamp with time zone NOT NULL now",
+	}
+	rows, err := pool.Query(context.Background(), `
+		SELECT c.relname || '.' || a.attname,
+		       format_type(a.atttypid, a.atttypmod) || CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE ' NULL' END ||
+		       coalesce(' ' || split_part(pg_get_expr(d.adbin, d.adrelid), '(', 1), '')
+		FROM pg_attribute a
+		JOIN pg_class c ON c.oid = a.attrelid
+		LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+		WHERE c.relname IN ('apps_registry_application','app_stats','reviews','network_metrics','dead_letter_events')
+		  AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for rows.Next() {
+		var col, def string
+		if err := rows.Scan(&col, &def); err != nil {
+			t.Fatal(err)
+		}
+		got[col] = def
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for col, w := range want {
+		if got[col] != w {
+			t.Errorf("%s: got %q, want %q", col, got[col], w)
+		}
+	}
+	if len(got) != len(want) {
+		for col := range got {
+			if _, ok := want[col]; !ok {
+				t.Errorf("column %s is not in SCHEMA.md", col)
+			}
+		}
+	}
+}
+
+func TestSchemaIndexes(t *testing.T) {
+	pool := newTestPool(t)
+	want := []string{
+		"(application_id, crawled_at)", // app_stats UNIQUE
+		"app_stats USING btree (crawled_at)",
+		"reviews USING btree (application_id, at)",
+		"reviews USING btree (at)",
+		"reviews USING btree (review_id)",
+		"network_metrics USING btree (analysis_id)",
+		"network_metrics USING btree (application_id, analyzed_at)",
+		"dead_letter_events USING btree (topic, partition, kafka_offset)",
+		"dead_letter_events USING btree (occurred_at DESC)",
+		"apps_registry_application USING btree (package_name)",
+	}
+	rows, err := pool.Query(context.Background(), `SELECT indexdef FROM pg_indexes WHERE schemaname = 'public'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var defs []string
+	for rows.Next() {
+		var d string
+		if err := rows.Scan(&d); err != nil {
+			t.Fatal(err)
+		}
+		defs = append(defs, d)
+	}
+	all := strings.Join(defs, "\n")
+	for _, w := range want {
+		if !strings.Contains(all, w) {
+			t.Errorf("no index %q among:\n%s", w, all)
+		}
+	}
+}
+
+// Each constraint of the contract rejects what it should.
+func TestSchemaConstraintsReject(t *testing.T) {
+	pool := newTestPool(t)
+	ctx := context.Background()
+	mustExec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	mustExec(`INSERT INTO apps_registry_application (id, package_name) VALUES (1, 'com.example.app')`)
+	mustExec(`INSERT INTO app_stats (application_id, crawled_at) VALUES (1, '2026-01-01T00:00:00Z')`)
+	mustExec(`INSERT INTO reviews (application_id, review_id, at, last_synced_at) VALUES (1, 'r1', now(), now())`)
+	mustExec(`INSERT INTO network_metrics (application_id, analysis_id, scenario, bytes_transferred_total, bytes_payload_total, overhead_ratio, analyzed_at)
+		VALUES (1, '00000000-0000-4000-8000-000000000001', 'UPLOAD', 10, 5, 0.5, now())`)
+	mustExec(`INSERT INTO dead_letter_events (topic, "partition", kafka_offset, error_reason) VALUES ('reviews', 0, 7, 'bad')`)
+
+	cases := []struct {
+		name, sql, code string
+	}{
+		{"duplicate package", `INSERT INTO apps_registry_application (package_name) VALUES ('com.example.app')`, "23505"},
+		{"package null", `INSERT INTO apps_registry_application (package_name) VALUES (NULL)`, "23502"},
+		{"duplicate stat", `INSERT INTO app_stats (application_id, crawled_at) VALUES (1, '2026-01-01T00:00:00Z')`, "23505"},
+		{"stat unknown app", `INSERT INTO app_stats (application_id, crawled_at) VALUES (99, now())`, "23503"},
+		{"duplicate review", `INSERT INTO reviews (application_id, review_id, at, last_synced_at) VALUES (1, 'r1', now(), now())`, "23505"},
+		{"bad sentiment", `INSERT INTO reviews (application_id, review_id, at, last_synced_at, sentiment) VALUES (1, 'r2', now(), now(), 'HAPPY')`, "23514"},
+		{"review without at", `INSERT INTO reviews (application_id, review_id, last_synced_at) VALUES (1, 'r3', now())`, "23502"},
+		{"bad scenario", `INSERT INTO network_metrics (application_id, analysis_id, scenario, bytes_transferred_total, bytes_payload_total, overhead_ratio, analyzed_at)
+			VALUES (1, '00000000-0000-4000-8000-000000000002', 'SIDEWAYS', 1, 1, 0, now())`, "23514"},
+		{"duplicate analysis", `INSERT INTO network_metrics (application_id, analysis_id, scenario, bytes_transferred_total, bytes_payload_total, overhead_ratio, analyzed_at)
+			VALUES (1, '00000000-0000-4000-8000-000000000001', 'DOWNLOAD', 1, 1, 0, now())`, "23505"},
+		{"bad uuid", `INSERT INTO network_metrics (application_id, analysis_id, scenario, bytes_transferred_total, bytes_payload_total, overhead_ratio, analyzed_at)
+			VALUES (1, 'not-a-uuid', 'UPLOAD', 1, 1, 0, now())`, "22P02"},
+		{"duplicate dead letter", `INSERT INTO dead_letter_events (topic, "partition", kafka_offset, error_reason) VALUES ('reviews', 0, 7, 'again')`, "23505"},
+		{"dead letter without reason", `INSERT INTO dead_letter_events (topic, "partition", kafka_offset) VALUES ('reviews', 0, 8)`, "23502"},
+		{"name too long", `INSERT INTO apps_registry_application (package_name, category) VALUES ('a.b', repeat('x', 101))`, "22001"},
+	}
+	for _, tc := range cases {
+		_, err := pool.Exec(ctx, tc.sql)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != tc.code {
+			t.Errorf("%s: err = %v, want SQLSTATE %s", tc.name, err, tc.code)
+		}
+	}
+
+	// Soft delete keeps history; a hard delete cascades.
+	mustExec(`DELETE FROM apps_registry_application WHERE id = 1`)
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM app_stats) + (SELECT count(*) FROM reviews) + (SELECT count(*) FROM network_metrics)`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%d rows survived ON DELETE CASCADE", n)
+	}
+}
+
+func TestSchemaUpdatedAtMovesOnUpdate(t *testing.T) {
+	pool := newTestPool(t)
+	ctx := context.Background()
+	var created, updated1, updated2 string
+	if err := pool.QueryRow(ctx, `INSERT INTO apps_registry_application (package_name, created_at, updated_at)
+		VALUES ('com.example.app', '2020-01-01Z', '2020-01-01Z') RETURNING created_at::text, updated_at::text`).Scan(&created, &updated1); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `UPDATE apps_registry_application SET category = 'Tools' RETURNING updated_at::text`).Scan(&updated2); err != nil {
+		t.Fatal(err)
+	}
+	if updated2 == updated1 || updated2 <= "2020-01-02" {
+		t.Fatalf("updated_at stayed %s after an update", updated2)
+	}
+}

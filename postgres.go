@@ -1,0 +1,426 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// managedPostgresOptions says where and how to run a private cluster.
+type managedPostgresOptions struct {
+	DataDir  string // the cluster's PGDATA, created by initdb on first start
+	Database string // created on first start
+	OSUser   string // the server's OS user when playwatch runs as root
+	Listen   string // optional TCP host:port; empty: unix socket only
+	// NoFsync trades crash safety for speed; for throwaway test clusters only.
+	NoFsync bool
+}
+
+// managedPostgres is a PostgreSQL server playwatch started from the
+// installed binaries and stops on exit.
+type managedPostgres struct {
+	opts      managedPostgresOptions
+	socketDir string
+	port      int
+	cmd       *exec.Cmd
+	stderr    *tailBuffer
+	exited    chan struct{}
+	logger    *slog.Logger
+}
+
+const pgSuperuser = "playwatch"
+
+// startManagedPostgres initialises the cluster if needed, takes over or
+// clears what a crashed run left behind, starts the server and waits until
+// it accepts connections.
+func startManagedPostgres(ctx context.Context, opts managedPostgresOptions, logger *slog.Logger) (*managedPostgres, error) {
+	started := time.Now()
+	binDir, err := findPostgresBinDir()
+	if err != nil {
+		return nil, err
+	}
+	cred, err := postgresCredential(opts.OSUser)
+	if err != nil {
+		return nil, err
+	}
+	m := &managedPostgres{opts: opts, port: 5432, stderr: &tailBuffer{max: 8 << 10}, exited: make(chan struct{}), logger: logger}
+	if opts.Listen != "" {
+		_, p, _ := net.SplitHostPort(opts.Listen)
+		m.port, _ = strconv.Atoi(p)
+	}
+	m.socketDir = postgresSocketDir(opts.DataDir, m.port)
+	for _, d := range []string{opts.DataDir, m.socketDir} {
+		if err := makeOwnedDir(d, cred); err != nil {
+			return nil, err
+		}
+		if err := checkReachable(d, cred, opts.OSUser); err != nil {
+			return nil, err
+		}
+	}
+	if err := m.initdb(ctx, binDir, cred); err != nil {
+		return nil, err
+	}
+	if err := m.clearLeftovers(ctx); err != nil {
+		return nil, err
+	}
+	if err := m.startServer(binDir, cred); err != nil {
+		return nil, err
+	}
+	if err := m.waitReady(ctx); err != nil {
+		m.Stop(context.Background())
+		return nil, err
+	}
+	if err := m.ensureDatabase(ctx); err != nil {
+		m.Stop(context.Background())
+		return nil, err
+	}
+	logger.Info("managed postgres ready", "data_dir", opts.DataDir, "socket_dir", m.socketDir,
+		"tcp", opts.Listen, "pid", m.cmd.Process.Pid, "took", time.Since(started).Round(time.Millisecond))
+	return m, nil
+}
+
+// DSN is the connection string of the playwatch database.
+func (m *managedPostgres) DSN() string { return m.dsn(m.opts.Database) }
+
+func (m *managedPostgres) dsn(db string) string {
+	u := url.URL{Scheme: "postgres", User: url.User(pgSuperuser), Path: "/" + db,
+		RawQuery: url.Values{"host": {m.socketDir}, "port": {strconv.Itoa(m.port)}, "sslmode": {"disable"}}.Encode()}
+	return u.String()
+}
+
+// Stop shuts the server down (fast shutdown: sessions are ended, committed
+// work is kept) and escalates to an immediate stop when ctx ends first.
+func (m *managedPostgres) Stop(ctx context.Context) error {
+	select {
+	case <-m.exited:
+		return nil
+	default:
+	}
+	_ = m.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-m.exited:
+		m.logger.Info("managed postgres stopped")
+		return nil
+	case <-ctx.Done():
+	}
+	_ = m.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-m.exited:
+	case <-time.After(5 * time.Second):
+		_ = m.cmd.Process.Kill()
+		<-m.exited
+	}
+	return fmt.Errorf("managed postgres: fast shutdown did not finish in time, stopped immediately: %w", ctx.Err())
+}
+
+// findPostgresBinDir finds a directory holding both initdb and postgres:
+// PATH first, then the newest /usr/lib/postgresql/*/bin.
+func findPostgresBinDir() (string, error) {
+	if p, err := exec.LookPath("initdb"); err == nil {
+		dir := filepath.Dir(p)
+		if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
+			return dir, nil
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return pgMajor(dirs[i]) > pgMajor(dirs[j]) })
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+	}
+	return "", errors.New("no PostgreSQL server binaries (initdb, postgres) on PATH or under /usr/lib/postgresql/*/bin: install them (Debian: apt-get install postgresql) or set DATABASE_URL")
+}
+
+func pgMajor(binDir string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return n
+}
+
+// postgresCredential returns the OS user to run the server as: PostgreSQL
+// refuses to run as root, so root hands it to an unprivileged user.
+func postgresCredential(osUser string) (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup(osUser)
+	if err != nil {
+		return nil, fmt.Errorf("running as root, the managed PostgreSQL needs the unprivileged OS user %q (PLAYWATCH_PG_USER): %w; create it (useradd --system %s) or set DATABASE_URL", osUser, err, osUser)
+	}
+	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// postgresSocketDir keeps the socket beside the data directory, unless that
+// path is too long for a unix socket (108 bytes), in which case it moves to
+// a per-cluster directory under the system temp dir.
+func postgresSocketDir(dataDir string, port int) string {
+	dir := dataDir + "-socket"
+	if len(dir)+len(fmt.Sprintf("/.s.PGSQL.%d", port)) < 100 {
+		return dir
+	}
+	sum := sha256.Sum256([]byte(dataDir))
+	return filepath.Join(os.TempDir(), "playwatch-pg-"+hex.EncodeToString(sum[:6]))
+}
+
+func makeOwnedDir(dir string, cred *syscall.Credential) error {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Dir(dir), err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	if cred == nil {
+		return nil
+	}
+	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := os.Lchown(p, int(cred.Uid), int(cred.Gid)); err != nil {
+			return fmt.Errorf("hand %s to the postgres OS user: %w", p, err)
+		}
+		return nil
+	})
+}
+
+// checkReachable fails early, with a fix to apply, when the server's OS user
+// could not walk down to dir (e.g. a data directory under /root).
+func checkReachable(dir string, cred *syscall.Credential, osUser string) error {
+	if cred == nil {
+		return nil
+	}
+	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return fmt.Errorf("stat %s: %w", p, err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		mode := fi.Mode().Perm()
+		ok := mode&0o001 != 0 || (st.Uid == cred.Uid && mode&0o100 != 0) || (st.Gid == cred.Gid && mode&0o010 != 0)
+		if !ok {
+			return fmt.Errorf("the OS user %s that runs the managed PostgreSQL cannot enter %s (mode %o): choose a PLAYWATCH_DATA_DIR outside it or run chmod o+x %s", osUser, p, mode, p)
+		}
+		if p == filepath.Dir(p) {
+			return nil
+		}
+	}
+}
+
+func (m *managedPostgres) initdb(ctx context.Context, binDir string, cred *syscall.Credential) error {
+	if _, err := os.Stat(filepath.Join(m.opts.DataDir, "PG_VERSION")); err == nil {
+		return nil
+	}
+	entries, err := os.ReadDir(m.opts.DataDir)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", m.opts.DataDir, err)
+	}
+	if len(entries) > 0 {
+		return fmt.Errorf("%s is neither empty nor a PostgreSQL data directory (no PG_VERSION)", m.opts.DataDir)
+	}
+	m.logger.Info("initialising managed postgres cluster", "data_dir", m.opts.DataDir)
+	args := []string{"-D", m.opts.DataDir, "-U", pgSuperuser, "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8"}
+	if m.opts.NoFsync {
+		args = append(args, "--no-sync")
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "initdb"), args...)
+	cmd.Dir = m.opts.DataDir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("initdb %s: %w\n%s", m.opts.DataDir, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// clearLeftovers deals with a postmaster.pid left by a crash: a server
+// still running on this data directory (its parent playwatch was killed) is
+// shut down; a pid file whose process is gone or is something else is removed.
+func (m *managedPostgres) clearLeftovers(ctx context.Context) error {
+	pidFile := filepath.Join(m.opts.DataDir, "postmaster.pid")
+	b, err := os.ReadFile(pidFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", pidFile, err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	if pid > 0 && isPostmasterOf(pid, m.opts.DataDir) {
+		m.logger.Warn("a postgres server from an earlier run still owns the data directory; shutting it down", "pid", pid)
+		if err := stopOrphanPostmaster(ctx, pid); err != nil {
+			return err
+		}
+		return nil
+	}
+	m.logger.Warn("removing stale postmaster.pid left by a crash", "pid", pid)
+	if err := os.Remove(pidFile); err != nil {
+		return fmt.Errorf("remove stale %s: %w", pidFile, err)
+	}
+	_ = os.Remove(filepath.Join(m.socketDir, fmt.Sprintf(".s.PGSQL.%d.lock", m.port)))
+	return nil
+}
+
+// isPostmasterOf reports whether pid is a live postgres whose command line
+// names dataDir.
+func isPostmasterOf(pid int, dataDir string) bool {
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	args := strings.Split(string(cmdline), "\x00")
+	if len(args) == 0 || filepath.Base(args[0]) != "postgres" {
+		return false
+	}
+	for i := range args[:len(args)-1] {
+		if args[i] == "-D" && args[i+1] == dataDir {
+			return true
+		}
+	}
+	return false
+}
+
+func stopOrphanPostmaster(ctx context.Context, pid int) error {
+	proc, err := os.FindProcess(pid)
+	if err != nil {
+		return err
+	}
+	_ = proc.Signal(syscall.SIGINT)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if proc.Signal(syscall.Signal(0)) != nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	_ = proc.Signal(syscall.SIGKILL)
+	time.Sleep(500 * time.Millisecond)
+	if proc.Signal(syscall.Signal(0)) == nil {
+		return fmt.Errorf("postgres pid %d from an earlier run does not stop", pid)
+	}
+	return nil
+}
+
+func (m *managedPostgres) startServer(binDir string, cred *syscall.Credential) error {
+	listen := ""
+	if m.opts.Listen != "" {
+		listen, _, _ = net.SplitHostPort(m.opts.Listen)
+	}
+	args := []string{
+		"-D", m.opts.DataDir,
+		"-k", m.socketDir,
+		"-p", strconv.Itoa(m.port),
+		"-c", "listen_addresses=" + listen,
+		"-c", "unix_socket_permissions=0700",
+		// Server logs rotate daily inside PGDATA and overwrite last week's file.
+		"-c", "logging_collector=on",
+		"-c", "log_directory=log",
+		"-c", "log_filename=postgresql-%a.log",
+		"-c", "log_truncate_on_rotation=on",
+		"-c", "log_rotation_age=1d",
+		"-c", "log_rotation_size=0",
+	}
+	if m.opts.NoFsync {
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	cmd := exec.Command(filepath.Join(binDir, "postgres"), args...)
+	cmd.Dir = m.opts.DataDir
+	cmd.Stdout = m.stderr
+	cmd.Stderr = m.stderr
+	// Own process group: a Ctrl-C in the terminal reaches playwatch only, which
+	// stops the server last. Pdeathsig asks for a fast shutdown if playwatch dies.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGINT}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start postgres: %w", err)
+	}
+	m.cmd = cmd
+	go func() {
+		_ = cmd.Wait()
+		close(m.exited)
+	}()
+	return nil
+}
+
+func (m *managedPostgres) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
+		conn, err := pgx.Connect(ctx, m.dsn("postgres"))
+		if err == nil {
+			return conn.Close(ctx)
+		}
+		select {
+		case <-m.exited:
+			return fmt.Errorf("postgres exited during start-up (%s): %s", m.cmd.ProcessState, m.stderr.String())
+		case <-ctx.Done():
+			return fmt.Errorf("postgres did not accept connections on %s: %w (last error: %v)", m.socketDir, ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (m *managedPostgres) ensureDatabase(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, m.dsn("postgres"))
+	if err != nil {
+		return fmt.Errorf("connect to managed postgres: %w", err)
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", m.opts.Database).Scan(&exists); err != nil {
+		return fmt.Errorf("look up database %s: %w", m.opts.Database, err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{m.opts.Database}.Sanitize()); err != nil {
+		return fmt.Errorf("create database %s: %w", m.opts.Database, err)
+	}
+	return nil
+}
+
+// tailBuffer keeps the last max bytes written to it: the server's early
+// output, for error messages.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = t.b[len(t.b)-t.max:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(bytes.TrimSpace(t.b))
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// tempDataDir is a temp dir the postgres OS user can enter when tests run
+// as root.
+func tempDataDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "pwpg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func queryInt(t *testing.T, dsn, sql string) int {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, sql).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// The managed cluster keeps its data across restarts and recovers from what
+// a crash leaves: a server still running on the directory, or a stale
+// postmaster.pid naming some other process.
+func TestManagedPostgresRestartAndCrashLeftovers(t *testing.T) {
+	ctx := context.Background()
+	opts := managedPostgresOptions{DataDir: filepath.Join(tempDataDir(t), "pg"), Database: "playwatch", OSUser: "postgres", NoFsync: true}
+	logger := testLogger(t)
+
+	first, err := startManagedPostgres(ctx, opts, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { first.Stop(context.Background()) })
+	conn, err := pgx.Connect(ctx, first.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE TABLE kept (n int); INSERT INTO kept VALUES (1), (2)"); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(ctx)
+
+	// A second start while the first server still runs: as after playwatch
+	// was SIGKILLed and its server survived. It takes the directory over.
+	second, err := startManagedPostgres(ctx, opts, logger)
+	if err != nil {
+		t.Fatalf("start over a running server: %v", err)
+	}
+	select {
+	case <-first.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the earlier server still runs")
+	}
+	if n := queryInt(t, second.DSN(), "SELECT count(*) FROM kept"); n != 2 {
+		t.Fatalf("kept has %d rows after the takeover, want 2", n)
+	}
+	if err := second.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A stale pid file naming a live process that is not postgres (this test).
+	pidFile := filepath.Join(opts.DataDir, "postmaster.pid")
+	stale := fmt.Sprintf("%d\n%s\n1700000000\n5432\n", os.Getpid(), opts.DataDir)
+	if err := os.WriteFile(pidFile, []byte(stale), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	third, err := startManagedPostgres(ctx, opts, logger)
+	if err != nil {
+		t.Fatalf("start with a stale postmaster.pid: %v", err)
+	}
+	defer third.Stop(ctx)
+	if n := queryInt(t, third.DSN(), "SELECT count(*) FROM kept"); n != 2 {
+		t.Fatalf("kept has %d rows after restart, want 2", n)
+	}
+}
+
+func TestManagedPostgresRefusesForeignDirectory(t *testing.T) {
+	dir := filepath.Join(tempDataDir(t), "pg")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "important.txt"), []byte("not a cluster"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := startManagedPostgres(context.Background(), managedPostgresOptions{DataDir: dir, Database: "playwatch", OSUser: "postgres"}, testLogger(t))
+	if err == nil || !strings.Contains(err.Error(), "PG_VERSION") {
+		t.Fatalf("err = %v, want a refusal to initdb over foreign files", err)
+	}
+}
+
+func TestPostgresSocketDirStaysShort(t *testing.T) {
+	long := "/tmp/" + strings.Repeat("deep/", 30) + "postgres"
+	if d := postgresSocketDir(long, 5432); len(d)+len("/.s.PGSQL.5432") >= 100 {
+		t.Fatalf("socket dir %q is too long for a unix socket", d)
+	}
+	if d := postgresSocketDir("/srv/pw/postgres", 5432); d != "/srv/pw/postgres-socket" {
+		t.Fatalf("short data dir: socket dir %q, want it beside the data dir", d)
+	}
+}

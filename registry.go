@@ -1,0 +1,407 @@
+package main
+
+import (
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// registryAPI serves the app registry: create, list, get, update and soft
+// delete over apps_registry_application.
+type registryAPI struct {
+	store  *appStore
+	token  string // empty: writes need no token (loopback only, see config)
+	logger *slog.Logger
+}
+
+const (
+	maxBodyBytes     = 64 << 10
+	defaultListLimit = 100
+	maxListLimit     = 500
+)
+
+func (api *registryAPI) register(mux *http.ServeMux) {
+	mux.HandleFunc("POST /api/v1/apps", api.requireToken(api.create))
+	mux.HandleFunc("GET /api/v1/apps", api.list)
+	mux.HandleFunc("GET /api/v1/apps/{package_name}", api.get)
+	mux.HandleFunc("PATCH /api/v1/apps/{package_name}", api.requireToken(api.update))
+	mux.HandleFunc("DELETE /api/v1/apps/{package_name}", api.requireToken(api.delete))
+	mux.HandleFunc("/api/v1/apps", methodNotAllowed("GET, POST"))
+	mux.HandleFunc("/api/v1/apps/{package_name}", methodNotAllowed("GET, PATCH, DELETE"))
+}
+
+func (api *registryAPI) requireToken(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if api.token != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(api.token)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="playwatch"`)
+				writeError(w, http.StatusUnauthorized, "writes need the header Authorization: Bearer <REGISTRY_TOKEN>")
+				return
+			}
+		}
+		next(w, r)
+	}
+}
+
+// packageNamePattern is Android's rule for application ids: at least two
+// segments, each starting with a letter, then letters, digits or underscores.
+var packageNamePattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)+$`)
+
+func validatePackageName(pkg string) error {
+	if len(pkg) > 255 {
+		return fmt.Errorf("package_name is longer than 255 characters")
+	}
+	if !packageNamePattern.MatchString(pkg) {
+		return fmt.Errorf("package_name %q is not an Android package name (segments of letters, digits and _, each starting with a letter, at least two, separated by dots)", pkg)
+	}
+	return nil
+}
+
+// validateText checks an optional text field against its column.
+func validateText(field string, v *string, maxChars int) error {
+	if v == nil {
+		return nil
+	}
+	switch {
+	case !utf8.ValidString(*v):
+		return fmt.Errorf("%s is not valid UTF-8", field)
+	case strings.ContainsRune(*v, 0):
+		return fmt.Errorf("%s contains a NUL character", field)
+	case utf8.RuneCountInString(*v) > maxChars:
+		return fmt.Errorf("%s is longer than %d characters", field, maxChars)
+	}
+	return nil
+}
+
+type createAppRequest struct {
+	PackageName    *string `json:"package_name"`
+	DisplayName    *string `json:"display_name"`
+	Category       *string `json:"category"`
+	IsMessagingApp *bool   `json:"is_messaging_app"`
+	IsIranianApp   *bool   `json:"is_iranian_app"`
+}
+
+func (api *registryAPI) create(w http.ResponseWriter, r *http.Request) {
+	var req createAppRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if req.PackageName == nil {
+		writeError(w, http.StatusBadRequest, "package_name is required")
+		return
+	}
+	n := newApp{PackageName: *req.PackageName, DisplayName: req.DisplayName, Category: req.Category,
+		IsMessagingApp: req.IsMessagingApp != nil && *req.IsMessagingApp,
+		IsIranianApp:   req.IsIranianApp != nil && *req.IsIranianApp}
+	if err := errors.Join(validatePackageName(n.PackageName),
+		validateText("display_name", n.DisplayName, 255), validateText("category", n.Category, 100)); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	a, err := api.store.Create(r.Context(), n)
+	var exists *appExistsError
+	switch {
+	case errors.As(err, &exists) && exists.Active:
+		writeError(w, http.StatusConflict, fmt.Sprintf("%s is already registered", n.PackageName))
+	case errors.As(err, &exists):
+		writeError(w, http.StatusConflict, fmt.Sprintf(
+			"%s is registered but inactive; reactivate it with PATCH /api/v1/apps/%s {\"is_active\": true}", n.PackageName, n.PackageName))
+	case err != nil:
+		api.internalError(w, r, err)
+	default:
+		w.Header().Set("Location", "/api/v1/apps/"+a.PackageName)
+		writeJSON(w, http.StatusCreated, a)
+	}
+}
+
+type listAppsResponse struct {
+	Apps       []app   `json:"apps"`
+	NextCursor *string `json:"next_cursor"`
+}
+
+func (api *registryAPI) list(w http.ResponseWriter, r *http.Request) {
+	f, err := parseListQuery(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	limit := f.Limit
+	f.Limit++ // one more tells whether another page exists
+	apps, err := api.store.List(r.Context(), f)
+	if err != nil {
+		api.internalError(w, r, err)
+		return
+	}
+	resp := listAppsResponse{Apps: apps}
+	if len(apps) > limit {
+		resp.Apps = apps[:limit]
+		c := base64.RawURLEncoding.EncodeToString([]byte(apps[limit-1].PackageName))
+		resp.NextCursor = &c
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func parseListQuery(r *http.Request) (appFilter, error) {
+	f := appFilter{Limit: defaultListLimit}
+	active := true
+	f.Active = &active
+	q, err := parseQuery(r.URL.RawQuery)
+	if err != nil {
+		return f, err
+	}
+	for key, v := range q {
+		switch key {
+		case "active":
+			if v == "all" {
+				f.Active = nil
+				continue
+			}
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return f, fmt.Errorf("active must be true, false or all, not %q", v)
+			}
+			f.Active = &b
+		case "messaging", "iranian":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return f, fmt.Errorf("%s must be true or false, not %q", key, v)
+			}
+			if key == "messaging" {
+				f.Messaging = &b
+			} else {
+				f.Iranian = &b
+			}
+		case "limit":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > maxListLimit {
+				return f, fmt.Errorf("limit must be an integer from 1 to %d, not %q", maxListLimit, v)
+			}
+			f.Limit = n
+		case "cursor":
+			b, err := base64.RawURLEncoding.DecodeString(v)
+			if err != nil || validatePackageName(string(b)) != nil {
+				return f, fmt.Errorf("cursor %q is not one this API returned", v)
+			}
+			f.After = string(b)
+		default:
+			return f, fmt.Errorf("unknown query parameter %q (known: active, messaging, iranian, limit, cursor)", key)
+		}
+	}
+	return f, nil
+}
+
+// parseQuery reads a query string in which each parameter may appear once.
+func parseQuery(raw string) (map[string]string, error) {
+	vals, err := url.ParseQuery(raw)
+	if err != nil {
+		return nil, fmt.Errorf("malformed query string: %w", err)
+	}
+	out := make(map[string]string, len(vals))
+	for k, v := range vals {
+		if len(v) > 1 {
+			return nil, fmt.Errorf("query parameter %q is given %d times", k, len(v))
+		}
+		out[k] = v[0]
+	}
+	return out, nil
+}
+
+func (api *registryAPI) get(w http.ResponseWriter, r *http.Request) {
+	pkg, ok := pathPackage(w, r)
+	if !ok {
+		return
+	}
+	a, err := api.store.Get(r.Context(), pkg)
+	switch {
+	case errors.Is(err, errAppNotFound):
+		writeError(w, http.StatusNotFound, pkg+" is not registered")
+	case err != nil:
+		api.internalError(w, r, err)
+	default:
+		writeJSON(w, http.StatusOK, a)
+	}
+}
+
+func (api *registryAPI) update(w http.ResponseWriter, r *http.Request) {
+	pkg, ok := pathPackage(w, r)
+	if !ok {
+		return
+	}
+	var raw map[string]json.RawMessage
+	if !decodeBody(w, r, &raw) {
+		return
+	}
+	p, err := parsePatch(raw)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	a, err := api.store.Update(r.Context(), pkg, p)
+	switch {
+	case errors.Is(err, errAppNotFound):
+		writeError(w, http.StatusNotFound, pkg+" is not registered")
+	case err != nil:
+		api.internalError(w, r, err)
+	default:
+		writeJSON(w, http.StatusOK, a)
+	}
+}
+
+// parsePatch reads a PATCH body: only the named fields change, and null
+// clears display_name or category.
+func parsePatch(raw map[string]json.RawMessage) (appPatch, error) {
+	var p appPatch
+	if len(raw) == 0 {
+		return p, errors.New("the body names no field to change (display_name, category, is_messaging_app, is_iranian_app, is_active)")
+	}
+	for field, v := range raw {
+		isNull := string(v) == "null"
+		var err error
+		switch field {
+		case "display_name":
+			p.ClearDisplayName = isNull
+			if !isNull {
+				err = decodeField(field, v, &p.DisplayName, "a string or null")
+			}
+			err = errors.Join(err, validateText(field, p.DisplayName, 255))
+		case "category":
+			p.ClearCategory = isNull
+			if !isNull {
+				err = decodeField(field, v, &p.Category, "a string or null")
+			}
+			err = errors.Join(err, validateText(field, p.Category, 100))
+		case "is_messaging_app":
+			err = decodeBool(field, v, isNull, &p.IsMessagingApp)
+		case "is_iranian_app":
+			err = decodeBool(field, v, isNull, &p.IsIranianApp)
+		case "is_active":
+			err = decodeBool(field, v, isNull, &p.IsActive)
+		case "package_name", "id", "created_at", "updated_at":
+			err = fmt.Errorf("%s cannot be changed", field)
+		default:
+			err = fmt.Errorf("unknown field %q", field)
+		}
+		if err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}
+
+func decodeField(field string, v json.RawMessage, dst any, want string) error {
+	if err := json.Unmarshal(v, dst); err != nil {
+		return fmt.Errorf("%s has the wrong type: want %s", field, want)
+	}
+	return nil
+}
+
+func decodeBool(field string, v json.RawMessage, isNull bool, dst **bool) error {
+	if isNull {
+		return fmt.Errorf("%s must be true or false, not null", field)
+	}
+	return decodeField(field, v, dst, "true or false")
+}
+
+func (api *registryAPI) delete(w http.ResponseWriter, r *http.Request) {
+	pkg, ok := pathPackage(w, r)
+	if !ok {
+		return
+	}
+	err := api.store.Deactivate(r.Context(), pkg)
+	switch {
+	case errors.Is(err, errAppNotFound):
+		writeError(w, http.StatusNotFound, pkg+" is not registered")
+	case err != nil:
+		api.internalError(w, r, err)
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+func pathPackage(w http.ResponseWriter, r *http.Request) (string, bool) {
+	pkg := r.PathValue("package_name")
+	if err := validatePackageName(pkg); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return "", false
+	}
+	return pkg, true
+}
+
+// decodeBody reads one JSON value of at most maxBodyBytes into dst, refusing
+// unknown fields; on failure it has written the 4xx answer.
+func decodeBody(w http.ResponseWriter, r *http.Request, dst any) bool {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		// curl -d sends form encoding by default; the body is read as JSON anyway.
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json") && mt != "application/x-www-form-urlencoded") {
+			writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q is not JSON: send application/json", ct))
+			return false
+		}
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(dst)
+	if err == nil && dec.Decode(new(json.RawMessage)) != io.EOF {
+		err = errors.New("the body holds more than one JSON value")
+	}
+	var maxErr *http.MaxBytesError
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &maxErr):
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", maxBodyBytes))
+	case errors.Is(err, io.EOF):
+		writeError(w, http.StatusBadRequest, "the body is empty: send a JSON object")
+	case errors.As(err, &typeErr) && typeErr.Field != "":
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s has the wrong type: got a JSON %s", typeErr.Field, typeErr.Value))
+	case errors.As(err, &typeErr):
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("the body must be a JSON object, not a JSON %s", typeErr.Value))
+	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
+		writeError(w, http.StatusBadRequest, "the body is not valid JSON: "+err.Error())
+	default:
+		writeError(w, http.StatusBadRequest, "bad body: "+strings.TrimPrefix(err.Error(), "json: "))
+	}
+	return false
+}
+
+func (api *registryAPI) internalError(w http.ResponseWriter, r *http.Request, err error) {
+	api.logger.Error("registry request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	writeError(w, http.StatusInternalServerError, "internal error; see the server log")
+}
+
+func methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed here; allowed: %s", r.Method, allow))
+	}
+}
+
+type errorResponse struct {
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, errorResponse{Error: msg})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}

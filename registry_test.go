@@ -1,0 +1,355 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+type registryFixture struct {
+	srv  *httptest.Server
+	pool *pgxpool.Pool
+}
+
+func newRegistryFixture(t *testing.T, token string) *registryFixture {
+	t.Helper()
+	pool := newTestPool(t)
+	reg := newMetricsRegistry("test")
+	api := &registryAPI{store: newAppStore(pool), token: token, logger: testLogger(t)}
+	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, []readinessCheck{{"database", pool.Ping}}))
+	t.Cleanup(srv.Close)
+	return &registryFixture{srv: srv, pool: pool}
+}
+
+type testResponse struct {
+	code   int
+	header http.Header
+	body   string
+}
+
+func (f *registryFixture) do(t *testing.T, method, path, body string, header ...string) testResponse {
+	t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, f.srv.URL+path, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		if header[i+1] == "" {
+			req.Header.Del(header[i])
+		} else {
+			req.Header.Set(header[i], header[i+1])
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return testResponse{resp.StatusCode, resp.Header, string(b)}
+}
+
+func decodeApp(t *testing.T, body string) app {
+	t.Helper()
+	var a app
+	if err := json.Unmarshal([]byte(body), &a); err != nil {
+		t.Fatalf("decode %q: %v", body, err)
+	}
+	return a
+}
+
+func TestRegistryLifecycle(t *testing.T) {
+	f := newRegistryFixture(t, "")
+	ctx := context.Background()
+
+	// curl -d sends form encoding; the body is JSON all the same.
+	r := f.do(t, "POST", "/api/v1/apps", `{"package_name":"org.telegram.messenger","is_messaging_app":true}`,
+		"Content-Type", "application/x-www-form-urlencoded")
+	if r.code != 201 {
+		t.Fatalf("create: %d %s", r.code, r.body)
+	}
+	created := decodeApp(t, r.body)
+	if created.PackageName != "org.telegram.messenger" || !created.IsMessagingApp || created.IsIranianApp ||
+		!created.IsActive || created.DisplayName != nil || created.ID == 0 || r.header.Get("Location") != "/api/v1/apps/org.telegram.messenger" {
+		t.Fatalf("created %+v, location %q", created, r.header.Get("Location"))
+	}
+	r = f.do(t, "POST", "/api/v1/apps", `{"package_name":"ir.divar","display_name":"دیوار","category":"Shopping","is_iranian_app":true}`)
+	if r.code != 201 {
+		t.Fatalf("create ir.divar: %d %s", r.code, r.body)
+	}
+	if a := decodeApp(t, r.body); a.DisplayName == nil || *a.DisplayName != "دیوار" || !a.IsIranianApp {
+		t.Fatalf("created %+v", a)
+	}
+	var rows int
+	if err := f.pool.QueryRow(ctx, `SELECT count(*) FROM apps_registry_application WHERE is_active`).Scan(&rows); err != nil || rows != 2 {
+		t.Fatalf("%d active rows (%v), want 2", rows, err)
+	}
+
+	if r = f.do(t, "POST", "/api/v1/apps", `{"package_name":"ir.divar"}`); r.code != 409 {
+		t.Fatalf("duplicate: %d %s", r.code, r.body)
+	}
+	if r = f.do(t, "GET", "/api/v1/apps/ir.divar", ""); r.code != 200 || decodeApp(t, r.body).Category == nil {
+		t.Fatalf("get: %d %s", r.code, r.body)
+	}
+	if r = f.do(t, "GET", "/api/v1/apps/com.unknown.app", ""); r.code != 404 || !strings.Contains(r.body, `"error"`) {
+		t.Fatalf("get unknown: %d %s", r.code, r.body)
+	}
+
+	r = f.do(t, "PATCH", "/api/v1/apps/ir.divar", `{"display_name":null,"category":"Lifestyle","is_messaging_app":true}`)
+	if r.code != 200 {
+		t.Fatalf("patch: %d %s", r.code, r.body)
+	}
+	patched := decodeApp(t, r.body)
+	if patched.DisplayName != nil || *patched.Category != "Lifestyle" || !patched.IsMessagingApp || !patched.IsIranianApp ||
+		!patched.UpdatedAt.After(patched.CreatedAt) {
+		t.Fatalf("patched %+v", patched)
+	}
+
+	// Soft delete: the row stays, inactive, and leaves the default listing.
+	if r = f.do(t, "DELETE", "/api/v1/apps/ir.divar", ""); r.code != 204 || r.body != "" {
+		t.Fatalf("delete: %d %q", r.code, r.body)
+	}
+	var active bool
+	if err := f.pool.QueryRow(ctx, `SELECT is_active FROM apps_registry_application WHERE package_name = 'ir.divar'`).Scan(&active); err != nil || active {
+		t.Fatalf("after delete: active=%v err=%v, want a kept, inactive row", active, err)
+	}
+	if r = f.do(t, "DELETE", "/api/v1/apps/com.unknown.app", ""); r.code != 404 {
+		t.Fatalf("delete unknown: %d", r.code)
+	}
+	r = f.do(t, "POST", "/api/v1/apps", `{"package_name":"ir.divar"}`)
+	if r.code != 409 || !strings.Contains(r.body, "is_active") {
+		t.Fatalf("re-create inactive: %d %s, want 409 with a PATCH hint", r.code, r.body)
+	}
+	if r = f.do(t, "PATCH", "/api/v1/apps/ir.divar", `{"is_active":true}`); r.code != 200 || !decodeApp(t, r.body).IsActive {
+		t.Fatalf("reactivate: %d %s", r.code, r.body)
+	}
+	if r = f.do(t, "PATCH", "/api/v1/apps/com.unknown.app", `{"is_active":true}`); r.code != 404 {
+		t.Fatalf("patch unknown: %d", r.code)
+	}
+}
+
+func listPackages(t *testing.T, f *registryFixture, query string) ([]string, *string) {
+	t.Helper()
+	r := f.do(t, "GET", "/api/v1/apps"+query, "")
+	if r.code != 200 {
+		t.Fatalf("list %s: %d %s", query, r.code, r.body)
+	}
+	var resp listAppsResponse
+	if err := json.Unmarshal([]byte(r.body), &resp); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, a := range resp.Apps {
+		names = append(names, a.PackageName)
+	}
+	return names, resp.NextCursor
+}
+
+func TestRegistryListFiltersAndPages(t *testing.T) {
+	f := newRegistryFixture(t, "")
+	for _, body := range []string{
+		`{"package_name":"a.one","is_messaging_app":true}`,
+		`{"package_name":"b.two","is_iranian_app":true}`,
+		`{"package_name":"c.three","is_messaging_app":true,"is_iranian_app":true}`,
+		`{"package_name":"d.four"}`,
+		`{"package_name":"e.five"}`,
+	} {
+		if r := f.do(t, "POST", "/api/v1/apps", body); r.code != 201 {
+			t.Fatalf("%s: %d %s", body, r.code, r.body)
+		}
+	}
+	f.do(t, "DELETE", "/api/v1/apps/e.five", "")
+
+	check := func(query string, want ...string) {
+		t.Helper()
+		got, _ := listPackages(t, f, query)
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("list %s = %v, want %v", query, got, want)
+		}
+	}
+	check("", "a.one", "b.two", "c.three", "d.four")
+	check("?active=all", "a.one", "b.two", "c.three", "d.four", "e.five")
+	check("?active=false", "e.five")
+	check("?messaging=true", "a.one", "c.three")
+	check("?iranian=true&messaging=false", "b.two")
+	check("?iranian=false&active=all", "a.one", "d.four", "e.five")
+
+	var all []string
+	query := "?active=all&limit=2"
+	for pages := 0; ; pages++ {
+		if pages > 5 {
+			t.Fatal("paging does not end")
+		}
+		names, next := listPackages(t, f, query)
+		if len(names) > 2 {
+			t.Fatalf("page of %d with limit=2", len(names))
+		}
+		all = append(all, names...)
+		if next == nil {
+			break
+		}
+		query = "?active=all&limit=2&cursor=" + *next
+	}
+	if strings.Join(all, ",") != "a.one,b.two,c.three,d.four,e.five" {
+		t.Fatalf("pages joined = %v", all)
+	}
+}
+
+func TestRegistryRequiresTokenForWrites(t *testing.T) {
+	f := newRegistryFixture(t, "s3cret")
+	body := `{"package_name":"com.example.app"}`
+	for _, auth := range []string{"", "Bearer wrong", "s3cret", "Basic s3cret", "Bearer s3cret2"} {
+		r := f.do(t, "POST", "/api/v1/apps", body, "Authorization", auth)
+		if r.code != 401 || r.header.Get("WWW-Authenticate") == "" || !strings.Contains(r.body, `"error"`) {
+			t.Errorf("Authorization %q: %d %s, want 401", auth, r.code, r.body)
+		}
+	}
+	if r := f.do(t, "POST", "/api/v1/apps", body, "Authorization", "Bearer s3cret"); r.code != 201 {
+		t.Fatalf("with the token: %d %s", r.code, r.body)
+	}
+	if r := f.do(t, "GET", "/api/v1/apps/com.example.app", ""); r.code != 200 {
+		t.Fatalf("reads need no token: %d", r.code)
+	}
+	if r := f.do(t, "DELETE", "/api/v1/apps/com.example.app", ""); r.code != 401 {
+		t.Fatalf("delete without token: %d", r.code)
+	}
+	if r := f.do(t, "PATCH", "/api/v1/apps/com.example.app", `{"is_active":false}`); r.code != 401 {
+		t.Fatalf("patch without token: %d", r.code)
+	}
+}
+
+// Every bad request gets its 4xx with a JSON error, and changes nothing.
+func TestRegistryRejectsBadRequests(t *testing.T) {
+	f := newRegistryFixture(t, "")
+	if r := f.do(t, "POST", "/api/v1/apps", `{"package_name":"com.example.app"}`); r.code != 201 {
+		t.Fatal(r.body)
+	}
+	big := `{"package_name":"com.example.big","display_name":"` + strings.Repeat("x", 70<<10) + `"}`
+	cases := []struct {
+		name, method, path, body string
+		header                   []string
+		code                     int
+	}{
+		{"empty body", "POST", "/api/v1/apps", "", nil, 400},
+		{"not json", "POST", "/api/v1/apps", "package_name=com.x.y", nil, 400},
+		{"truncated json", "POST", "/api/v1/apps", `{"package_name":"com.x.y"`, nil, 400},
+		{"json array", "POST", "/api/v1/apps", `[{"package_name":"com.x.y"}]`, nil, 400},
+		{"json string", "POST", "/api/v1/apps", `"com.x.y"`, nil, 400},
+		{"two values", "POST", "/api/v1/apps", `{"package_name":"com.x.y"}{"package_name":"com.x.z"}`, nil, 400},
+		{"unknown field", "POST", "/api/v1/apps", `{"package_name":"com.x.y","colour":"red"}`, nil, 400},
+		{"missing package", "POST", "/api/v1/apps", `{"display_name":"X"}`, nil, 400},
+		{"null package", "POST", "/api/v1/apps", `{"package_name":null}`, nil, 400},
+		{"package number", "POST", "/api/v1/apps", `{"package_name":42}`, nil, 400},
+		{"one segment", "POST", "/api/v1/apps", `{"package_name":"telegram"}`, nil, 400},
+		{"segment starts with digit", "POST", "/api/v1/apps", `{"package_name":"com.1app"}`, nil, 400},
+		{"empty segment", "POST", "/api/v1/apps", `{"package_name":"com..app"}`, nil, 400},
+		{"trailing dot", "POST", "/api/v1/apps", `{"package_name":"com.app."}`, nil, 400},
+		{"hyphen", "POST", "/api/v1/apps", `{"package_name":"com.my-app"}`, nil, 400},
+		{"space", "POST", "/api/v1/apps", `{"package_name":"com.my app"}`, nil, 400},
+		{"non-ascii package", "POST", "/api/v1/apps", `{"package_name":"com.اپ"}`, nil, 400},
+		{"package too long", "POST", "/api/v1/apps", `{"package_name":"a.` + strings.Repeat("b", 260) + `"}`, nil, 400},
+		{"bool as string", "POST", "/api/v1/apps", `{"package_name":"com.x.y","is_messaging_app":"yes"}`, nil, 400},
+		{"display name number", "POST", "/api/v1/apps", `{"package_name":"com.x.y","display_name":7}`, nil, 400},
+		{"display name too long", "POST", "/api/v1/apps", `{"package_name":"com.x.y","display_name":"` + strings.Repeat("é", 256) + `"}`, nil, 400},
+		{"category too long", "POST", "/api/v1/apps", `{"package_name":"com.x.y","category":"` + strings.Repeat("c", 101) + `"}`, nil, 400},
+		{"NUL in name", "POST", "/api/v1/apps", `{"package_name":"com.x.y","display_name":"a\u0000b"}`, nil, 400},
+		{"body over 64 KiB", "POST", "/api/v1/apps", big, nil, 413},
+		{"xml", "POST", "/api/v1/apps", `<app/>`, []string{"Content-Type", "application/xml"}, 415},
+		{"text plain", "POST", "/api/v1/apps", `{"package_name":"com.x.y"}`, []string{"Content-Type", "text/plain"}, 415},
+		{"multipart", "POST", "/api/v1/apps", `{"package_name":"com.x.y"}`, []string{"Content-Type", "multipart/form-data; boundary=x"}, 415},
+		{"garbled content type", "POST", "/api/v1/apps", `{"package_name":"com.x.y"}`, []string{"Content-Type", ";;"}, 415},
+		{"put collection", "PUT", "/api/v1/apps", `{"package_name":"com.x.y"}`, nil, 405},
+		{"post item", "POST", "/api/v1/apps/com.example.app", `{}`, nil, 405},
+		{"unknown route", "GET", "/api/v2/apps", "", nil, 404},
+		{"bad package in path", "GET", "/api/v1/apps/not_a_package", "", nil, 400},
+		{"list active=maybe", "GET", "/api/v1/apps?active=maybe", "", nil, 400},
+		{"list messaging=1x", "GET", "/api/v1/apps?messaging=1x", "", nil, 400},
+		{"list limit 0", "GET", "/api/v1/apps?limit=0", "", nil, 400},
+		{"list limit 501", "GET", "/api/v1/apps?limit=501", "", nil, 400},
+		{"list limit text", "GET", "/api/v1/apps?limit=ten", "", nil, 400},
+		{"list bad cursor", "GET", "/api/v1/apps?cursor=%%%", "", nil, 400},
+		{"list forged cursor", "GET", "/api/v1/apps?cursor=bm90IGEgcGFja2FnZQ", "", nil, 400},
+		{"list unknown param", "GET", "/api/v1/apps?sort=desc", "", nil, 400},
+		{"list repeated param", "GET", "/api/v1/apps?limit=1&limit=2", "", nil, 400},
+		{"patch empty object", "PATCH", "/api/v1/apps/com.example.app", `{}`, nil, 400},
+		{"patch package name", "PATCH", "/api/v1/apps/com.example.app", `{"package_name":"com.other.app"}`, nil, 400},
+		{"patch unknown field", "PATCH", "/api/v1/apps/com.example.app", `{"colour":"red"}`, nil, 400},
+		{"patch active null", "PATCH", "/api/v1/apps/com.example.app", `{"is_active":null}`, nil, 400},
+		{"patch active string", "PATCH", "/api/v1/apps/com.example.app", `{"is_active":"false"}`, nil, 400},
+		{"patch category number", "PATCH", "/api/v1/apps/com.example.app", `{"category":5}`, nil, 400},
+		{"patch category too long", "PATCH", "/api/v1/apps/com.example.app", `{"category":"` + strings.Repeat("c", 101) + `"}`, nil, 400},
+		{"patch array", "PATCH", "/api/v1/apps/com.example.app", `[]`, nil, 400},
+		{"patch not json", "PATCH", "/api/v1/apps/com.example.app", `is_active=false`, nil, 400},
+		{"patch bad path", "PATCH", "/api/v1/apps/x", `{"is_active":false}`, nil, 400},
+		{"delete bad path", "DELETE", "/api/v1/apps/com.", "", nil, 400},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := f.do(t, tc.method, tc.path, tc.body, tc.header...)
+			if r.code != tc.code {
+				t.Fatalf("%s %s: %d %s, want %d", tc.method, tc.path, r.code, r.body, tc.code)
+			}
+			var e errorResponse
+			if err := json.Unmarshal([]byte(r.body), &e); err != nil || e.Error == "" {
+				t.Fatalf("body %q is not a JSON error", r.body)
+			}
+			if ct := r.header.Get("Content-Type"); ct != "application/json" {
+				t.Fatalf("Content-Type %q", ct)
+			}
+		})
+	}
+	var n int
+	var name *string
+	if err := f.pool.QueryRow(context.Background(),
+		`SELECT count(*), max(display_name) FROM apps_registry_application`).Scan(&n, &name); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || name != nil {
+		t.Fatalf("bad requests changed the table: %d rows, display_name %v", n, name)
+	}
+}
+
+func TestHealthReadyAndMetrics(t *testing.T) {
+	f := newRegistryFixture(t, "")
+	if r := f.do(t, "GET", "/healthz", ""); r.code != 200 {
+		t.Fatalf("healthz: %d", r.code)
+	}
+	if r := f.do(t, "GET", "/readyz", ""); r.code != 200 || !strings.Contains(r.body, `"database":"ok"`) {
+		t.Fatalf("readyz: %d %s", r.code, r.body)
+	}
+	f.do(t, "POST", "/api/v1/apps", `{"package_name":"com.example.app"}`)
+	f.do(t, "POST", "/api/v1/apps", `{"package_name":"com.example.app"}`)
+	f.do(t, "GET", "/nowhere", "")
+	m := f.do(t, "GET", "/metrics", "").body
+	for _, want := range []string{
+		`playwatch_http_requests_total{code="201",route="POST /api/v1/apps"} 1`,
+		`playwatch_http_requests_total{code="409",route="POST /api/v1/apps"} 1`,
+		`playwatch_http_requests_total{code="404",route="/"} 1`,
+		`playwatch_http_request_duration_seconds_count{route="POST /api/v1/apps"} 2`,
+		`playwatch_build_info{version=`,
+		`go_goroutines `,
+		`process_resident_memory_bytes `,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
+	f.pool.Close()
+	if r := f.do(t, "GET", "/readyz", ""); r.code != 503 || !strings.Contains(r.body, "not ready") {
+		t.Fatalf("readyz with the database gone: %d %s", r.code, r.body)
+	}
+}

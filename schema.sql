@@ -1,0 +1,92 @@
+-- playwatch schema. Each "-- migration N: name" line starts a migration; they
+-- run in order, each in its own transaction, and are recorded in
+-- storage_consumer_migrations. Never edit an applied migration: add one.
+-- The five tables are the contract of SCHEMA.md.
+
+-- migration 1: registry, stats, reviews, network metrics, dead letters
+CREATE TABLE apps_registry_application (
+    id               BIGSERIAL PRIMARY KEY,
+    package_name     VARCHAR(255) NOT NULL UNIQUE,
+    display_name     VARCHAR(255),
+    category         VARCHAR(100),
+    is_messaging_app BOOLEAN NOT NULL DEFAULT false,
+    is_iranian_app   BOOLEAN NOT NULL DEFAULT false,
+    is_active        BOOLEAN NOT NULL DEFAULT true,
+    created_at       TIMESTAMPTZ NOT NULL DEFAULT now(),
+    updated_at       TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+-- updated_at moves on every update, whoever writes it (API or crawler).
+CREATE FUNCTION apps_registry_application_touch() RETURNS trigger AS $$
+BEGIN
+    NEW.updated_at := now();
+    RETURN NEW;
+END
+$$ LANGUAGE plpgsql;
+
+CREATE TRIGGER apps_registry_application_touch
+    BEFORE UPDATE ON apps_registry_application
+    FOR EACH ROW EXECUTE FUNCTION apps_registry_application_touch();
+
+CREATE TABLE app_stats (
+    id             BIGSERIAL PRIMARY KEY,
+    application_id BIGINT NOT NULL REFERENCES apps_registry_application (id) ON DELETE CASCADE,
+    min_installs   BIGINT,
+    score          DOUBLE PRECISION,
+    ratings        BIGINT,
+    reviews_count  BIGINT,
+    version        VARCHAR(50),
+    ad_supported   BOOLEAN,
+    app_updated_at TIMESTAMPTZ,
+    crawled_at     TIMESTAMPTZ NOT NULL,
+    UNIQUE (application_id, crawled_at)
+);
+CREATE INDEX app_stats_crawled_at_idx ON app_stats (crawled_at);
+
+CREATE TABLE reviews (
+    id              BIGSERIAL PRIMARY KEY,
+    application_id  BIGINT NOT NULL REFERENCES apps_registry_application (id) ON DELETE CASCADE,
+    review_id       VARCHAR(255) NOT NULL UNIQUE,
+    user_name       VARCHAR(255),
+    thumbs_up_count INTEGER NOT NULL DEFAULT 0,
+    score           SMALLINT,
+    content         TEXT,
+    at              TIMESTAMPTZ NOT NULL,
+    sentiment       VARCHAR(20) CHECK (sentiment IN ('POSITIVE', 'NEUTRAL', 'NEGATIVE')),
+    first_seen_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+    last_synced_at  TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX reviews_application_id_at_idx ON reviews (application_id, at);
+CREATE INDEX reviews_at_idx ON reviews (at);
+
+CREATE TABLE network_metrics (
+    id                            BIGSERIAL PRIMARY KEY,
+    application_id                BIGINT NOT NULL REFERENCES apps_registry_application (id) ON DELETE CASCADE,
+    analysis_id                   UUID NOT NULL UNIQUE,
+    scenario                      VARCHAR(20) NOT NULL CHECK (scenario IN ('UPLOAD', 'DOWNLOAD')),
+    rtt_handshake                 DOUBLE PRECISION,
+    retransmission_count          INTEGER NOT NULL DEFAULT 0,
+    out_of_order_count            INTEGER NOT NULL DEFAULT 0,
+    spurious_retransmission_count INTEGER NOT NULL DEFAULT 0,
+    zero_window_count             INTEGER NOT NULL DEFAULT 0,
+    tcp_reset_count               INTEGER NOT NULL DEFAULT 0,
+    bytes_transferred_total       BIGINT NOT NULL,
+    bytes_payload_total           BIGINT NOT NULL,
+    overhead_ratio                DOUBLE PRECISION NOT NULL,
+    source_pcap_filename          VARCHAR(255),
+    analyzed_at                   TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX network_metrics_application_id_analyzed_at_idx ON network_metrics (application_id, analyzed_at);
+
+CREATE TABLE dead_letter_events (
+    id           BIGSERIAL PRIMARY KEY,
+    topic        VARCHAR(255) NOT NULL,
+    "partition"  INTEGER NOT NULL,
+    kafka_offset BIGINT NOT NULL,
+    kafka_key    TEXT,
+    raw_payload  BYTEA,
+    error_reason TEXT NOT NULL,
+    occurred_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
+    UNIQUE (topic, "partition", kafka_offset)
+);
+CREATE INDEX dead_letter_events_occurred_at_idx ON dead_letter_events (occurred_at DESC);
