@@ -34,6 +34,7 @@ type Config struct {
 	ShutdownTimeout  time.Duration
 	LogLevel         slog.Level
 	LogFormat        string
+	Producer         producerSettings
 }
 
 // setting binds one environment variable to a Config field. The flag name is
@@ -79,6 +80,32 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.TopicRetention, err = parsePositiveDuration(v); return }},
 	{"PLAYWATCH_SHUTDOWN_TIMEOUT", "30s", "how long a graceful shutdown may take before it is cut short",
 		func(c *Config, v string) (err error) { c.ShutdownTimeout, err = parsePositiveDuration(v); return }},
+	{"KAFKA_ACKS", "all", "acknowledgements a produce waits for: all, leader or none",
+		func(c *Config, v string) error { c.Producer.Acks = v; return oneOf(v, "all", "leader", "none") }},
+	{"KAFKA_IDEMPOTENT", "true", "idempotent producer (no duplicates from the client's own retries; needs KAFKA_ACKS=all)",
+		func(c *Config, v string) (err error) { c.Producer.Idempotent, err = strconv.ParseBool(v); return }},
+	{"KAFKA_PRODUCE_RETRIES", "5", "retries of a record inside the Kafka client",
+		func(c *Config, v string) (err error) { c.Producer.Retries, err = parseInt(v, 0, 1000); return }},
+	{"KAFKA_RETRY_BACKOFF", "500ms", "wait between those retries (at least 10ms)",
+		func(c *Config, v string) (err error) {
+			c.Producer.RetryBackoff, err = parsePositiveDuration(v)
+			if err == nil && c.Producer.RetryBackoff < 10*time.Millisecond {
+				err = errors.New("must be at least 10ms")
+			}
+			return
+		}},
+	{"KAFKA_REQUEST_TIMEOUT", "5s", "how long the broker may take to answer a produce request",
+		func(c *Config, v string) (err error) {
+			c.Producer.RequestTimeout, err = parsePositiveDuration(v)
+			return
+		}},
+	{"KAFKA_DELIVERY_TIMEOUT", "15s", "how long the client tries to deliver a record before it gives up on it",
+		func(c *Config, v string) (err error) {
+			c.Producer.DeliveryTimeout, err = parsePositiveDuration(v)
+			return
+		}},
+	{"PUBLISH_RETRY_DELAYS", "5s,10s,20s", "waits before each resend of the records the client gave up on; none: fail at once",
+		func(c *Config, v string) (err error) { c.Producer.AppRetryDelays, err = parseDurations(v); return }},
 	{"LOG_LEVEL", "info", "debug, info, warn or error",
 		func(c *Config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
 	{"LOG_FORMAT", "text", "text or json",
@@ -122,6 +149,9 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, cf configFlags) (C
 		if err := s.apply(&c, v); err != nil {
 			return Config{}, fmt.Errorf("invalid %s=%q (from %s): %w", s.env, v, from, err)
 		}
+	}
+	if c.Producer.Idempotent && c.Producer.Acks != "all" {
+		return Config{}, fmt.Errorf("KAFKA_IDEMPOTENT=true needs KAFKA_ACKS=all (got %q): set KAFKA_IDEMPOTENT=false to use it", c.Producer.Acks)
 	}
 	if !isLoopback(c.HTTPAddr) && c.RegistryToken == "" {
 		return Config{}, fmt.Errorf("PLAYWATCH_HTTP_ADDR=%q is not a loopback address and REGISTRY_TOKEN is empty: set REGISTRY_TOKEN so nobody else can change the registry", c.HTTPAddr)
@@ -187,6 +217,22 @@ func parsePositiveDuration(v string) (time.Duration, error) {
 		return 0, errors.New("must be positive")
 	}
 	return d, nil
+}
+
+// parseDurations reads a comma-separated list of positive durations.
+func parseDurations(v string) ([]time.Duration, error) {
+	if v == "none" {
+		return nil, nil
+	}
+	var out []time.Duration
+	for _, part := range strings.Split(v, ",") {
+		d, err := parsePositiveDuration(strings.TrimSpace(part))
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w (or the word none)", part, err)
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }
 
 func parseDir(v string) (string, error) {

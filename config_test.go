@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -62,6 +63,14 @@ func TestConfigInvalidValuesNameTheVariable(t *testing.T) {
 		{"KAFKA_TOPIC_RETENTION", "7d"},
 		{"KAFKA_TOPIC_RETENTION", "-1h"},
 		{"PLAYWATCH_SHUTDOWN_TIMEOUT", "0s"},
+		{"KAFKA_ACKS", "some"},
+		{"KAFKA_IDEMPOTENT", "yes please"},
+		{"KAFKA_PRODUCE_RETRIES", "-1"},
+		{"KAFKA_RETRY_BACKOFF", "1ms"},
+		{"KAFKA_REQUEST_TIMEOUT", "soon"},
+		{"KAFKA_DELIVERY_TIMEOUT", "0"},
+		{"PUBLISH_RETRY_DELAYS", "5s,,20s"},
+		{"PUBLISH_RETRY_DELAYS", "5s,-10s"},
 		{"LOG_LEVEL", "verbose"},
 		{"LOG_FORMAT", "xml"},
 	}
@@ -75,6 +84,27 @@ func TestConfigInvalidValuesNameTheVariable(t *testing.T) {
 				t.Fatalf("error %q does not name %s", err, tc.name)
 			}
 		})
+	}
+}
+
+func TestConfigProducerSettings(t *testing.T) {
+	c, err := loadTestConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := producerSettings{Acks: "all", Idempotent: true, Retries: 5, RetryBackoff: 500 * time.Millisecond,
+		RequestTimeout: 5 * time.Second, DeliveryTimeout: 15 * time.Second,
+		AppRetryDelays: []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second}}
+	if fmt.Sprint(c.Producer) != fmt.Sprint(want) {
+		t.Fatalf("producer defaults %+v, want %+v", c.Producer, want)
+	}
+	_, err = loadTestConfig(map[string]string{"KAFKA_ACKS": "leader"})
+	if err == nil || !strings.Contains(err.Error(), "KAFKA_IDEMPOTENT") {
+		t.Fatalf("acks=leader with idempotence: %v", err)
+	}
+	c, err = loadTestConfig(map[string]string{"KAFKA_ACKS": "leader", "KAFKA_IDEMPOTENT": "false", "PUBLISH_RETRY_DELAYS": "none"})
+	if err != nil || c.Producer.AppRetryDelays != nil {
+		t.Fatalf("acks=leader without idempotence: %+v %v", c.Producer, err)
 	}
 }
 

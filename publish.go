@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// producerSettings are the producer guarantees of the design, each from its
+// own variable (see config.go).
+type producerSettings struct {
+	Acks            string // all, leader or none
+	Idempotent      bool
+	Retries         int           // retries inside the client
+	RetryBackoff    time.Duration // between those retries
+	RequestTimeout  time.Duration
+	DeliveryTimeout time.Duration
+	// AppRetryDelays are the waits before each application-level resend of
+	// the records the client gave up on.
+	AppRetryDelays []time.Duration
+}
+
+// producerOptions are the franz-go options for settings.
+func producerOptions(s producerSettings) []kgo.Opt {
+	opts := []kgo.Opt{
+		kgo.RecordRetries(s.Retries),
+		kgo.RetryBackoffFn(func(int) time.Duration { return s.RetryBackoff }),
+		// A retriable produce error waits for a metadata refresh, which is
+		// at most one per MetadataMinAge (default 5s): without this the
+		// client would try once or twice per delivery timeout, not Retries times.
+		kgo.MetadataMinAge(s.RetryBackoff),
+		kgo.ProduceRequestTimeout(s.RequestTimeout),
+		kgo.RecordDeliveryTimeout(s.DeliveryTimeout),
+	}
+	switch s.Acks {
+	case "all":
+		opts = append(opts, kgo.RequiredAcks(kgo.AllISRAcks()))
+	case "leader":
+		opts = append(opts, kgo.RequiredAcks(kgo.LeaderAck()))
+	case "none":
+		opts = append(opts, kgo.RequiredAcks(kgo.NoAck()))
+	}
+	if !s.Idempotent {
+		opts = append(opts, kgo.DisableIdempotentWrite())
+	}
+	return opts
+}
+
+// recordProducer is the part of *kgo.Client the publisher uses.
+type recordProducer interface {
+	Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+}
+
+// publisher sends messages with per-record confirmation: a caller waits for
+// the promises of its own records only, so a failure belongs to exactly one
+// app and one path. Records the client gives up on are resent, alone, after
+// each of the AppRetryDelays; after the last one the send fails closed.
+type publisher struct {
+	producer recordProducer
+	delays   []time.Duration
+	sleep    func(context.Context, time.Duration) error
+	metrics  *publishMetrics
+	logger   *slog.Logger
+}
+
+func newPublisher(p recordProducer, delays []time.Duration, reg prometheus.Registerer, logger *slog.Logger) *publisher {
+	return &publisher{producer: p, delays: delays, sleep: sleepCtx, metrics: newPublishMetrics(reg), logger: logger}
+}
+
+// publishError says how many records of a send were not confirmed after
+// every retry, and why the last one failed.
+type publishError struct {
+	Topic     string
+	Failed    int
+	Total     int
+	Attempts  int
+	LastError error
+}
+
+func (e *publishError) Error() string {
+	return fmt.Sprintf("publish to %s: %d of %d records not confirmed after %d attempts: %v", e.Topic, e.Failed, e.Total, e.Attempts, e.LastError)
+}
+
+func (e *publishError) Unwrap() error { return e.LastError }
+
+// PublishAppStats sends one app-stats message.
+func (p *publisher) PublishAppStats(ctx context.Context, m appStatsMessage) error {
+	return p.publishJSON(ctx, topicAppStats, m.PackageName, []any{m})
+}
+
+// PublishReviews sends one message per review of one app: the whole batch
+// is enqueued first, then only the residual is resent.
+func (p *publisher) PublishReviews(ctx context.Context, pkg string, ms []reviewMessage) error {
+	vs := make([]any, len(ms))
+	for i := range ms {
+		vs[i] = ms[i]
+	}
+	return p.publishJSON(ctx, topicReviews, pkg, vs)
+}
+
+// PublishNetworkMetrics sends the analysis of one capture.
+func (p *publisher) PublishNetworkMetrics(ctx context.Context, m networkMetricsMessage) error {
+	return p.publishJSON(ctx, topicNetworkMetrics, m.PackageName, []any{m})
+}
+
+func (p *publisher) publishJSON(ctx context.Context, topic, key string, vs []any) error {
+	recs := make([]*kgo.Record, len(vs))
+	for i, v := range vs {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("encode %s message for %s: %w", topic, key, err)
+		}
+		recs[i] = &kgo.Record{Topic: topic, Key: []byte(key), Value: b}
+	}
+	return p.send(ctx, topic, recs)
+}
+
+// send produces recs and waits for each one's confirmation, resending the
+// unconfirmed ones after each delay. ctx only cuts a wait between attempts
+// short: records handed to the client are never cancelled, because franz-go
+// fails a whole buffered batch (other apps' records too) when the context of
+// its first record ends.
+func (p *publisher) send(ctx context.Context, topic string, recs []*kgo.Record) error {
+	total := len(recs)
+	pending := recs
+	for attempt := 0; ; attempt++ {
+		failed, lastErr := p.produceAndWait(context.WithoutCancel(ctx), pending)
+		p.metrics.produced.WithLabelValues(topic).Add(float64(len(pending) - len(failed)))
+		if len(failed) == 0 {
+			return nil
+		}
+		p.metrics.failed.WithLabelValues(topic).Add(float64(len(failed)))
+		if attempt == len(p.delays) {
+			p.metrics.failedClosed.WithLabelValues(topic).Inc()
+			return &publishError{Topic: topic, Failed: len(failed), Total: total, Attempts: attempt + 1, LastError: lastErr}
+		}
+		p.logger.Warn("records not confirmed; resending the residual", "topic", topic,
+			"key", string(failed[0].Key), "residual", len(failed), "of", total, "retry_in", p.delays[attempt], "err", lastErr)
+		if err := p.sleep(ctx, p.delays[attempt]); err != nil {
+			return &publishError{Topic: topic, Failed: len(failed), Total: total, Attempts: attempt + 1, LastError: errors.Join(lastErr, err)}
+		}
+		p.metrics.residualRetries.WithLabelValues(topic).Inc()
+		pending = make([]*kgo.Record, len(failed))
+		for i, r := range failed {
+			pending[i] = &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value}
+		}
+	}
+}
+
+// produceAndWait hands recs to the client and waits for every promise.
+func (p *publisher) produceAndWait(ctx context.Context, recs []*kgo.Record) (failed []*kgo.Record, lastErr error) {
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	wg.Add(len(recs))
+	for _, r := range recs {
+		p.producer.Produce(ctx, r, func(r *kgo.Record, err error) {
+			defer wg.Done()
+			if err != nil {
+				mu.Lock()
+				failed = append(failed, r)
+				lastErr = err
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return failed, lastErr
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+type publishMetrics struct {
+	produced        *prometheus.CounterVec
+	failed          *prometheus.CounterVec
+	residualRetries *prometheus.CounterVec
+	failedClosed    *prometheus.CounterVec
+}
+
+func newPublishMetrics(reg prometheus.Registerer) *publishMetrics {
+	m := &publishMetrics{
+		produced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "playwatch_publish_messages_produced_total",
+			Help: "Messages the broker confirmed, by topic.",
+		}, []string{"topic"}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "playwatch_publish_messages_failed_total",
+			Help: "Produce attempts of a message that the client gave up on, by topic (a resent message counts once per failed attempt).",
+		}, []string{"topic"}),
+		residualRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "playwatch_publish_residual_retries_total",
+			Help: "Application-level resends of the unconfirmed records of a send, by topic.",
+		}, []string{"topic"}),
+		failedClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "playwatch_publish_failed_closed_total",
+			Help: "Sends given up after every retry (that path of that app is skipped this cycle), by topic.",
+		}, []string{"topic"}),
+	}
+	reg.MustRegister(m.produced, m.failed, m.residualRetries, m.failedClosed)
+	for _, t := range allTopics {
+		m.produced.WithLabelValues(t)
+		m.failed.WithLabelValues(t)
+		m.residualRetries.WithLabelValues(t)
+		m.failedClosed.WithLabelValues(t)
+	}
+	return m
+}
