@@ -187,9 +187,13 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stde
 	started := time.Now()
 	logger.Info("playwatch starting", "version", version, "roles", roles, "data_dir", cfg.DataDir)
 
-	// Every started resource registers its stop here; they run in reverse
-	// order at shutdown: intake first, Postgres last.
-	var stops []func(context.Context) error
+	be, err := openBackends(ctx, cfg, logger, true)
+	if err != nil {
+		return err
+	}
+	// Every started part registers its stop here; they run in reverse
+	// order at shutdown: intake first, the backends last.
+	stops := []func(context.Context) error{be.close}
 	shutdown := func() error {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 		defer cancel()
@@ -200,37 +204,14 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stde
 		return errors.Join(errs...)
 	}
 
-	pool, stopDB, err := openDatabase(ctx, cfg, logger)
-	if err != nil {
-		return err
-	}
-	stops = append(stops, stopDB)
-	if err := migrate(ctx, pool, logger); err != nil {
-		return errors.Join(err, shutdown())
-	}
-	brokers, stopBroker, err := openBroker(ctx, cfg, logger)
-	if err != nil {
-		return errors.Join(err, shutdown())
-	}
-	stops = append(stops, stopBroker)
-	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		return errors.Join(fmt.Errorf("kafka client: %w", err), shutdown())
-	}
-	stops = append(stops, func(context.Context) error { admin.Close(); return nil })
-	spec := topicSpec{Partitions: cfg.TopicPartitions, Replication: cfg.TopicReplication, Retention: cfg.TopicRetention}
-	if err := ensureTopics(ctx, kadm.NewClient(admin), spec, allTopics, logger); err != nil {
-		return errors.Join(err, shutdown())
-	}
-
 	reg := newMetricsRegistry(version)
 	var api *registryAPI
 	if slices.Contains(roles, "registry") {
-		api = &registryAPI{store: newAppStore(pool), token: cfg.RegistryToken, logger: logger}
+		api = &registryAPI{store: newAppStore(be.pool), token: cfg.RegistryToken, logger: logger}
 	}
 	checks := []readinessCheck{
-		{"database", pool.Ping},
-		{"broker", admin.Ping},
+		{"database", be.pool.Ping},
+		{"broker", be.kafka.Ping},
 	}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -245,7 +226,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stde
 		}
 		return nil
 	})
-	logger.Info("playwatch ready", "http", "http://"+ln.Addr().String(), "brokers", brokers,
+	logger.Info("playwatch ready", "http", "http://"+ln.Addr().String(), "brokers", be.brokers,
 		"took", time.Since(started).Round(time.Millisecond))
 
 	var runErr error
@@ -273,14 +254,80 @@ func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	if len(cl.args) > 0 {
 		return usageError{fmt.Sprintf("migrate takes no arguments, got %q", cl.args)}
 	}
-	pool, stop, err := openDatabase(ctx, cl.cfg, cl.logger)
+	be, err := openBackends(ctx, cl.cfg, cl.logger, false)
 	if err != nil {
 		return err
 	}
-	err = migrate(ctx, pool, cl.logger)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cl.cfg.ShutdownTimeout)
 	defer cancel()
-	return errors.Join(err, stop(sctx))
+	return be.close(sctx)
+}
+
+// backends are the services a command works with: PostgreSQL (migrated) and,
+// when asked for, a Kafka-protocol broker with the playwatch topics. Each is
+// external (DATABASE_URL, KAFKA_BROKERS) or run by playwatch in its data
+// directory.
+type backends struct {
+	pool    *pgxpool.Pool
+	brokers []string
+	kafka   *kgo.Client // a plain client for admin requests and readiness
+	stops   []func(context.Context) error
+}
+
+func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, withBroker bool) (_ *backends, err error) {
+	be := &backends{}
+	defer func() {
+		if err != nil {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+			defer cancel()
+			err = errors.Join(err, be.close(sctx))
+		}
+	}()
+	if cfg.DatabaseURL == "" || (withBroker && len(cfg.KafkaBrokers) == 0) {
+		release, err := lockDataDir(cfg.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		be.stops = append(be.stops, func(context.Context) error { release(); return nil })
+	}
+	pool, stopDB, err := openDatabase(ctx, cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	be.pool = pool
+	be.stops = append(be.stops, stopDB)
+	if err := migrate(ctx, pool, logger); err != nil {
+		return nil, err
+	}
+	if !withBroker {
+		return be, nil
+	}
+	brokers, stopBroker, err := openBroker(cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	be.brokers = brokers
+	be.stops = append(be.stops, stopBroker)
+	be.kafka, err = kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	be.stops = append(be.stops, func(context.Context) error { be.kafka.Close(); return nil })
+	spec := topicSpec{Partitions: cfg.TopicPartitions, Replication: cfg.TopicReplication, Retention: cfg.TopicRetention}
+	if err := ensureTopics(ctx, kadm.NewClient(be.kafka), spec, allTopics, logger); err != nil {
+		return nil, err
+	}
+	return be, nil
+}
+
+// close stops what openBackends started, in reverse order.
+func (be *backends) close(ctx context.Context) error {
+	var errs []error
+	for i := len(be.stops) - 1; i >= 0; i-- {
+		errs = append(errs, be.stops[i](ctx))
+	}
+	be.stops = nil
+	return errors.Join(errs...)
 }
 
 // openDatabase connects to DATABASE_URL, or starts the managed cluster
@@ -326,7 +373,7 @@ func openDatabase(ctx context.Context, cfg Config, logger *slog.Logger) (*pgxpoo
 
 // openBroker returns the seed brokers of KAFKA_BROKERS, or starts the
 // embedded broker when it is empty.
-func openBroker(_ context.Context, cfg Config, logger *slog.Logger) ([]string, func(context.Context) error, error) {
+func openBroker(cfg Config, logger *slog.Logger) ([]string, func(context.Context) error, error) {
 	if len(cfg.KafkaBrokers) > 0 {
 		return cfg.KafkaBrokers, func(context.Context) error { return nil }, nil
 	}
