@@ -531,32 +531,28 @@ func (a *pcapAnalyzer) frame(record, offset int64, data []byte, wireLen int, now
 	// Errors only say where decoding stopped; the decoded list says what is there.
 	_ = p.DecodeLayers(data, &l.decoded)
 
-	var ipLayer gopacket.LayerType
-	nIP, frag, tcp := 0, false, false
+	// The IP header that carries TCP is the last one decoded: DecodeLayers
+	// overwrites a layer decoded twice (IP in IP), as tshark analyses the
+	// innermost TCP. ICMP is not decoded, so TCP quoted in an ICMP error is
+	// never reached (METRICS.md §3).
+	var ipLayer, last gopacket.LayerType
+	tcp := false
 	for _, t := range l.decoded {
 		switch t {
 		case layers.LayerTypeIPv4, layers.LayerTypeIPv6:
-			nIP++
 			ipLayer = t
-		case layers.LayerTypeIPv6Fragment:
-			frag = nIP == 1 && l.ip6frag.NextHeader == layers.IPProtocolTCP
 		case layers.LayerTypeTCP:
 			tcp = true
 		}
-	}
-	// Only TCP carried by the first (outer) IP header counts, see METRICS.md §3.
-	if nIP != 1 {
-		return
-	}
-	if ipLayer == layers.LayerTypeIPv4 && (l.ip4.Flags&layers.IPv4MoreFragments != 0 || l.ip4.FragOffset != 0) {
-		frag = l.ip4.Protocol == layers.IPProtocolTCP
-	}
-	if frag {
-		a.fragments.add(record, offset)
-		return
+		last = t
 	}
 	if !tcp {
-		if l.tcp.cut {
+		switch {
+		case last == layers.LayerTypeIPv4 && (l.ip4.Flags&layers.IPv4MoreFragments != 0 || l.ip4.FragOffset != 0) &&
+			l.ip4.Protocol == layers.IPProtocolTCP,
+			last == layers.LayerTypeIPv6Fragment && l.ip6frag.NextHeader == layers.IPProtocolTCP:
+			a.fragments.add(record, offset)
+		case l.tcp.cut:
 			a.headerCuts.add(record, offset)
 		}
 		return
