@@ -597,3 +597,146 @@ func TestPcapKeepsClosedConnectionWhileQuiet(t *testing.T) {
 		assertMatchesTshark(t, res, runTsharkMetrics(t, path))
 	}
 }
+
+// handshakeAt is a handshake with the SYN at t0 and the final ACK irtt later.
+func handshakeAt(t0, synAck, irtt float64) []synthSeg {
+	return []synthSeg{
+		{t0, true, tcpSYN, 1000, 0, 65535, 0},
+		{t0 + synAck, false, tcpSYN | tcpACK, 5000, 1001, 65535, 0},
+		{t0 + irtt, true, tcpACK, 1001, 5001, 502, 0},
+	}
+}
+
+// TestPcapAnalysisEdgeCases: conversations aimed at single rules of
+// METRICS.md §4 that the real captures may not reach (each rule was seen to
+// go untested by mutating it). Expected counts are worked out by hand; with
+// tshark installed, tshark must agree too.
+func TestPcapAnalysisEdgeCases(t *testing.T) {
+	type counts struct{ retrans, ooo, spurious, zw int64 }
+	cases := []struct {
+		name string
+		segs []synthSeg
+		want counts
+	}{{
+		// Without iRTT the out-of-order window is 3 ms.
+		name: "no_handshake_3ms_window",
+		segs: []synthSeg{
+			{0, true, tcpACK, 1000, 5000, 502, 100},
+			{0.001, true, tcpACK, 1100, 5000, 502, 100},
+			{0.0035, true, tcpACK, 1000, 5000, 502, 100}, // 2.5 ms after nextseq advanced: out-of-order
+			{0.0045, true, tcpACK, 1100, 5000, 502, 100}, // 3.5 ms: retransmission
+		},
+		want: counts{retrans: 1, ooo: 1},
+	}, {
+		// A fast retransmission must come within 20 ms of the second
+		// duplicate ACK; later, with a 30 ms iRTT, it is out-of-order.
+		name: "fast_retransmission_20ms",
+		segs: append(handshakeAt(0, 0.0001, 0.030), []synthSeg{
+			{0.031, true, tcpACK, 1001, 5001, 502, 100},
+			{0.032, true, tcpACK, 1201, 5001, 502, 100}, // 1101 lost
+			{0.0321, false, tcpACK, 5001, 1101, 65535, 0},
+			{0.0322, false, tcpACK, 5001, 1101, 65535, 0}, // duplicate ACK 1
+			{0.033, true, tcpACK, 1301, 5001, 502, 100},
+			{0.0331, false, tcpACK, 5001, 1101, 65535, 0}, // duplicate ACK 2
+			{0.034, true, tcpACK, 1401, 5001, 502, 100},
+			{0.055, true, tcpACK, 1101, 5001, 502, 100}, // 21.9 ms after it: out-of-order
+			{0.056, false, tcpACK, 5001, 1501, 65535, 0},
+			{0.060, true, tcpACK, 1501, 5001, 502, 100},
+			{0.061, true, tcpACK, 1701, 5001, 502, 100}, // 1601 lost
+			{0.0611, false, tcpACK, 5001, 1601, 65535, 0},
+			{0.0612, false, tcpACK, 5001, 1601, 65535, 0},
+			{0.0613, false, tcpACK, 5001, 1601, 65535, 0},
+			{0.070, true, tcpACK, 1601, 5001, 502, 100}, // 8.7 ms after the second duplicate: fast
+		}...),
+		want: counts{retrans: 1, ooo: 1},
+	}, {
+		// A one-byte segment already ACKed is spurious; one at nextseq-1 is a keep-alive.
+		name: "one_byte_spurious",
+		segs: append(handshakeAt(0, 0.0001, 0.0002), []synthSeg{
+			{0.001, true, tcpACK, 1001, 5001, 502, 1},
+			{0.002, true, tcpACK, 1002, 5001, 502, 1},
+			{0.003, true, tcpACK, 1003, 5001, 502, 1},
+			{0.004, false, tcpACK, 5001, 1004, 65535, 0},
+			{0.010, true, tcpACK, 1001, 5001, 502, 1}, // spurious
+			{0.020, true, tcpACK, 1003, 5001, 502, 1}, // keep-alive: nothing counted
+		}...),
+		want: counts{spurious: 1},
+	}, {
+		// A segment of two or more bytes starting at nextseq-1 advances
+		// nextseq and is not a retransmission.
+		name: "overlap_from_nextseq_minus_1",
+		segs: append(handshakeAt(0, 0.0001, 0.0002), []synthSeg{
+			{0.001, true, tcpACK, 1001, 5001, 502, 100},
+			{0.010, true, tcpACK, 1100, 5001, 502, 2},
+		}...),
+	}, {
+		// Zero-window probes (one new byte into a zero window) are neither
+		// zero windows nor retransmissions; the answers are zero windows.
+		name: "zero_window_probes",
+		segs: append(handshakeAt(0, 0.0001, 0.0002), []synthSeg{
+			{0.001, true, tcpACK, 1001, 5001, 502, 100},
+			{0.002, false, tcpACK, 5001, 1101, 0, 0},   // zero window
+			{0.200, true, tcpACK, 1101, 5001, 502, 1},  // probe
+			{0.201, false, tcpACK, 5001, 1101, 0, 0},   // zero window (probe ACK)
+			{0.600, true, tcpACK, 1101, 5001, 502, 1},  // probe
+			{0.601, false, tcpACK, 5001, 1101, 0, 0},   // zero window (probe ACK)
+			{0.700, false, tcpACK, 5001, 1101, 100, 0}, // window update
+			{0.701, true, tcpACK, 1101, 5001, 502, 50}, // new data
+		}...),
+		want: counts{zw: 3},
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var recs []pcapRecord
+			for _, s := range c.segs {
+				recs = append(recs, pcapRecord{t: unixNano(s.t), data: ethernet(0x0800, v4Conn.segmentIP(s))})
+			}
+			path := writeTemp(t, c.name+".pcap", classicPcap(binary.LittleEndian, true, 1, recs))
+			res, err := analyzePcapFile(context.Background(), path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := counts{res.RetransmissionCount, res.OutOfOrderCount, res.SpuriousRetransmissionCount, res.ZeroWindowCount}
+			if got != c.want {
+				t.Errorf("got %+v, want %+v", got, c.want)
+			}
+			if tsharkInstalled() {
+				assertMatchesTshark(t, res, runTsharkMetrics(t, path))
+			}
+		})
+	}
+}
+
+// TestPcapUnackedCap: in a one-directional capture the list of unACKed
+// ranges fills up; at 10000 a FIN no longer takes a sequence number, so its
+// retransmission is not one (METRICS.md §4 step 6).
+func TestPcapUnackedCap(t *testing.T) {
+	for _, n := range []int{9999, 10000} {
+		var recs []pcapRecord
+		add := func(s synthSeg) {
+			recs = append(recs, pcapRecord{t: unixNano(s.t), data: ethernet(0x0800, v4Conn.segmentIP(s))})
+		}
+		seq := uint32(1000)
+		for i := range n {
+			add(synthSeg{float64(i) * 0.001, true, tcpACK, seq, 5000, 502, 10})
+			seq += 10
+		}
+		add(synthSeg{float64(n) * 0.001, true, tcpACK | tcpFIN, seq, 5000, 502, 0})
+		add(synthSeg{float64(n)*0.001 + 1, true, tcpACK | tcpFIN, seq, 5000, 502, 0})
+		path := writeTemp(t, "oneway.pcap", classicPcap(binary.LittleEndian, false, 1, recs))
+		res, err := analyzePcapFile(context.Background(), path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := int64(1) // the FIN took a sequence number: its second copy is a retransmission
+		if n == 10000 {
+			want = 0
+		}
+		if res.RetransmissionCount != want {
+			t.Errorf("%d segments: %d retransmissions, want %d", n, res.RetransmissionCount, want)
+		}
+		if tsharkInstalled() {
+			assertMatchesTshark(t, res, runTsharkMetrics(t, path))
+		}
+	}
+}

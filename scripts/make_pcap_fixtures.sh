@@ -69,7 +69,8 @@ slow_reader() {
 	server_wait
 }
 
-# midstream: the capture starts once the connection is up, so the file has no handshake.
+# midstream NAME: the capture starts once the connection is up, so the file
+# has no handshake (and the analysis no iRTT).
 midstream() {
 	server_start --mode sink --addr $V4 --port 5006 --max-seconds 60
 	ip netns exec $C timeout 60 python3 "$TOOLS/pwtraffic.py" client --mode upload --addr $V4 --port 5006 \
@@ -77,7 +78,7 @@ midstream() {
 	local cli=$!
 	PIDS+=("$cli")
 	wait_for 10 sh -c "ip netns exec $C ss -Htn state established '( dport = :5006 )' | grep -q ."
-	capture_start $C "$WORK/midstream.pcap" tcpdump -i tap0 tcp
+	capture_start $C "$WORK/$1.pcap" tcpdump -i tap0 tcp
 	wait "$cli" || true
 	server_wait
 }
@@ -100,20 +101,26 @@ all() {
 	fixture pcapng_mixed     delay=2,loss=3                          delay=2        $S dumpcap -i tap0 -f tcp -i any -y LINUX_SLL2 -f tcp -- upload 80000
 	fixture nano_download    delay=2                                 delay=2,loss=3 $S tcpdump -i tap0 --time-stamp-precision=nano tcp -- download 150000
 	fixture snaplen96        delay=2,loss=3                          delay=2        $C tcpdump -i tap0 -s 96 tcp -- upload 400000
-	midstream_fixture
+	# 30 ms RTT at the receiver: fast retransmissions arrive later than 20 ms
+	# after the duplicate ACKs, within the iRTT, so they count as out-of-order.
+	fixture loss_receiver_rtt30 delay=15,loss=4                      delay=15       $S tcpdump -i tap0 tcp -- upload 200000
+	midstream_fixture midstream      rate=4,qlimit=50,delay=2 delay=2
+	# no iRTT: out-of-order uses the fixed 3 ms window
+	midstream_fixture midstream_loss rate=4,qlimit=30,delay=1,loss=5 delay=1
 }
 
+# midstream_fixture NAME A2B B2A
 midstream_fixture() {
-	echo "== midstream" >&2
+	echo "== $1" >&2
 	netns_up
-	bridge_up rate=4,qlimit=50,delay=2 delay=2
-	midstream
+	bridge_up "$2" "$3"
+	midstream "$1"
 	capture_stop tcpdump
 	bridge_stop
 	cleanup
-	cp "$WORK/midstream.pcap" "$OUT/midstream.pcap"
-	"$TOOLS/tshark_metrics.sh" "$OUT/midstream.pcap" >"$OUT/midstream.tshark.json"
-	cat "$OUT/midstream.tshark.json" >&2
+	cp "$WORK/$1.pcap" "$OUT/$1.pcap"
+	"$TOOLS/tshark_metrics.sh" "$OUT/$1.pcap" >"$OUT/$1.tshark.json"
+	cat "$OUT/$1.tshark.json" >&2
 }
 
 if [ $# -eq 0 ]; then
@@ -121,8 +128,7 @@ if [ $# -eq 0 ]; then
 else
 	# run only the named fixtures: pick their lines out of all()
 	for n in "$@"; do
-		if [ "$n" = midstream ]; then midstream_fixture; continue; fi
-		line=$(declare -f all | grep -E "^\s*fixture $n " | sed 's/;$//') || { echo "unknown fixture $n" >&2; exit 2; }
+		line=$(declare -f all | grep -E "^\s*(midstream_)?fixture $n " | sed 's/;$//') || { echo "unknown fixture $n" >&2; exit 2; }
 		eval "$line"
 	done
 fi
