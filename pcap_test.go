@@ -71,7 +71,7 @@ func runTsharkMetrics(t testing.TB, path string) tsharkMetrics {
 // assertMatchesTshark compares a result with tshark's numbers: exact counts
 // and bytes, rtt_handshake within 0.001 ms (the golden file has 4 decimals),
 // overhead_ratio within 1e-6 (6 decimals).
-func assertMatchesTshark(t *testing.T, got pcapResult, want tsharkMetrics) {
+func assertMatchesTshark(t testing.TB, got pcapResult, want tsharkMetrics) {
 	t.Helper()
 	ints := []struct {
 		name      string
@@ -94,7 +94,7 @@ func assertMatchesTshark(t *testing.T, got pcapResult, want tsharkMetrics) {
 	assertFloatNear(t, "overhead_ratio", got.OverheadRatio, want.OverheadRatio, 1e-6)
 }
 
-func assertFloatNear(t *testing.T, name string, got, want *float64, tol float64) {
+func assertFloatNear(t testing.TB, name string, got, want *float64, tol float64) {
 	t.Helper()
 	switch {
 	case got == nil && want == nil:
