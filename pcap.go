@@ -142,12 +142,16 @@ const pcapCheckEvery = 4096
 // analyzePcap analyses a capture read from r; name is the file name used in
 // errors and size (may be 0) is passed to progress.
 func analyzePcap(ctx context.Context, r io.Reader, name string, size int64, progress func(bytesRead, size int64)) (pcapResult, error) {
+	return newPcapAnalyzer().run(ctx, r, name, size, progress)
+}
+
+// run reads every record of the capture in r through the analyzer.
+func (a *pcapAnalyzer) run(ctx context.Context, r io.Reader, name string, size int64, progress func(bytesRead, size int64)) (pcapResult, error) {
 	in := &countingReader{r: r}
 	src, err := openPacketSource(in, name)
 	if err != nil {
 		return pcapResult{}, err
 	}
-	a := newPcapAnalyzer()
 	var rec int64
 	var readErr *pcapError
 	for {
@@ -431,10 +435,9 @@ type connKey struct {
 	aPort, bPort       uint16
 }
 
-// Release of finished connections, in capture time. A closed connection can
-// still see retransmitted FINs and data; Linux gives up on those after about
-// 15 minutes of backoff at worst, but by then nothing is being analysed that
-// a fresh state would classify differently in practice.
+// Release of connection state, in capture time. State dropped too early
+// would change how late packets are classified (a fresh state flags
+// nothing), so the limits are set past what TCP itself still retransmits.
 const (
 	// pcapClosedQuiet is how long a connection that saw both FINs or a RST
 	// must be silent before its state is dropped (covers TCP_RTO_MAX twice).
@@ -674,8 +677,7 @@ type tcpCounts struct {
 }
 
 func (c *tcpCounts) add(f tcpAnalysisFlags, s *tcpSegment) {
-	// Step 5 gives at most one of these four; a branch-free sum is no faster
-	// than this for the common case of none.
+	// Step 5 gives at most one of these four; most packets get none.
 	if f&(flagRetransmission|flagFastRetransmission|flagSpuriousRetransmission|flagOutOfOrder) != 0 {
 		switch {
 		case f&flagRetransmission != 0:

@@ -326,8 +326,7 @@ func analyzerFrameFlags(t *testing.T, path string) []tsharkFlag {
 	return flags
 }
 
-// analyzeWithHook runs the analyzer's record loop over a file with a
-// per-segment hook, as analyzePcap does.
+// analyzeWithHook analyses a file with a per-segment hook.
 func analyzeWithHook(t *testing.T, path string, hook func(int64, tcpAnalysisFlags)) pcapResult {
 	t.Helper()
 	f, err := os.Open(path)
@@ -335,27 +334,13 @@ func analyzeWithHook(t *testing.T, path string, hook func(int64, tcpAnalysisFlag
 		t.Fatal(err)
 	}
 	defer f.Close()
-	src, err := openPacketSource(&countingReader{r: f}, path)
+	a := newPcapAnalyzer()
+	a.onSegment = hook
+	res, err := a.run(context.Background(), f, path, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newPcapAnalyzer()
-	a.onSegment = hook
-	var rec int64
-	for {
-		off := src.offset()
-		data, ci, err := src.read()
-		if err != nil {
-			break
-		}
-		rec++
-		lt := src.linkType
-		if src.ng {
-			lt = ci.AncillaryData[0].(layers.LinkType)
-		}
-		a.frame(rec, off, data, ci.Length, ci.Timestamp.UnixNano(), lt)
-	}
-	return a.result(path)
+	return res
 }
 
 func firstDifference(got, want []tsharkFlag) string {
