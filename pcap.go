@@ -435,6 +435,11 @@ type connKey struct {
 	aPort, bPort       uint16
 }
 
+// same is k == o, field by field: inlined, where == on the struct calls memequal.
+func (k *connKey) same(o *connKey) bool {
+	return k.aLo == o.aLo && k.bLo == o.bLo && k.aPort == o.aPort && k.bPort == o.bPort && k.aHi == o.aHi && k.bHi == o.bHi
+}
+
 // Release of connection state, in capture time. State dropped too early
 // would change how late packets are classified (a fresh state flags
 // nothing), so the limits are set past what TCP itself still retransmits.
@@ -594,7 +599,7 @@ func (a *pcapAnalyzer) frame(record, offset int64, data []byte, wireLen int, now
 		key = connKey{dst[0], dst[1], src[0], src[1], t.dstPort, t.srcPort}
 	}
 	c := a.lastConn
-	if c == nil || key != a.lastKey {
+	if c == nil || !key.same(&a.lastKey) {
 		c = a.conns[key]
 		if c == nil {
 			c = newTCPConn()
