@@ -1,0 +1,130 @@
+# shellcheck shell=bash
+# pcap_netns.sh - helpers sourced by make_pcap_fixtures.sh and make_big_pcap.sh:
+# two network namespaces joined by the impairment bridge of shared/pcap/tools,
+# real kernel TCP between them, and a capture taken in one of them.
+# Needs root, iproute2, tcpdump, dumpcap and python3. Every process started
+# here is recorded and stopped by its PID; the namespaces are deleted on exit.
+
+TOOLS=${PWPCAP_TOOLS:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/shared/pcap/tools}
+[ -f "$TOOLS/pwbridge.py" ] || { echo "pwbridge.py not found in $TOOLS (set PWPCAP_TOOLS)" >&2; exit 1; }
+
+C=pwpcap_c_$$
+S=pwpcap_s_$$
+M=pwpcap_m_$$
+WORK=$(mktemp -d)
+PIDS=()
+
+cleanup() {
+	local p
+	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+	PIDS=()
+	for n in $C $S $M; do ip netns del "$n" 2>/dev/null || true; done
+}
+trap 'cleanup; rm -rf "$WORK"' EXIT
+
+# wait_for TIMEOUT_S CMD... polls CMD until it succeeds (readiness, not timing).
+wait_for() {
+	local deadline=$((SECONDS + $1)); shift
+	until "$@" >/dev/null 2>&1; do
+		[ $SECONDS -lt $deadline ] || { echo "timed out waiting for: $*" >&2; return 1; }
+		sleep 0.05
+	done
+}
+
+# netns_up [mirror]: client namespace $C (198.18.0.1, fd00:5eed::1) and server
+# namespace $S (198.18.0.2, fd00:5eed::2), each with a TAP device; with
+# "mirror", a third namespace $M gets a TAP device for the VLAN mirror port.
+netns_up() {
+	local n
+	cleanup
+	for n in $C $S ${1:+$M}; do
+		ip netns add "$n"
+		ip -n "$n" link set lo up
+		ip -n "$n" tuntap add dev tap0 mode tap
+	done
+	ip -n $C addr add 198.18.0.1/24 dev tap0
+	ip -n $C addr add fd00:5eed::1/64 dev tap0 nodad
+	ip -n $S addr add 198.18.0.2/24 dev tap0
+	ip -n $S addr add fd00:5eed::2/64 dev tap0 nodad
+	for n in $C $S ${1:+$M}; do ip -n "$n" link set tap0 up; done
+}
+
+# bridge_up A2B B2A [MIRROR_VID]: the impairment bridge between the two TAPs.
+bridge_up() {
+	local mirror=()
+	[ -z "${3:-}" ] || mirror=(--mirror "$M:tap0:$3")
+	rm -f "$WORK/bridge.ready"
+	python3 "$TOOLS/pwbridge.py" --a $C:tap0 --b $S:tap0 --a2b "$1" --b2a "$2" "${mirror[@]}" \
+		--seed 7 --max-seconds 300 --ready-file "$WORK/bridge.ready" 2>"$WORK/bridge.log" &
+	BRIDGE=$!
+	PIDS+=("$BRIDGE")
+	wait_for 10 test -s "$WORK/bridge.ready"
+}
+
+# capture_start NS FILE TOOL ARGS...: TOOL is tcpdump or dumpcap; returns once
+# the capture is listening.
+capture_start() {
+	local ns=$1 file=$2 tool=$3; shift 3
+	: >"$WORK/cap.log"
+	if [ "$tool" = tcpdump ]; then
+		ip netns exec "$ns" tcpdump -n --immediate-mode -B 32768 -w "$file" "$@" 2>"$WORK/cap.log" &
+		CAP=$!
+		PIDS+=("$CAP")
+		wait_for 10 grep -q "listening on" "$WORK/cap.log"
+	else
+		ip netns exec "$ns" dumpcap -q -w "$file" "$@" 2>"$WORK/cap.log" &
+		CAP=$!
+		PIDS+=("$CAP")
+		wait_for 10 grep -q "Capturing on" "$WORK/cap.log"
+	fi
+}
+
+# capture_stop TOOL: stops the capture and checks that the kernel dropped
+# nothing (unless ALLOW_DROPS=1: a benchmark file only has to be real traffic).
+capture_stop() {
+	# dumpcap has no immediate mode: give it time to write what it buffered.
+	if [ "$1" = dumpcap ]; then sleep 3; else sleep 0.5; fi
+	kill -INT "$CAP"
+	wait "$CAP" || true
+	cat "$WORK/cap.log" >&2
+	[ "${ALLOW_DROPS:-0}" = 1 ] && return 0
+	if grep -q "dropped by kernel" "$WORK/cap.log" && ! grep -q "^0 packets dropped by kernel" "$WORK/cap.log"; then
+		echo "capture dropped packets" >&2
+		return 1
+	fi
+	if grep "Packets received/dropped" "$WORK/cap.log" | grep -vqE "': [0-9]+/0 "; then
+		echo "capture dropped packets" >&2
+		return 1
+	fi
+}
+
+bridge_stop() {
+	kill "$BRIDGE"
+	wait "$BRIDGE" || true
+	cat "$WORK/bridge.log" >&2
+}
+
+# listening NS PORT: true once a listener is bound to PORT in NS.
+listening() {
+	ip netns exec "$1" ss -Hltn "sport = :$2" | grep -q .
+}
+
+# server_start ARGS...: pwtraffic server in $S, waits until it listens on --port.
+server_start() {
+	local port
+	port=$(echo "$@" | sed -n 's/.*--port \([0-9]*\).*/\1/p')
+	ip netns exec $S timeout 120 python3 "$TOOLS/pwtraffic.py" server "$@" &
+	SRV=$!
+	PIDS+=("$SRV")
+	wait_for 10 listening $S "$port"
+}
+
+# client ARGS...: pwtraffic client in $C, in the foreground.
+client() {
+	ip netns exec $C timeout 120 python3 "$TOOLS/pwtraffic.py" client "$@"
+}
+
+server_wait() {
+	wait "$SRV" || true
+}
