@@ -10,6 +10,10 @@ import (
 	"syscall"
 )
 
+// errDataDirInUse: another playwatch runs the managed services of the data
+// directory.
+var errDataDirInUse = errors.New("data directory in use")
+
 // lockDataDir makes sure one playwatch process at a time runs the managed
 // services of a data directory. The kernel drops the lock when the process
 // dies, however it dies, so a lock we get means any server still running
@@ -27,7 +31,7 @@ func lockDataDir(dir string) (release func(), err error) {
 		b, _ := os.ReadFile(path)
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("data directory %s is in use by playwatch pid %s: stop it, or point DATABASE_URL and KAFKA_BROKERS at the services it runs", dir, strings.TrimSpace(string(b)))
+			return nil, fmt.Errorf("%w: %s is used by playwatch pid %s: stop it, or point DATABASE_URL and KAFKA_BROKERS at the services it runs", errDataDirInUse, dir, strings.TrimSpace(string(b)))
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -65,6 +66,8 @@ const usageText = `playwatch watches Google Play apps: a registry, an hourly cra
 Usage:
   playwatch run [--roles registry] [flags]   run the appliance (all roles unless --roles picks some)
   playwatch migrate [flags]                  apply the database migrations and exit
+  playwatch pcap --app PKG --scenario UPLOAD|DOWNLOAD [--dry-run] FILE...
+                                             analyse captures into network-metrics messages
   playwatch version                          print the version and exit
 
 Every command takes the flags listed below; 'playwatch COMMAND --help' shows its own flags too.
@@ -81,6 +84,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return cmdRun(ctx, rest, getenv, stderr)
 	case "migrate":
 		return cmdMigrate(ctx, rest, getenv, stderr)
+	case "pcap":
+		return cmdPcap(ctx, rest, getenv, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "playwatch", version)
 		return nil
@@ -187,7 +192,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stde
 	started := time.Now()
 	logger.Info("playwatch starting", "version", version, "roles", roles, "data_dir", cfg.DataDir)
 
-	be, err := openBackends(ctx, cfg, logger, true)
+	be, err := openBackends(ctx, cfg, logger, backendOptions{broker: true})
 	if err != nil {
 		return err
 	}
@@ -254,13 +259,62 @@ func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	if len(cl.args) > 0 {
 		return usageError{fmt.Sprintf("migrate takes no arguments, got %q", cl.args)}
 	}
-	be, err := openBackends(ctx, cl.cfg, cl.logger, false)
+	be, err := openBackends(ctx, cl.cfg, cl.logger, backendOptions{attach: true})
 	if err != nil {
 		return err
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cl.cfg.ShutdownTimeout)
 	defer cancel()
 	return be.close(sctx)
+}
+
+func cmdPcap(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var job pcapJob
+	var dryRun bool
+	cl, err := parseCommandLine("pcap", "pcap --app PACKAGE --scenario UPLOAD|DOWNLOAD [--dry-run] FILE...", args, getenv, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&job.Package, "app", "", "package name of the app the captures belong to (must be registered unless --dry-run)")
+		fs.StringVar(&job.Scenario, "scenario", "", "UPLOAD or DOWNLOAD")
+		fs.BoolVar(&dryRun, "dry-run", false, "print the messages as JSON lines instead of publishing them")
+	})
+	if errors.Is(err, errHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := validatePackageName(job.Package); err != nil {
+		return usageError{"--app: " + err.Error()}
+	}
+	if job.Scenario != "UPLOAD" && job.Scenario != "DOWNLOAD" {
+		return usageError{fmt.Sprintf("--scenario must be UPLOAD or DOWNLOAD, not %q", job.Scenario)}
+	}
+	if len(cl.args) == 0 {
+		return usageError{"pcap needs at least one capture file"}
+	}
+	if dryRun {
+		return analyzeCaptures(ctx, cl.args, job, nil, stdout, stderr)
+	}
+	be, err := openBackends(ctx, cl.cfg, cl.logger, backendOptions{broker: true, attach: true})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cl.cfg.ShutdownTimeout)
+		defer cancel()
+		be.close(sctx)
+	}()
+	if _, err := newAppStore(be.pool).Get(ctx, job.Package); errors.Is(err, errAppNotFound) {
+		return fmt.Errorf("%s is not registered: register it first (POST /api/v1/apps) or use --dry-run", job.Package)
+	} else if err != nil {
+		return err
+	}
+	producer, err := kgo.NewClient(append(producerOptions(cl.cfg.Producer), kgo.SeedBrokers(be.brokers...))...)
+	if err != nil {
+		return fmt.Errorf("kafka producer: %w", err)
+	}
+	defer producer.Close()
+	pub := newPublisher(producer, cl.cfg.Producer.AppRetryDelays, prometheus.NewRegistry(), cl.logger)
+	return analyzeCaptures(ctx, cl.args, job, pub, stdout, stderr)
 }
 
 // backends are the services a command works with: PostgreSQL (migrated) and,
@@ -274,7 +328,15 @@ type backends struct {
 	stops   []func(context.Context) error
 }
 
-func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, withBroker bool) (_ *backends, err error) {
+// backendOptions say what a command needs.
+type backendOptions struct {
+	broker bool // a broker too, not only the database
+	// attach: when a running playwatch owns the data directory, use the
+	// services it runs instead of refusing to start.
+	attach bool
+}
+
+func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts backendOptions) (_ *backends, err error) {
 	be := &backends{}
 	defer func() {
 		if err != nil {
@@ -283,12 +345,18 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, withBrok
 			err = errors.Join(err, be.close(sctx))
 		}
 	}()
-	if cfg.DatabaseURL == "" || (withBroker && len(cfg.KafkaBrokers) == 0) {
+	if cfg.DatabaseURL == "" || (opts.broker && len(cfg.KafkaBrokers) == 0) {
 		release, err := lockDataDir(cfg.DataDir)
-		if err != nil {
+		switch {
+		case errors.Is(err, errDataDirInUse) && opts.attach:
+			cfg = attachedConfig(cfg)
+			logger.Info("using the database and broker of the playwatch that runs on the data directory",
+				"data_dir", cfg.DataDir, "brokers", cfg.KafkaBrokers)
+		case err != nil:
 			return nil, err
+		default:
+			be.stops = append(be.stops, func(context.Context) error { release(); return nil })
 		}
-		be.stops = append(be.stops, func(context.Context) error { release(); return nil })
 	}
 	pool, stopDB, err := openDatabase(ctx, cfg, logger)
 	if err != nil {
@@ -299,7 +367,7 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, withBrok
 	if err := migrate(ctx, pool, logger); err != nil {
 		return nil, err
 	}
-	if !withBroker {
+	if !opts.broker {
 		return be, nil
 	}
 	brokers, stopBroker, err := openBroker(cfg, logger)
@@ -318,6 +386,20 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, withBrok
 		return nil, err
 	}
 	return be, nil
+}
+
+// attachedConfig points cfg at the managed services of the playwatch that
+// owns cfg.DataDir.
+func attachedConfig(cfg Config) Config {
+	if cfg.DatabaseURL == "" {
+		dataDir := filepath.Join(cfg.DataDir, "postgres")
+		port := pgListenPort(cfg.PGListen)
+		cfg.DatabaseURL = managedPostgresDSN(postgresSocketDir(dataDir, port), port, managedDatabase)
+	}
+	if len(cfg.KafkaBrokers) == 0 {
+		cfg.KafkaBrokers = []string{cfg.BrokerAddr}
+	}
+	return cfg
 }
 
 // close stops what openBackends started, in reverse order.
@@ -339,7 +421,7 @@ func openDatabase(ctx context.Context, cfg Config, logger *slog.Logger) (*pgxpoo
 		var err error
 		pg, err = startManagedPostgres(ctx, managedPostgresOptions{
 			DataDir:  filepath.Join(cfg.DataDir, "postgres"),
-			Database: "playwatch",
+			Database: managedDatabase,
 			OSUser:   cfg.PGUser,
 			Listen:   cfg.PGListen,
 		}, logger)

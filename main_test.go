@@ -122,9 +122,18 @@ func TestRunAppliance(t *testing.T) {
 	if code, body := httpDo(t, "GET", base+"/metrics", ""); code != 200 || !strings.Contains(body, `playwatch_http_requests_total{code="201",route="POST /api/v1/apps"} 1`) {
 		t.Fatalf("metrics: %d\n%s", code, body)
 	}
-	// A second process on the same data directory would take its servers over.
-	if err := run(context.Background(), []string{"migrate"}, envFunc(env), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "in use") {
-		t.Fatalf("migrate beside a running appliance: %v, want a refusal", err)
+	// A second appliance on the same data directory would take its servers
+	// over; a one-off command uses them instead.
+	runEnv := map[string]string{}
+	for k, v := range env {
+		runEnv[k] = v
+	}
+	runEnv["PLAYWATCH_HTTP_ADDR"] = freeAddr(t)
+	if err := run(context.Background(), []string{"run"}, envFunc(runEnv), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("a second run on the data directory: %v, want a refusal", err)
+	}
+	if err := run(context.Background(), []string{"migrate"}, envFunc(env), io.Discard, io.Discard); err != nil {
+		t.Fatalf("migrate beside a running appliance: %v", err)
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("run returned %v after cancel\n%s", err, logs)

@@ -47,7 +47,12 @@ type managedPostgres struct {
 	logger    *slog.Logger
 }
 
-const pgSuperuser = "playwatch"
+// pgSuperuser and managedDatabase name the role and database playwatch uses
+// in a managed cluster.
+const (
+	pgSuperuser     = "playwatch"
+	managedDatabase = "playwatch"
+)
 
 // startManagedPostgres initialises the cluster if needed, takes over or
 // clears what a crashed run left behind, starts the server and waits until
@@ -62,11 +67,7 @@ func startManagedPostgres(ctx context.Context, opts managedPostgresOptions, logg
 	if err != nil {
 		return nil, err
 	}
-	m := &managedPostgres{opts: opts, port: 5432, stderr: &tailBuffer{max: 8 << 10}, exited: make(chan struct{}), logger: logger}
-	if opts.Listen != "" {
-		_, p, _ := net.SplitHostPort(opts.Listen)
-		m.port, _ = strconv.Atoi(p)
-	}
+	m := &managedPostgres{opts: opts, port: pgListenPort(opts.Listen), stderr: &tailBuffer{max: 8 << 10}, exited: make(chan struct{}), logger: logger}
 	m.socketDir = postgresSocketDir(opts.DataDir, m.port)
 	for _, d := range []string{opts.DataDir, m.socketDir} {
 		if err := makeOwnedDir(d, cred); err != nil {
@@ -101,10 +102,24 @@ func startManagedPostgres(ctx context.Context, opts managedPostgresOptions, logg
 // DSN is the connection string of the playwatch database.
 func (m *managedPostgres) DSN() string { return m.dsn(m.opts.Database) }
 
-func (m *managedPostgres) dsn(db string) string {
+func (m *managedPostgres) dsn(db string) string { return managedPostgresDSN(m.socketDir, m.port, db) }
+
+// managedPostgresDSN is the URL of a database of a managed cluster.
+func managedPostgresDSN(socketDir string, port int, db string) string {
 	u := url.URL{Scheme: "postgres", User: url.User(pgSuperuser), Path: "/" + db,
-		RawQuery: url.Values{"host": {m.socketDir}, "port": {strconv.Itoa(m.port)}, "sslmode": {"disable"}}.Encode()}
+		RawQuery: url.Values{"host": {socketDir}, "port": {strconv.Itoa(port)}, "sslmode": {"disable"}}.Encode()}
 	return u.String()
+}
+
+// pgListenPort is the port of a managed cluster: the one of its TCP listener
+// if it has one, else PostgreSQL's default (it also names the socket file).
+func pgListenPort(listen string) int {
+	if listen == "" {
+		return 5432
+	}
+	_, p, _ := net.SplitHostPort(listen)
+	port, _ := strconv.Atoi(p)
+	return port
 }
 
 // Stop shuts the server down (fast shutdown: sessions are ended, committed

@@ -137,7 +137,13 @@ func newTestDatabase(t testing.TB) string {
 // newTestPool is a pool on a fresh migrated database.
 func newTestPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), newTestDatabase(t))
+	return newTestPoolFor(t, newTestDatabase(t))
+}
+
+// newTestPoolFor is a pool on the database at url, closed after the test.
+func newTestPoolFor(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
 		t.Fatalf("connect test database: %v", err)
 	}

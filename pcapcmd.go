@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+)
+
+// networkMetricsPublisher sends one analysis; nil means a dry run.
+type networkMetricsPublisher interface {
+	PublishNetworkMetrics(ctx context.Context, m networkMetricsMessage) error
+}
+
+// pcapJob says what the captures of one `playwatch pcap` run are.
+type pcapJob struct {
+	Package  string
+	Scenario string // UPLOAD or DOWNLOAD
+}
+
+// progressEvery is how often a long analysis reports on stderr.
+const progressEvery = 2 * time.Second
+
+// analyzeCaptures is the body of `playwatch pcap`: each file becomes one
+// network-metrics message with a fresh analysis_id. A dry run prints the
+// messages as JSON lines; otherwise they are published and a summary line
+// per file is printed. A file that fails does not stop the others.
+func analyzeCaptures(ctx context.Context, files []string, job pcapJob, pub networkMetricsPublisher, stdout, stderr io.Writer) error {
+	enc := json.NewEncoder(stdout)
+	enc.SetEscapeHTML(false)
+	var failed []string
+	for _, path := range files {
+		msg, err := analyzeCapture(ctx, path, job, stderr)
+		if err == nil && msg.OverheadRatio == nil {
+			err = fmt.Errorf("%s: the capture holds no records, so there is nothing to measure", path)
+		}
+		switch {
+		case err != nil:
+		case pub == nil:
+			err = enc.Encode(msg)
+		default:
+			if err = pub.PublishNetworkMetrics(ctx, msg); err == nil {
+				fmt.Fprintf(stdout, "%s: published analysis %s (%s %s: %d bytes, %d retransmissions, %d out of order, %d resets)\n",
+					path, msg.AnalysisID, job.Package, job.Scenario, msg.BytesTransferredTotal,
+					msg.RetransmissionCount, msg.OutOfOrderCount, msg.TCPResetCount)
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "playwatch pcap: %v\n", err)
+			failed = append(failed, path)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d of %d captures failed: %v", len(failed), len(files), failed)
+	}
+	return nil
+}
+
+func analyzeCapture(ctx context.Context, path string, job pcapJob, stderr io.Writer) (networkMetricsMessage, error) {
+	start := time.Now()
+	next := start.Add(progressEvery)
+	res, err := analyzePcapFile(ctx, path, func(read, size int64) {
+		if now := time.Now(); now.After(next) {
+			next = now.Add(progressEvery)
+			fmt.Fprintf(stderr, "%s: %.0f%% (%d of %d MB) after %s\n", path, 100*float64(read)/float64(max(size, 1)),
+				read>>20, size>>20, now.Sub(start).Round(time.Second))
+		}
+	})
+	if err != nil {
+		var perr *pcapError
+		if errors.As(err, &perr) {
+			return networkMetricsMessage{}, err
+		}
+		return networkMetricsMessage{}, fmt.Errorf("%s: %w", path, err)
+	}
+	for _, w := range res.Warnings {
+		fmt.Fprintf(stderr, "playwatch pcap: warning: %v\n", w)
+	}
+	msg := networkMetricsMessage{
+		AnalysisID:         newUUIDv4(),
+		PackageName:        job.Package,
+		Scenario:           job.Scenario,
+		SourcePcapFilename: filepath.Base(path),
+		AnalyzedAt:         time.Now().UTC().Truncate(time.Microsecond),
+	}
+	res.fillNetworkMetrics(&msg)
+	return msg, nil
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// goldenMetrics reads the tshark values kept beside a capture.
+func goldenMetrics(t *testing.T, name string) networkMetricsMessage {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "pcap", name+".tshark.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m networkMetricsMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func checkAgainstGolden(t *testing.T, got networkMetricsMessage, name string) {
+	t.Helper()
+	want := goldenMetrics(t, name)
+	if got.RetransmissionCount != want.RetransmissionCount || got.OutOfOrderCount != want.OutOfOrderCount ||
+		got.SpuriousRetransmissionCount != want.SpuriousRetransmissionCount || got.ZeroWindowCount != want.ZeroWindowCount ||
+		got.TCPResetCount != want.TCPResetCount || got.BytesTransferredTotal != want.BytesTransferredTotal ||
+		got.BytesPayloadTotal != want.BytesPayloadTotal || math.Abs(*got.OverheadRatio-*want.OverheadRatio) > 1e-6 ||
+		(want.RTTHandshake == nil) != (got.RTTHandshake == nil) ||
+		(want.RTTHandshake != nil && math.Abs(*got.RTTHandshake-*want.RTTHandshake) > 0.001) {
+		t.Errorf("%s: got %+v, tshark says %+v", name, got, want)
+	}
+}
+
+var uuidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+
+// --dry-run prints one message per file, metrics at top level, and needs
+// neither the database nor a broker.
+func TestPcapCommandDryRun(t *testing.T) {
+	var out, errOut bytes.Buffer
+	env := map[string]string{"PLAYWATCH_DATA_DIR": "/nonexistent/never/used", "DATABASE_URL": "postgres://nobody@127.0.0.1:1/x"}
+	files := []string{"testdata/pcap/clean_upload.pcap", "testdata/pcap/midstream.pcap", "testdata/pcap/sll2_any.pcap"}
+	err := run(context.Background(), append([]string{"pcap", "--app", "org.telegram.messenger", "--scenario", "UPLOAD", "--dry-run"}, files...),
+		envFunc(env), &out, &errOut)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != len(files) {
+		t.Fatalf("%d lines for %d files:\n%s", len(lines), len(files), out.String())
+	}
+	ids := map[string]bool{}
+	for i, line := range lines {
+		var raw map[string]any
+		if err := json.Unmarshal([]byte(line), &raw); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"analysis_id", "package_name", "scenario", "rtt_handshake", "retransmission_count", "out_of_order_count",
+			"spurious_retransmission_count", "zero_window_count", "tcp_reset_count", "bytes_transferred_total",
+			"bytes_payload_total", "overhead_ratio", "source_pcap_filename", "analyzed_at"} {
+			if _, ok := raw[k]; !ok {
+				t.Errorf("line %d lacks %s", i, k)
+			}
+		}
+		var m networkMetricsMessage
+		if err := jsonUnmarshalStrict([]byte(line), &m); err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimSuffix(filepath.Base(files[i]), ".pcap")
+		checkAgainstGolden(t, m, name)
+		if m.PackageName != "org.telegram.messenger" || m.Scenario != "UPLOAD" || m.SourcePcapFilename != filepath.Base(files[i]) ||
+			!uuidPattern.MatchString(m.AnalysisID) || ids[m.AnalysisID] || m.AnalyzedAt.IsZero() {
+			t.Errorf("line %d: %+v", i, m)
+		}
+		ids[m.AnalysisID] = true
+	}
+	if !strings.Contains(lines[1], `"rtt_handshake":null`) {
+		t.Errorf("a capture without handshake must give rtt_handshake null: %s", lines[1])
+	}
+}
+
+func TestPcapCommandBadInput(t *testing.T) {
+	var uerr usageError
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.pcap")
+	garbage := filepath.Join(dir, "garbage.pcap")
+	os.WriteFile(empty, nil, 0o644)
+	os.WriteFile(garbage, []byte("this is not a capture file at all"), 0o644)
+	for _, args := range [][]string{
+		{"pcap", "--scenario", "UPLOAD", "--dry-run", "x.pcap"},
+		{"pcap", "--app", "telegram", "--scenario", "UPLOAD", "--dry-run", "x.pcap"},
+		{"pcap", "--app", "org.telegram.messenger", "--scenario", "upload", "--dry-run", "x.pcap"},
+		{"pcap", "--app", "org.telegram.messenger", "--scenario", "UPLOAD", "--dry-run"},
+	} {
+		if err := run(context.Background(), args, envFunc(nil), io.Discard, io.Discard); !errors.As(err, &uerr) {
+			t.Errorf("%q: %v, want a usage error", args, err)
+		}
+	}
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"pcap", "--app", "org.telegram.messenger", "--scenario", "DOWNLOAD", "--dry-run",
+		filepath.Join(dir, "missing.pcap"), garbage, "testdata/pcap/resets.pcap", empty}, envFunc(nil), &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "3 of 4 captures failed") {
+		t.Fatalf("err = %v", err)
+	}
+	if n := strings.Count(strings.TrimSpace(out.String()), "\n") + 1; n != 1 {
+		t.Errorf("%d messages printed, want the one good file's", n)
+	}
+	for _, want := range []string{"missing.pcap", "garbage.pcap", "empty.pcap"} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr does not name %s:\n%s", want, errOut.String())
+		}
+	}
+}
+
+// Without --dry-run the message goes to the network-metrics topic, keyed by
+// the package, and only for a registered package.
+func TestPcapCommandPublishes(t *testing.T) {
+	dbURL := newTestDatabase(t)
+	_, brokers := newTestBroker(t, t.TempDir())
+	env := map[string]string{"DATABASE_URL": dbURL, "KAFKA_BROKERS": strings.Join(brokers, ","), "PLAYWATCH_DATA_DIR": t.TempDir()}
+	args := []string{"pcap", "--app", "org.telegram.messenger", "--scenario", "DOWNLOAD", "testdata/pcap/delay_download.pcap"}
+
+	err := run(context.Background(), args, envFunc(env), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "not registered") {
+		t.Fatalf("unregistered package: %v", err)
+	}
+	pool := newTestPoolFor(t, dbURL)
+	if _, err := newAppStore(pool).Create(context.Background(), newApp{PackageName: "org.telegram.messenger", IsMessagingApp: true}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), args, envFunc(env), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "delay_download.pcap: published analysis ") {
+		t.Fatalf("summary: %q", out.String())
+	}
+	recs := consumeAll(t, brokers, topicNetworkMetrics, 1)
+	var m networkMetricsMessage
+	if err := jsonUnmarshalStrict(recs[0].Value, &m); err != nil {
+		t.Fatal(err)
+	}
+	if string(recs[0].Key) != "org.telegram.messenger" || m.Scenario != "DOWNLOAD" || !strings.Contains(out.String(), m.AnalysisID) {
+		t.Fatalf("record %s = %s", recs[0].Key, recs[0].Value)
+	}
+	checkAgainstGolden(t, m, "delay_download")
+}
