@@ -30,6 +30,13 @@ func TestApacheKafkaSingleNodeRoundTrip(t *testing.T) {
 		partitions = 3
 		retention  = "3600000"
 	)
+	// Phase times show where a slow run spends its time.
+	phase := time.Now()
+	lap := func(what string) {
+		t.Logf("%s took %s", what, time.Since(phase).Round(time.Millisecond))
+		phase = time.Now()
+	}
+
 	topic := k.TopicName(t)
 	if err := k.CreateTopic(ctx, topic, partitions, 1, map[string]*string{"retention.ms": kadm.StringPtr(retention)}); err != nil {
 		t.Fatal(err)
@@ -49,6 +56,8 @@ func TestApacheKafkaSingleNodeRoundTrip(t *testing.T) {
 		t.Fatalf("retention.ms = %q, want %q", got, retention)
 	}
 
+	lap("create topic and check its config")
+
 	producer := k.Client(t,
 		kgo.RequiredAcks(kgo.AllISRAcks()), // idempotence is on by default and needs acks=all
 		kgo.DefaultProduceTopic(topic),
@@ -60,6 +69,7 @@ func TestApacheKafkaSingleNodeRoundTrip(t *testing.T) {
 	if err := producer.ProduceSync(ctx, batch...).FirstErr(); err != nil {
 		t.Fatalf("produce: %v", err)
 	}
+	lap("produce")
 	partitionOfKey := map[string]int32{}
 	for _, r := range batch {
 		partitionOfKey[string(r.Key)] = r.Partition
@@ -99,6 +109,7 @@ func TestApacheKafkaSingleNodeRoundTrip(t *testing.T) {
 		}
 	}
 
+	lap("consume in a group")
 	// The group coordinator must have stored the commit at the log end.
 	if err := consumer.CommitUncommittedOffsets(ctx); err != nil {
 		t.Fatalf("commit: %v", err)
@@ -122,6 +133,7 @@ func TestApacheKafkaSingleNodeRoundTrip(t *testing.T) {
 	if total != records {
 		t.Errorf("log end offsets add up to %d, want %d", total, records)
 	}
+	lap("commit and check offsets")
 }
 
 // topicConfigValue returns the value of one config key, or "" when absent.
@@ -206,7 +218,7 @@ func TestApacheKafkaThreeNodeLeaderKill(t *testing.T) {
 		t.Skip("fault test: set PLAYWATCH_FAULT_TESTS=1 (make test-faults)")
 	}
 	k := apacheKafkaCluster(t, 3)
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 
 	topic := k.TopicName(t)

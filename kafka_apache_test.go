@@ -20,7 +20,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -109,8 +108,8 @@ func apacheKafkaUnavailable() string {
 	return ""
 }
 
-// apacheKafkaCluster returns the binary's cluster of nodes (1 or 3) nodes,
-// starting it on first use. It skips the test when Java or the jars are
+// apacheKafkaCluster returns the binary's cluster of the given number of
+// nodes (1 or 3), starting it on first use. It skips the test when Java or the jars are
 // missing, except under CI=true, where a missing engine is a failure. Every
 // node that an earlier test left stopped is started again first.
 func apacheKafkaCluster(t testing.TB, nodes int) *apacheKafka {
@@ -383,7 +382,7 @@ func (k *apacheKafka) TopicName(t testing.TB) string {
 func (k *apacheKafka) launch(id int32) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if _, ok := k.running[id]; ok {
+	if node, ok := k.running[id]; ok && node.alive() {
 		return fmt.Errorf("node %d is already running", id)
 	}
 	nodeDir := filepath.Join(k.dir, fmt.Sprintf("node-%d", id))
@@ -429,7 +428,23 @@ func (k *apacheKafka) waitNode(ctx context.Context, id int32) error {
 		timeout = time.Until(deadline)
 	}
 	secs := max(1, int(timeout/time.Second))
-	return k.runScript(ctx, "wait-node", k.dir, strconv.Itoa(int(id)), strconv.Itoa(secs))
+	if err := k.runScript(ctx, "wait-node", k.dir, strconv.Itoa(int(id)), strconv.Itoa(secs)); err != nil {
+		// The directory may be gone by the time someone reads the error.
+		nodeDir := filepath.Join(k.dir, fmt.Sprintf("node-%d", id))
+		return fmt.Errorf("%w\nserver.log ends:\n%s\nstdout.log ends:\n%s", err,
+			fileTail(filepath.Join(nodeDir, "server.log"), 20), fileTail(filepath.Join(nodeDir, "stdout.log"), 20))
+	}
+	return nil
+}
+
+// fileTail returns the last n lines of a file, or why it cannot.
+func fileTail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // waitBrokers waits until the metadata lists want registered brokers, which
@@ -453,11 +468,28 @@ func (k *apacheKafka) waitBrokers(ctx context.Context, want int) error {
 	}
 }
 
-// runningCount is the number of nodes with a live JVM.
-func (k *apacheKafka) runningCount() int {
+// alive reports whether the node's JVM has not exited.
+func (n *apacheKafkaNode) alive() bool {
+	select {
+	case <-n.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// liveNodes returns the ids of the nodes whose JVM runs, in order.
+func (k *apacheKafka) liveNodes() []int32 {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return len(k.running)
+	var ids []int32
+	for id, node := range k.running {
+		if node.alive() {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // StartNode starts a stopped or killed node and waits until the cluster
@@ -469,16 +501,14 @@ func (k *apacheKafka) StartNode(ctx context.Context, id int32) error {
 	if err := k.waitNode(ctx, id); err != nil {
 		return err
 	}
-	return k.waitBrokers(ctx, k.runningCount())
+	return k.waitBrokers(ctx, len(k.liveNodes()))
 }
 
 // startStoppedNodes brings every node back that a test left down.
 func (k *apacheKafka) startStoppedNodes(ctx context.Context) error {
+	live := k.liveNodes()
 	for id := int32(1); id <= int32(len(k.ports)); id++ {
-		k.mu.Lock()
-		_, up := k.running[id]
-		k.mu.Unlock()
-		if !up {
+		if !slices.Contains(live, id) {
 			if err := k.StartNode(ctx, id); err != nil {
 				return err
 			}
@@ -506,8 +536,11 @@ func (k *apacheKafka) signalNode(ctx context.Context, id int32, sig syscall.Sign
 		return fmt.Errorf("node %d is not running", id)
 	}
 	pgid := node.cmd.Process.Pid
-	if err := syscall.Kill(-pgid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("signal node %d: %w", id, err)
+	// Once reaped, the pid may belong to someone else: never signal it then.
+	if node.alive() {
+		if err := syscall.Kill(-pgid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("signal node %d: %w", id, err)
+		}
 	}
 	grace := time.NewTimer(apacheKafkaStopGrace)
 	defer grace.Stop()
@@ -519,7 +552,7 @@ func (k *apacheKafka) signalNode(ctx context.Context, id int32, sig syscall.Sign
 	case <-ctx.Done():
 		err = fmt.Errorf("stop node %d: %w; killed", id, ctx.Err())
 	}
-	if err != nil {
+	if err != nil && node.alive() {
 		syscall.Kill(-pgid, syscall.SIGKILL)
 		<-node.exited
 	}
@@ -537,10 +570,7 @@ func (k *apacheKafka) CreateTopic(ctx context.Context, topic string, partitions 
 	if _, err := k.admin.CreateTopic(ctx, partitions, replicationFactor, configs, topic); err != nil {
 		return fmt.Errorf("create topic %s: %w", topic, err)
 	}
-	k.mu.Lock()
-	ids := slices.Sorted(maps.Keys(k.running))
-	k.mu.Unlock()
-	for _, id := range ids {
+	for _, id := range k.liveNodes() {
 		if err := k.waitTopicOnNode(ctx, id, topic, partitions); err != nil {
 			return err
 		}
@@ -650,8 +680,16 @@ func (k *apacheKafka) WaitForISR(ctx context.Context, topic string, partition, n
 	}
 }
 
-// close stops all nodes side by side and removes the cluster's files.
+// close stops all nodes side by side and removes the cluster's files. The
+// nodes are killed: a clean shutdown costs seconds and its only product, the
+// data, is deleted next. With PLAYWATCH_KAFKA_KEEP=1 they shut down cleanly and
+// the files stay for inspection.
 func (k *apacheKafka) close(ctx context.Context) error {
+	keep := os.Getenv("PLAYWATCH_KAFKA_KEEP") == "1"
+	stop := k.KillNode
+	if keep {
+		stop = k.StopNode
+	}
 	if k.adminRaw != nil {
 		k.adminRaw.Close()
 	}
@@ -664,11 +702,11 @@ func (k *apacheKafka) close(ctx context.Context) error {
 	errs := make([]error, len(ids))
 	var wg sync.WaitGroup
 	for i, id := range ids {
-		wg.Go(func() { errs[i] = k.StopNode(ctx, id) })
+		wg.Go(func() { errs[i] = stop(ctx, id) })
 	}
 	wg.Wait()
 	defer k.lock.Close()
-	if os.Getenv("PLAYWATCH_KAFKA_KEEP") == "1" {
+	if keep {
 		fmt.Fprintf(os.Stderr, "Apache Kafka files kept in %s\n", k.dir)
 	} else if err := os.RemoveAll(k.dir); err != nil {
 		errs = append(errs, fmt.Errorf("remove %s: %w", k.dir, err))

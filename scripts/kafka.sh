@@ -14,6 +14,9 @@
 #   scripts/kafka.sh stop DIR
 #       Stop every node started under DIR: SIGTERM, wait, then SIGKILL.
 #   scripts/kafka.sh status DIR
+#   scripts/kafka.sh check
+#       Say whether the Go tests can run Apache Kafka here, and if not why;
+#       exits 1 when they cannot.
 #
 # Building blocks, also used by the Go test helper (kafka_apache_test.go), which
 # starts the JVMs itself so that they die with the test binary:
@@ -131,6 +134,23 @@ require_runtime() {
 	have_jars || die "no Kafka jars in $libs_dir; run 'make kafka-jars' or 'scripts/kafka.sh fetch'"
 }
 
+cmd_check() {
+	local java_version jar
+	if ! command -v java >/dev/null; then
+		echo "Apache Kafka tests: will skip: java is not on PATH (Java 17+ is needed)"
+		return 1
+	fi
+	if ! have_jars; then
+		echo "Apache Kafka tests: will skip: no Kafka jars in $libs_dir; run 'make kafka-jars' or 'scripts/kafka.sh fetch'"
+		return 1
+	fi
+	java_version=$(java -version 2>&1 | head -1)
+	jar=$(basename "$(compgen -G "$libs_dir/kafka_2.13-*.jar" | head -1)")
+	local cds="no class-data archive, slower starts"
+	[[ -f $cds_archive ]] && cds="class-data archive"
+	echo "Apache Kafka tests: will run ($jar, $java_version, $cds)"
+}
+
 node_dir() { echo "$1/node-$2"; }
 
 node_count() {
@@ -161,6 +181,9 @@ cmd_configure() {
 
 	# Replication of the internal topics must fit the node count; with three nodes
 	# the cluster keeps accepting acks=all writes while one node is down.
+	# The session and quorum timeouts below are shorter than Kafka's defaults so
+	# that a killed node is noticed in seconds, yet long enough that a node
+	# starved of CPU on a busy shared machine is not fenced by mistake.
 	local rf=1 min_isr=1
 	if [[ $nodes -eq 3 ]]; then
 		rf=3 min_isr=2
@@ -202,10 +225,10 @@ log.retention.check.interval.ms=60000
 log.cleaner.threads=1
 log.cleaner.dedupe.buffer.size=2097152
 controller.quorum.election.timeout.ms=1000
-controller.quorum.fetch.timeout.ms=2000
-broker.heartbeat.interval.ms=500
-broker.session.timeout.ms=3000
-replica.lag.time.max.ms=5000
+controller.quorum.fetch.timeout.ms=3000
+broker.heartbeat.interval.ms=1000
+broker.session.timeout.ms=6000
+replica.lag.time.max.ms=10000
 EOF
 		cat >"$nd/log4j2.properties" <<EOF
 status = warn
@@ -260,12 +283,11 @@ node_port() {
 # wait-node DIR ID [TIMEOUT]: the node logs that it started, and its client port accepts.
 cmd_wait_node() {
 	local dir=$1 id=$2 timeout=${3:-120}
-	local nd port pid deadline=$((SECONDS + timeout))
+	local nd port deadline=$((SECONDS + timeout))
 	nd=$(node_dir "$dir" "$id")
 	port=$(node_port "$dir" "$id")
-	pid=$(cat "$nd/pid" 2>/dev/null || true)
 	while ((SECONDS < deadline)); do
-		if [[ -n $pid ]] && ! kill -0 "$pid" 2>/dev/null; then
+		if ! node_pid "$dir" "$id" >/dev/null; then
 			die "node $id exited while starting; see $nd/server.log and $nd/stdout.log"
 		fi
 		if grep -q 'Kafka Server started' "$nd/server.log" 2>/dev/null &&
@@ -278,10 +300,10 @@ cmd_wait_node() {
 }
 
 cmd_start_node() {
-	local dir=$1 id=$2 nd
+	local dir=$1 id=$2 nd pid
 	nd=$(node_dir "$dir" "$id")
-	if [[ -f $nd/pid ]] && kill -0 "$(cat "$nd/pid")" 2>/dev/null; then
-		die "node $id already runs as pid $(cat "$nd/pid")"
+	if pid=$(node_pid "$dir" "$id"); then
+		die "node $id already runs as pid $pid"
 	fi
 	# A fresh log makes wait-node look at this start only.
 	[[ -f $nd/server.log ]] && mv "$nd/server.log" "$nd/server.log.$(date +%s%N)"
@@ -291,33 +313,38 @@ cmd_start_node() {
 	echo $! >"$nd/pid"
 }
 
-# signal_and_wait PID: SIGTERM, then SIGKILL after a grace period.
-signal_and_wait() {
-	local pid=$1 grace=${2:-30} i
-	kill -TERM "$pid" 2>/dev/null || return 0
-	for ((i = 0; i < grace * 5; i++)); do
-		kill -0 "$pid" 2>/dev/null || return 0
-		sleep 0.2
-	done
-	echo "kafka.sh: pid $pid ignored SIGTERM for ${grace}s; sending SIGKILL" >&2
-	kill -KILL "$pid" 2>/dev/null || true
+# node_pid DIR ID prints the pid of node ID if that process still runs. The
+# pid file alone is not enough: its number may since belong to a process that
+# is not ours, so the command line must name DIR.
+node_pid() {
+	local pid
+	pid=$(cat "$(node_dir "$1" "$2")/pid" 2>/dev/null) || return 1
+	[[ $pid =~ ^[0-9]+$ ]] || return 1
+	tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "$1" || return 1
+	echo "$pid"
 }
 
-cmd_stop_node() {
-	local nd
-	nd=$(node_dir "$1" "$2")
-	[[ -f $nd/pid ]] || return 0
-	signal_and_wait "$(cat "$nd/pid")" "${3:-30}"
-	rm -f "$nd/pid"
+# stop_node DIR ID GRACE SIGNAL: send SIGNAL, then SIGKILL after GRACE seconds.
+stop_node() {
+	local dir=$1 id=$2 grace=$3 sig=$4 pid i
+	if pid=$(node_pid "$dir" "$id"); then
+		kill "-$sig" "$pid" 2>/dev/null || true
+		for ((i = 0; i < grace * 5; i++)); do
+			node_pid "$dir" "$id" >/dev/null || break
+			sleep 0.2
+		done
+		if pid=$(node_pid "$dir" "$id"); then
+			echo "kafka.sh: node $id ignored SIG$sig for ${grace}s; sending SIGKILL" >&2
+			kill -KILL "$pid" 2>/dev/null || true
+			while node_pid "$dir" "$id" >/dev/null; do sleep 0.1; done
+		fi
+	fi
+	rm -f "$(node_dir "$dir" "$id")/pid"
 }
 
-cmd_kill_node() {
-	local nd
-	nd=$(node_dir "$1" "$2")
-	[[ -f $nd/pid ]] || return 0
-	kill -KILL "$(cat "$nd/pid")" 2>/dev/null || true
-	rm -f "$nd/pid"
-}
+cmd_stop_node() { stop_node "$1" "$2" "${3:-30}" TERM; }
+
+cmd_kill_node() { stop_node "$1" "$2" 5 KILL; }
 
 cmd_start() {
 	local dir=$1 nodes=$2 base=$3 i
@@ -353,12 +380,11 @@ cmd_stop() {
 }
 
 cmd_status() {
-	local dir=$1 nodes i nd
+	local dir=$1 nodes i pid
 	nodes=$(node_count "$dir")
 	for ((i = 1; i <= nodes; i++)); do
-		nd=$(node_dir "$dir" "$i")
-		if [[ -f $nd/pid ]] && kill -0 "$(cat "$nd/pid")" 2>/dev/null; then
-			echo "node $i: running, pid $(cat "$nd/pid"), port $(node_port "$dir" "$i")"
+		if pid=$(node_pid "$dir" "$i"); then
+			echo "node $i: running, pid $pid, port $(node_port "$dir" "$i")"
 		else
 			echo "node $i: stopped"
 		fi
@@ -373,8 +399,16 @@ usage() {
 [[ $# -ge 1 ]] || usage
 sub=$1
 shift
+# Node commands compare DIR with process command lines: make it absolute.
+case $sub in
+run-node | wait-node | stop | status | start-node | stop-node | kill-node)
+	[[ $# -ge 1 && -d $1 ]] || die "no such directory: ${1:-}"
+	set -- "$(cd "$1" && pwd)" "${@:2}"
+	;;
+esac
 case $sub in
 fetch) cmd_fetch ;;
+check) cmd_check ;;
 configure) [[ $# -eq 3 ]] || usage && cmd_configure "$@" ;;
 run-node) [[ $# -eq 2 ]] || usage && cmd_run_node "$@" ;;
 wait-node) [[ $# -ge 2 ]] || usage && cmd_wait_node "$@" ;;
