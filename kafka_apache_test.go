@@ -13,6 +13,10 @@ package main
 //	leader, _ := k.PartitionLeader(ctx, topic, 0)
 //	k.KillNode(ctx, leader)                // SIGKILL; StopNode is graceful; StartNode brings it back
 //
+// A test that stops or kills nodes must not run in parallel with other tests
+// of the same cluster; the next apacheKafkaCluster call restarts what it left
+// down.
+//
 // scripts/kafka.sh owns the broker configuration and the JVM flags; this file
 // only picks ports, starts the processes and watches them.
 
@@ -74,6 +78,8 @@ type apacheKafka struct {
 	ports    []int // client port of node i+1
 	admin    *kadm.Client
 	adminRaw *kgo.Client
+
+	restoreMu sync.Mutex // one startStoppedNodes at a time
 
 	mu      sync.Mutex
 	running map[int32]*apacheKafkaNode
@@ -506,6 +512,8 @@ func (k *apacheKafka) StartNode(ctx context.Context, id int32) error {
 
 // startStoppedNodes brings every node back that a test left down.
 func (k *apacheKafka) startStoppedNodes(ctx context.Context) error {
+	k.restoreMu.Lock()
+	defer k.restoreMu.Unlock()
 	live := k.liveNodes()
 	for id := int32(1); id <= int32(len(k.ports)); id++ {
 		if !slices.Contains(live, id) {
@@ -707,7 +715,7 @@ func (k *apacheKafka) close(ctx context.Context) error {
 	wg.Wait()
 	defer k.lock.Close()
 	if keep {
-		fmt.Fprintf(os.Stderr, "Apache Kafka files kept in %s\n", k.dir)
+		fmt.Fprintf(os.Stderr, "Apache Kafka files kept in %s until a later test run starts Kafka\n", k.dir)
 	} else if err := os.RemoveAll(k.dir); err != nil {
 		errs = append(errs, fmt.Errorf("remove %s: %w", k.dir, err))
 	}
