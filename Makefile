@@ -4,7 +4,7 @@ VERSION  := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 30s
 
-.PHONY: build run test bench fuzz vet clean
+.PHONY: build run test test-faults kafka-jars bench fuzz vet clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o playwatch .
@@ -13,7 +13,18 @@ run: build
 	./playwatch run
 
 test: vet
+	@scripts/kafka.sh check || true
 	$(GO) test -count=1 -timeout 15m ./...
+
+# The slow fault suite: a three-node Apache Kafka cluster losing its leader,
+# outages of the broker and of PostgreSQL, the appliance killed mid-cycle.
+test-faults: kafka-jars
+	PLAYWATCH_FAULT_TESTS=1 $(GO) test -count=1 -v -timeout 60m -run 'ThreeNode|Fault' ./...
+
+# Apache Kafka jars from Maven Central (testdata/kafka/pom.xml) for the
+# real-engine tests, into .cache/kafka/libs.
+kafka-jars:
+	scripts/kafka.sh fetch
 
 vet:
 	$(GO) vet ./...

@@ -190,15 +190,6 @@ func stopApacheKafkaClusters() {
 	wg.Wait()
 }
 
-// TestMain stops the Apache Kafka clusters once all tests are done. It lives
-// here because no other file needs one yet; a later TestMain must keep the
-// stopApacheKafkaClusters call.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	stopApacheKafkaClusters()
-	os.Exit(code)
-}
-
 // startApacheKafka configures, formats and starts a fresh cluster in a new
 // temporary directory, and returns once every node is a registered broker.
 func startApacheKafka(ctx context.Context, nodes int) (*apacheKafka, error) {

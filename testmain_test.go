@@ -21,6 +21,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	testPG.stop()
+	stopApacheKafkaClusters()
 	os.Exit(code)
 }
 
