@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// fetchApp is the body of `playwatch fetch`: it prints the app's app-stats
+// message, then one reviews message per review, as JSON lines. Stats and
+// reviews are independent paths: reviews are fetched even when the details
+// page fails, unless the app does not exist. The returned error is one line.
+func fetchApp(ctx context.Context, client *playStoreClient, pkg string, loc locale, n int, stdout io.Writer) error {
+	out := json.NewEncoder(stdout)
+	out.SetEscapeHTML(false)
+
+	details, detailsErr := client.Details(ctx, pkg, loc.Lang, loc.Country)
+	if errors.Is(detailsErr, errNotFound) {
+		return fmt.Errorf("%s: not found on the Play Store for hl=%s gl=%s (HTTP 404)", pkg, loc.Lang, loc.Country)
+	}
+	if detailsErr == nil {
+		if err := out.Encode(appStatsFromDetails(details)); err != nil {
+			return fmt.Errorf("writing app stats: %w", err)
+		}
+	}
+	reviews, reviewsErr := client.Reviews(ctx, pkg, loc.Lang, loc.Country, n)
+	for _, r := range reviews {
+		if err := out.Encode(reviewMessageFrom(pkg, r)); err != nil {
+			return fmt.Errorf("writing reviews: %w", err)
+		}
+	}
+	switch {
+	case detailsErr != nil && reviewsErr != nil:
+		return fmt.Errorf("%s: %s; %s (%d reviews printed)", pkg, describeFetchError(detailsErr), describeFetchError(reviewsErr), len(reviews))
+	case detailsErr != nil:
+		return fmt.Errorf("%s: %s (%d reviews printed)", pkg, describeFetchError(detailsErr), len(reviews))
+	case reviewsErr != nil:
+		return fmt.Errorf("%s: %s (app stats and %d reviews printed)", pkg, describeFetchError(reviewsErr), len(reviews))
+	}
+	return nil
+}
+
+// describeFetchError puts the kind of failure first, then the details.
+func describeFetchError(err error) string {
+	var perr *parseError
+	switch {
+	case errors.Is(err, errBlocked):
+		return "blocked by Google (captcha or consent page) after retries: " + err.Error()
+	case errors.Is(err, errRateLimited):
+		return "rate limited after retries: " + err.Error()
+	case errors.As(err, &perr):
+		return "page layout not understood at " + perr.Path + ": " + err.Error()
+	default:
+		return err.Error()
+	}
+}

@@ -1,0 +1,589 @@
+package main
+
+import (
+	"bytes"
+	"iter"
+	"math"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// jsonValue is the raw text of one JSON value, read lazily. The Play Store
+// sends protobuf messages as positional JSON arrays (~15 KB for an app, ~110 KB
+// for a reviews page) of which playwatch reads a few dozen slots; walking the
+// raw bytes to those slots is several times faster than decoding the whole tree
+// and allocates almost nothing. A nil jsonValue means "absent". Every accessor
+// tolerates malformed input: it answers "absent" and never panics.
+type jsonValue []byte
+
+// present reports whether v holds a value other than JSON null.
+func (v jsonValue) present() bool {
+	return len(v) > 0 && !v.isNull()
+}
+
+func (v jsonValue) isNull() bool { return string(v) == "null" }
+
+func (v jsonValue) isArray() bool  { return len(v) > 1 && v[0] == '[' }
+func (v jsonValue) isObject() bool { return len(v) > 1 && v[0] == '{' }
+func (v jsonValue) isString() bool { return len(v) > 1 && v[0] == '"' }
+
+// walkArray reads the array at b[i] in one pass. visit gets each element's
+// index and start offset and returns the offset after it, having read the
+// element however it needs (a nested record can be split in the same pass).
+// walkArray returns the offset after the array; ok is false when b[i] is not
+// an array, the array is malformed, or visit says so.
+func walkArray(b []byte, i int, visit func(n, start int) (end int, ok bool)) (int, bool) {
+	if i >= len(b) || b[i] != '[' {
+		return 0, false
+	}
+	j := skipSpace(b, i+1)
+	if j < len(b) && b[j] == ']' {
+		return j + 1, true
+	}
+	for n := 0; ; n++ {
+		end, ok := visit(n, skipSpace(b, j))
+		if !ok {
+			return 0, false
+		}
+		j = skipSpace(b, end)
+		switch {
+		case j >= len(b):
+			return 0, false
+		case b[j] == ']':
+			return j + 1, true
+		case b[j] != ',':
+			return 0, false
+		}
+		j++
+	}
+}
+
+// elements yields the elements of an array in order; nothing when v is not an
+// array. It stops at the first malformed element.
+func (v jsonValue) elements() iter.Seq2[int, jsonValue] {
+	return func(yield func(int, jsonValue) bool) {
+		walkArray(v, 0, func(n, start int) (int, bool) {
+			s, e, ok := scanValue(v, start)
+			return e, ok && yield(n, v[s:e])
+		})
+	}
+}
+
+// index returns element i of an array, applying the rule for sparse protobuf
+// arrays (PROTOCOL.md §2.4): when the array is cut short, high fields live in
+// a trailing object keyed by field number (index+1). It reads no further than
+// element i.
+func (v jsonValue) index(i int) jsonValue {
+	pos, ok := v.firstElement()
+	for n := 0; ok && i >= 0; n++ {
+		e, next, last, valid := v.element(pos)
+		switch {
+		case !valid:
+			return nil
+		case n == i && !(last && e.isObject()):
+			return e
+		case last && e.isObject():
+			return e.key(strconv.Itoa(i + 1))
+		case last:
+			return nil
+		}
+		pos = next
+	}
+	return nil
+}
+
+// firstElement returns where the first element of an array starts; ok is false
+// when v is not an array or is empty.
+func (v jsonValue) firstElement() (int, bool) {
+	if !v.isArray() {
+		return 0, false
+	}
+	i := skipSpace(v, 1)
+	return i, i < len(v) && v[i] != ']'
+}
+
+// element reads the array element that starts at v[i]: next is where the
+// following one starts, last tells that the array closes after this one.
+func (v jsonValue) element(i int) (e jsonValue, next int, last, ok bool) {
+	start, end, ok := scanValue(v, i)
+	if !ok {
+		return nil, 0, false, false
+	}
+	j := skipSpace(v, end)
+	if j >= len(v) {
+		return nil, 0, false, false
+	}
+	switch v[j] {
+	case ',':
+		return v[start:end], j + 1, false, true
+	case ']':
+		return v[start:end], j, true, true
+	}
+	return nil, 0, false, false
+}
+
+// fields splits the first len(dst) slots of an array into dst in one pass,
+// by the rule of index; absent slots are nil. Reading many slots of one
+// record this way scans it once instead of once per slot.
+func (v jsonValue) fields(dst []jsonValue) {
+	splitArray(v, 0, dst)
+}
+
+// splitArray is fields for the array at b[i]; it returns the offset after
+// the array.
+func splitArray(b []byte, i int, dst []jsonValue) (int, bool) {
+	clear(dst)
+	var last jsonValue
+	slots := 0
+	end, ok := walkArray(b, i, func(n, start int) (int, bool) {
+		s, e, ok := scanValue(b, start)
+		if !ok {
+			return 0, false
+		}
+		last, slots = b[s:e], n+1
+		if n < len(dst) {
+			dst[n] = last
+		}
+		return e, true
+	})
+	if ok && last.isObject() {
+		for k := slots - 1; k < len(dst); k++ {
+			dst[k] = last.key(strconv.Itoa(k + 1))
+		}
+	}
+	return end, ok
+}
+
+// eachRecord calls fn for every element of the array at b[i] with the
+// element's first len(dst) slots split into dst (all nil for an element that
+// is not an array), reading every byte once. It returns the offset after the
+// array.
+func eachRecord(b []byte, i int, dst []jsonValue, fn func(rec []jsonValue)) (int, bool) {
+	return walkArray(b, i, func(_, start int) (int, bool) {
+		var end int
+		var ok bool
+		if start < len(b) && b[start] == '[' {
+			end, ok = splitArray(b, start, dst)
+		} else {
+			clear(dst)
+			_, end, ok = scanValue(b, start)
+		}
+		if ok {
+			fn(dst)
+		}
+		return end, ok
+	})
+}
+
+// get follows a path of array indexes, applying index at every level.
+func (v jsonValue) get(path ...int) jsonValue {
+	for _, i := range path {
+		if !v.isArray() {
+			return nil
+		}
+		v = v.index(i)
+	}
+	return v
+}
+
+// key returns the member k of an object, or nil.
+func (v jsonValue) key(k string) jsonValue {
+	if !v.isObject() {
+		return nil
+	}
+	i := skipSpace(v, 1)
+	for i < len(v) && v[i] == '"' {
+		ks, ke, ok := scanValue(v, i)
+		if !ok {
+			return nil
+		}
+		i = skipSpace(v, ke)
+		if i >= len(v) || v[i] != ':' {
+			return nil
+		}
+		vs, ve, ok := scanValue(v, i+1)
+		if !ok {
+			return nil
+		}
+		if name, ok := jsonValue(v[ks:ke]).str(); ok && name == k {
+			return v[vs:ve]
+		}
+		i = skipSpace(v, ve)
+		if i >= len(v) || v[i] != ',' {
+			return nil
+		}
+		i = skipSpace(v, i+1)
+	}
+	return nil
+}
+
+// keys lists the member names of an object in order.
+func (v jsonValue) keys() []string {
+	if !v.isObject() {
+		return nil
+	}
+	var names []string
+	i := skipSpace(v, 1)
+	for i < len(v) && v[i] == '"' {
+		ks, ke, ok := scanValue(v, i)
+		if !ok {
+			return names
+		}
+		name, ok := jsonValue(v[ks:ke]).str()
+		if !ok {
+			return names
+		}
+		names = append(names, name)
+		i = skipSpace(v, ke)
+		if i >= len(v) || v[i] != ':' {
+			return names
+		}
+		_, ve, ok := scanValue(v, i+1)
+		if !ok {
+			return names
+		}
+		i = skipSpace(v, ve)
+		if i >= len(v) || v[i] != ',' {
+			return names
+		}
+		i = skipSpace(v, i+1)
+	}
+	return names
+}
+
+// length counts the elements of an array (slots, including a trailing object).
+func (v jsonValue) length() int {
+	n := 0
+	for range v.elements() {
+		n++
+	}
+	return n
+}
+
+// str decodes a JSON string. Invalid UTF-8 and lone surrogates become U+FFFD,
+// as encoding/json does.
+func (v jsonValue) str() (string, bool) {
+	if !v.isString() || v[len(v)-1] != '"' {
+		return "", false
+	}
+	body := v[1 : len(v)-1]
+	if plainJSONString(body) {
+		return string(body), true
+	}
+	b, ok := unquoteJSON(body, true)
+	return string(b), ok
+}
+
+// strBytes is str for large strings that are parsed again (a batchexecute
+// payload is JSON text inside a JSON string).
+func (v jsonValue) strBytes() ([]byte, bool) {
+	if !v.isString() || v[len(v)-1] != '"' {
+		return nil, false
+	}
+	// No UTF-8 repair here: the text is parsed again, and every string read
+	// from it is repaired then.
+	return unquoteJSON(v[1:len(v)-1], false)
+}
+
+// strPtr returns the decoded string, or nil when absent or not a string.
+func (v jsonValue) strPtr() *string {
+	s, ok := v.str()
+	if !ok {
+		return nil
+	}
+	return &s
+}
+
+// int64 decodes an integral JSON number (1e3 and 5.0 included).
+func (v jsonValue) int64() (int64, bool) {
+	if n, ok := smallInt(v); ok {
+		return n, true
+	}
+	if n, err := strconv.ParseInt(string(v), 10, 64); err == nil {
+		return n, true
+	}
+	f, ok := v.float64()
+	if !ok || f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
+		return 0, false
+	}
+	return int64(f), true
+}
+
+// smallInt is the allocation-free path for the common case: up to 18 digits.
+func smallInt(v []byte) (int64, bool) {
+	digits := v
+	if len(v) > 0 && v[0] == '-' {
+		digits = v[1:]
+	}
+	if len(digits) == 0 || len(digits) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if len(digits) < len(v) {
+		n = -n
+	}
+	return n, true
+}
+
+func (v jsonValue) int64Ptr() *int64 {
+	n, ok := v.int64()
+	if !ok {
+		return nil
+	}
+	return &n
+}
+
+// float64 decodes a JSON number.
+func (v jsonValue) float64() (float64, bool) {
+	if len(v) == 0 || (v[0] != '-' && (v[0] < '0' || v[0] > '9')) {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(string(v), 64)
+	if err != nil {
+		return 0, false
+	}
+	return f, true
+}
+
+func (v jsonValue) float64Ptr() *float64 {
+	f, ok := v.float64()
+	if !ok {
+		return nil
+	}
+	return &f
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t') {
+		i++
+	}
+	return i
+}
+
+// scanValue finds the value that starts at b[i] (after optional whitespace)
+// and returns its bounds. It checks structure only as far as needed to find
+// the end; the accessors check the rest when they decode.
+func scanValue(b []byte, i int) (start, end int, ok bool) {
+	i = skipSpace(b, i)
+	if i >= len(b) {
+		return 0, 0, false
+	}
+	switch c := b[i]; {
+	case c == '"':
+		end, ok = scanString(b, i)
+	case c == '[' || c == '{':
+		end, ok = scanContainer(b, i)
+	case c == 't':
+		end, ok = scanLiteral(b, i, "true")
+	case c == 'f':
+		end, ok = scanLiteral(b, i, "false")
+	case c == 'n':
+		end, ok = scanLiteral(b, i, "null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		end, ok = scanNumber(b, i)
+	}
+	if !ok {
+		return 0, 0, false
+	}
+	return i, end, true
+}
+
+// scanString returns the offset after the closing quote of the string at
+// b[i]. Short strings (names, ids) are walked byte by byte; past 16 bytes
+// IndexByte takes over, which runs vectorized on long review texts.
+func scanString(b []byte, i int) (int, bool) {
+	j := i + 1
+	for stop := min(len(b), j+16); j < stop; j++ {
+		switch b[j] {
+		case '"':
+			return j + 1, true
+		case '\\':
+			j++ // the escaped byte cannot end the string
+		}
+	}
+	for j < len(b) {
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
+			return 0, false
+		}
+		q := j + k
+		backslashes := 0
+		for p := q - 1; p >= j && b[p] == '\\'; p-- {
+			backslashes++
+		}
+		if backslashes%2 == 0 {
+			return q + 1, true
+		}
+		j = q + 1
+	}
+	return 0, false
+}
+
+// scanContainer returns the offset after the bracket closing the array or
+// object at b[i], checking that brackets pair up. It is the hot loop of every
+// accessor, hence the byte table and the inlined string skip.
+func scanContainer(b []byte, i int) (int, bool) {
+	var stackBuf [32]byte
+	stack := stackBuf[:0]
+	for j := i; j < len(b); j++ {
+		c := b[j]
+		if !jsonStructural[c] {
+			continue
+		}
+		switch c {
+		case '"':
+			end, ok := scanString(b, j)
+			if !ok {
+				return 0, false
+			}
+			j = end - 1
+		case '[':
+			stack = append(stack, ']')
+		case '{':
+			stack = append(stack, '}')
+		case ']', '}':
+			if len(stack) == 0 || stack[len(stack)-1] != c {
+				return 0, false
+			}
+			stack = stack[:len(stack)-1]
+			if len(stack) == 0 {
+				return j + 1, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// jsonStructural marks the bytes scanContainer must look at.
+var jsonStructural = [256]bool{'"': true, '[': true, ']': true, '{': true, '}': true}
+
+func scanLiteral(b []byte, i int, lit string) (int, bool) {
+	if !bytes.HasPrefix(b[i:], []byte(lit)) {
+		return 0, false
+	}
+	return i + len(lit), true
+}
+
+func scanNumber(b []byte, i int) (int, bool) {
+	j := i
+	for j < len(b) {
+		c := b[j]
+		if (c < '0' || c > '9') && c != '-' && c != '+' && c != '.' && c != 'e' && c != 'E' {
+			break
+		}
+		j++
+	}
+	return j, j > i
+}
+
+// plainJSONString reports whether a string body needs no unescaping: no
+// backslash and valid UTF-8.
+func plainJSONString(body []byte) bool {
+	return bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body)
+}
+
+// unquoteJSON decodes the body of a JSON string (without its quotes), as
+// encoding/json does for valid input when fixUTF8 is set: invalid bytes
+// become U+FFFD. Runs between escapes are copied whole. Raw control
+// characters, invalid in JSON, are kept (cleanText drops them).
+func unquoteJSON(body []byte, fixUTF8 bool) ([]byte, bool) {
+	out := make([]byte, 0, len(body))
+	for len(body) > 0 {
+		run := body
+		if k := bytes.IndexByte(body, '\\'); k >= 0 {
+			run = body[:k]
+		}
+		if fixUTF8 {
+			out = appendValidUTF8(out, run)
+		} else {
+			out = append(out, run...)
+		}
+		body = body[len(run):]
+		if len(body) == 0 {
+			break
+		}
+		if len(body) < 2 {
+			return nil, false
+		}
+		switch body[1] {
+		case '"', '\\', '/':
+			out = append(out, body[1])
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r, ok := hex4(body[2:])
+			if !ok {
+				return nil, false
+			}
+			body = body[6:]
+			if utf16.IsSurrogate(r) {
+				// A pair decodes to one rune; a lone half becomes U+FFFD.
+				high := r
+				r = utf8.RuneError
+				if len(body) >= 6 && body[0] == '\\' && body[1] == 'u' {
+					if low, ok := hex4(body[2:]); ok {
+						if pair := utf16.DecodeRune(high, low); pair != utf8.RuneError {
+							r = pair
+							body = body[6:]
+						}
+					}
+				}
+			}
+			out = utf8.AppendRune(out, r)
+			continue
+		default:
+			return nil, false
+		}
+		body = body[2:]
+	}
+	return out, true
+}
+
+// appendValidUTF8 appends run, each invalid byte replaced by U+FFFD.
+func appendValidUTF8(out, run []byte) []byte {
+	if utf8.Valid(run) {
+		return append(out, run...)
+	}
+	for len(run) > 0 {
+		r, size := utf8.DecodeRune(run)
+		out = utf8.AppendRune(out, r)
+		run = run[size:]
+	}
+	return out
+}
+
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}

@@ -1,0 +1,448 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Errors of the Play Store client; callers test them with errors.Is/As.
+var (
+	// errNotFound: no listing for the package in this storefront (HTTP 404).
+	// Permanent: never retried.
+	errNotFound = errors.New("app not found on the Play Store")
+	// errRateLimited: 429 or 503. Transient.
+	errRateLimited = errors.New("rate limited by the Play Store")
+	// errBlocked: redirected to the captcha ("sorry") or consent page. It is
+	// a kind of errRateLimited, so errors.Is(err, errRateLimited) holds too.
+	errBlocked = fmt.Errorf("blocked by a captcha or consent page: %w", errRateLimited)
+	// errUpstream: other 5xx, or an error entry in a batchexecute answer.
+	// Transient.
+	errUpstream = errors.New("backend error at the Play Store")
+	// errNetwork: connection failure, timeout or a body cut short. Transient.
+	errNetwork = errors.New("network error talking to the Play Store")
+	// errUnexpectedStatus: any other HTTP status. Permanent.
+	errUnexpectedStatus = errors.New("unexpected HTTP status from the Play Store")
+)
+
+// statusError is an HTTP answer that is not a 200.
+type statusError struct {
+	Code       int
+	Path       string // path and query of the request
+	RetryAfter time.Duration
+	kind       error // one of the sentinels above
+}
+
+func (e *statusError) Error() string {
+	return fmt.Sprintf("%v (HTTP %d for %s)", e.kind, e.Code, e.Path)
+}
+
+func (e *statusError) Unwrap() error { return e.kind }
+
+// isTransient says whether err is worth retrying: rate limiting, blocks,
+// network errors, 5xx and batchexecute error entries.
+func isTransient(err error) bool {
+	return errors.Is(err, errRateLimited) || errors.Is(err, errUpstream) || errors.Is(err, errNetwork)
+}
+
+// errorReason maps an error to the outcome label of metrics and logs.
+func errorReason(err error) string {
+	var perr *parseError
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, errNotFound):
+		return "not_found"
+	case errors.Is(err, errRateLimited):
+		return "rate_limited"
+	case errors.As(err, &perr):
+		return "parse_error"
+	default:
+		return "error"
+	}
+}
+
+// locale is the hl (language) and gl (storefront country) of a request.
+type locale struct {
+	Lang    string
+	Country string
+}
+
+// localeDefaults picks the locale of an app: Iranian apps are read in the
+// Iranian storefront, the rest in the default one (PLAYSTORE_LANG/COUNTRY,
+// PLAYSTORE_IRAN_LANG/COUNTRY).
+type localeDefaults struct {
+	Default locale
+	Iranian locale
+}
+
+func defaultLocales() localeDefaults {
+	return localeDefaults{Default: locale{"en", "us"}, Iranian: locale{"fa", "ir"}}
+}
+
+func (d localeDefaults) forApp(isIranianApp bool) locale {
+	if isIranianApp {
+		return d.Iranian
+	}
+	return d.Default
+}
+
+// playStoreConfig tunes the client; zero fields take the defaults of
+// withDefaults. Tests shrink the backoff and inject Clock and Random.
+type playStoreConfig struct {
+	BaseURL     string        // config PLAYSTORE_URL
+	UserAgent   string        // a current desktop browser's
+	Retries     int           // retries of a transient error (3: four attempts)
+	BackoffBase time.Duration // first retry wait, doubled on each (2 s)
+	BackoffCap  time.Duration // longest wait before jitter (30 s)
+	PageSize    int           // reviews per batchexecute call (150)
+	ReviewsRPC  string        // "UsvDTd"; "oCPfdb" works the same way
+	MaxBody     int64         // bytes read from one answer at most
+	Clock       clock
+	Random      func() float64
+}
+
+// Defaults of the client.
+const (
+	defaultPlayStoreURL = "https://play.google.com"
+	defaultReviewCount  = 1000
+	sortNewest          = 2
+)
+
+func (c playStoreConfig) withDefaults() playStoreConfig {
+	setDefault(&c.BaseURL, defaultPlayStoreURL)
+	setDefault(&c.UserAgent, "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/138.0.0.0 Safari/537.36")
+	setDefault(&c.Retries, 3)
+	setDefault(&c.BackoffBase, 2*time.Second)
+	setDefault(&c.BackoffCap, 30*time.Second)
+	setDefault(&c.PageSize, 150)
+	setDefault(&c.ReviewsRPC, "UsvDTd")
+	setDefault(&c.MaxBody, 16<<20)
+	if c.Clock == nil {
+		c.Clock = systemClock{}
+	}
+	if c.Random == nil {
+		c.Random = rand.Float64
+	}
+	return c
+}
+
+// playStoreClient reads app details and reviews from Google Play through the
+// leases of a proxy pool, retrying transient errors with backoff.
+type playStoreClient struct {
+	cfg      playStoreConfig
+	base     *url.URL
+	pool     *proxyPool
+	log      *slog.Logger
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+// newPlayStoreClient registers its metrics on reg (never the global registry).
+func newPlayStoreClient(cfg playStoreConfig, pool *proxyPool, reg prometheus.Registerer, log *slog.Logger) (*playStoreClient, error) {
+	cfg = cfg.withDefaults()
+	base, err := url.Parse(strings.TrimRight(cfg.BaseURL, "/"))
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return nil, fmt.Errorf("base URL of the Play Store %q is not an http(s) URL", cfg.BaseURL)
+	}
+	c := &playStoreClient{
+		cfg:  cfg,
+		base: base,
+		pool: pool,
+		log:  log,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "playwatch_playstore_requests_total",
+			Help: "Play Store HTTP requests (each attempt) by outcome and egress.",
+		}, []string{"outcome", "proxy"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "playwatch_playstore_request_duration_seconds",
+			Help:    "Play Store request latency, answer parsed, by endpoint.",
+			Buckets: []float64{0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1, 1.5, 2, 3, 5, 8, 13, 20, 30, 60},
+		}, []string{"endpoint"}),
+	}
+	for _, m := range []prometheus.Collector{c.requests, c.latency} {
+		if err := reg.Register(m); err != nil {
+			return nil, fmt.Errorf("registering Play Store metrics: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// Details reads the app's details page.
+func (c *playStoreClient) Details(ctx context.Context, pkg, lang, country string) (appDetails, error) {
+	u := c.base.JoinPath("/store/apps/details")
+	u.RawQuery = url.Values{"id": {pkg}, "hl": {lang}, "gl": {country}}.Encode()
+	var d appDetails
+	err := c.call(ctx, "details", nil, func(ctx context.Context) (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+		if err == nil {
+			c.setHeaders(req, lang, country)
+			req.Header.Set("Accept", "text/html,application/xhtml+xml,*/*;q=0.8")
+		}
+		return req, err
+	}, func(body []byte, at time.Time) error {
+		parsed, err := parseDetailsPage(body)
+		if err != nil {
+			return err
+		}
+		d = parsed
+		d.PackageName, d.FetchedAt = pkg, at
+		return nil
+	})
+	if err != nil {
+		return appDetails{}, fmt.Errorf("details of %s (hl=%s gl=%s): %w", pkg, lang, country, err)
+	}
+	return d, nil
+}
+
+// Reviews reads up to n (default 1000) of the app's newest reviews, page by
+// page, deduplicated by review id. On an error after some pages it returns
+// the reviews read so far together with the error.
+func (c *playStoreClient) Reviews(ctx context.Context, pkg, lang, country string, n int) ([]review, error) {
+	if n <= 0 {
+		n = defaultReviewCount
+	}
+	seen := make(map[string]bool)
+	var out []review
+	token := ""
+	route := &egressRoute{}
+	for page := 1; len(out) < n; page++ {
+		p, err := c.reviewsPage(ctx, route, pkg, lang, country, token)
+		if err != nil {
+			return out, fmt.Errorf("reviews of %s (hl=%s gl=%s) page %d: %w", pkg, lang, country, page, err)
+		}
+		fresh := 0
+		for _, r := range p.Reviews {
+			if !seen[r.ReviewID] {
+				seen[r.ReviewID] = true
+				out = append(out, r)
+				fresh++
+			}
+		}
+		if p.Skipped > 0 {
+			c.log.Warn("reviews without id or time skipped", "package", pkg, "page", page, "skipped", p.Skipped)
+		}
+		// A page with nothing new would only repeat itself.
+		if p.NextToken == "" || fresh == 0 {
+			break
+		}
+		token = p.NextToken
+	}
+	return out[:min(n, len(out))], nil
+}
+
+// reviewsPage sends one batchexecute call (PROTOCOL.md §3.1-3.2).
+func (c *playStoreClient) reviewsPage(ctx context.Context, route *egressRoute, pkg, lang, country, token string) (reviewsPage, error) {
+	var tok any // JSON null on the first page
+	if token != "" {
+		tok = token
+	}
+	args, err := json.Marshal([]any{nil, nil, []any{2, sortNewest, []any{c.cfg.PageSize, nil, tok}, nil, []any{}}, []any{pkg, 7}})
+	if err != nil {
+		return reviewsPage{}, fmt.Errorf("encoding reviews request: %w", err)
+	}
+	envelope, err := json.Marshal([][][]any{{{c.cfg.ReviewsRPC, string(args), nil, "generic"}}})
+	if err != nil {
+		return reviewsPage{}, fmt.Errorf("encoding reviews request: %w", err)
+	}
+	form := url.Values{"f.req": {string(envelope)}}.Encode()
+	u := c.base.JoinPath("/_/PlayStoreUi/data/batchexecute")
+	u.RawQuery = url.Values{"hl": {lang}, "gl": {country}}.Encode()
+
+	var page reviewsPage
+	err = c.call(ctx, "reviews", route, func(ctx context.Context) (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), strings.NewReader(form))
+		if err == nil {
+			c.setHeaders(req, lang, country)
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded;charset=UTF-8")
+		}
+		return req, err
+	}, func(body []byte, at time.Time) error {
+		payload, err := parseBatchexecute(body, c.cfg.ReviewsRPC)
+		if err != nil {
+			return err
+		}
+		page = parseReviewsPayload(payload)
+		for i := range page.Reviews {
+			page.Reviews[i].FetchedAt = at
+		}
+		return nil
+	})
+	return page, err
+}
+
+func (c *playStoreClient) setHeaders(req *http.Request, lang, country string) {
+	req.Header.Set("User-Agent", c.cfg.UserAgent)
+	req.Header.Set("Accept-Language", fmt.Sprintf("%s-%s,%s;q=0.9", lang, strings.ToUpper(country), lang))
+}
+
+// call sends a request until it succeeds, fails permanently or runs out of
+// retries. Only transient errors are retried, after min(base·2^n, cap)·(0.5+rand),
+// or after Retry-After when the server asks for longer; a wait that would
+// outlive ctx's deadline is not started.
+func (c *playStoreClient) call(ctx context.Context, endpoint string, route *egressRoute, newRequest func(context.Context) (*http.Request, error), parse func(body []byte, at time.Time) error) error {
+	for attempt := 0; ; attempt++ {
+		err := c.attempt(ctx, endpoint, route, newRequest, parse)
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil || !isTransient(err):
+			return err
+		case attempt >= c.cfg.Retries:
+			return fmt.Errorf("gave up after %d attempts: %w", attempt+1, err)
+		}
+		wait := c.backoff(attempt, err)
+		if deadline, ok := ctx.Deadline(); ok && c.cfg.Clock.Now().Add(wait).After(deadline) {
+			return fmt.Errorf("gave up after %d attempts, the next in %v would pass the deadline: %w", attempt+1, wait.Round(time.Millisecond), err)
+		}
+		c.log.Warn("Play Store request failed, retrying", "endpoint", endpoint, "attempt", attempt+1, "wait", wait, "error", err)
+		if serr := sleepCtx(ctx, c.cfg.Clock, wait); serr != nil {
+			return fmt.Errorf("%w; retry canceled: %w", err, serr)
+		}
+	}
+}
+
+func (c *playStoreClient) backoff(attempt int, err error) time.Duration {
+	d := min(c.cfg.BackoffBase<<min(attempt, 30), c.cfg.BackoffCap)
+	d = time.Duration(float64(d) * (0.5 + c.cfg.Random()))
+	var serr *statusError
+	if errors.As(err, &serr) && serr.RetryAfter > d {
+		d = serr.RetryAfter
+	}
+	return d
+}
+
+// egressRoute remembers the egress of a sequence of requests that must stay
+// on it (review paging); nil means any egress will do.
+type egressRoute struct{ last *egress }
+
+// attempt sends one request through one lease and parses the answer.
+func (c *playStoreClient) attempt(ctx context.Context, endpoint string, route *egressRoute, newRequest func(context.Context) (*http.Request, error), parse func(body []byte, at time.Time) error) error {
+	var prev *egress
+	if route != nil {
+		prev = route.last
+	}
+	l, err := c.pool.AcquireSame(ctx, prev)
+	if err != nil {
+		return fmt.Errorf("waiting for an egress: %w", err)
+	}
+	if route != nil {
+		route.last = l.egress
+	}
+	start := c.cfg.Clock.Now()
+	err = c.exchange(ctx, l, newRequest, parse)
+	c.latency.WithLabelValues(endpoint).Observe(c.cfg.Clock.Now().Sub(start).Seconds())
+	c.requests.WithLabelValues(errorReason(err), l.Name()).Inc()
+	l.Release(leaseOutcomeOf(ctx, err))
+	return err
+}
+
+func (c *playStoreClient) exchange(ctx context.Context, l *lease, newRequest func(context.Context) (*http.Request, error), parse func(body []byte, at time.Time) error) error {
+	req, err := newRequest(ctx)
+	if err != nil {
+		return fmt.Errorf("building request: %w", err)
+	}
+	resp, err := l.Client().Do(req)
+	if err != nil {
+		return transportError(ctx, l, err)
+	}
+	defer resp.Body.Close()
+	arrived := c.cfg.Clock.Now()
+	if err := c.checkStatus(resp); err != nil {
+		return err
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, c.cfg.MaxBody+1))
+	if err != nil {
+		return transportError(ctx, l, err)
+	}
+	if int64(len(body)) > c.cfg.MaxBody {
+		return &parseError{Path: "response body", Detail: fmt.Sprintf("larger than %d bytes", c.cfg.MaxBody)}
+	}
+	return parse(body, arrived.UTC())
+}
+
+// transportError tells a canceled caller from a failing network.
+func transportError(ctx context.Context, l *lease, err error) error {
+	switch {
+	case errors.Is(err, errBlocked):
+		return err
+	case ctx.Err() != nil:
+		return fmt.Errorf("request via %s: %w", l.Name(), ctx.Err())
+	default:
+		return fmt.Errorf("%w via %s: %w", errNetwork, l.Name(), err)
+	}
+}
+
+func (c *playStoreClient) checkStatus(resp *http.Response) error {
+	if resp.StatusCode == http.StatusOK {
+		return nil
+	}
+	serr := &statusError{Code: resp.StatusCode, Path: resp.Request.URL.RequestURI()}
+	switch code := resp.StatusCode; {
+	case code == http.StatusNotFound:
+		serr.kind = errNotFound
+	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+		serr.kind = errRateLimited
+		serr.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), c.cfg.Clock.Now())
+	case code >= 500:
+		serr.kind = errUpstream
+		serr.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), c.cfg.Clock.Now())
+	default:
+		serr.kind = errUnexpectedStatus
+	}
+	return serr
+}
+
+// parseRetryAfter reads delay-seconds or an HTTP date.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// leaseOutcomeOf says what an attempt's error tells about the egress used.
+func leaseOutcomeOf(ctx context.Context, err error) leaseOutcome {
+	switch {
+	case err == nil || errors.Is(err, errNotFound):
+		return outcomeOK
+	case errors.Is(err, errRateLimited):
+		return outcomeThrottled
+	case ctx.Err() != nil:
+		return outcomeNeutral
+	case errors.Is(err, errNetwork) || errors.Is(err, errUpstream):
+		return outcomeFailed
+	default:
+		return outcomeNeutral
+	}
+}
+
+// stopAtBlockPage is the egresses' redirect policy: a redirect to Google's
+// captcha ("/sorry/") or consent page ends the request as errBlocked instead
+// of fetching a page that cannot be parsed.
+func stopAtBlockPage(req *http.Request, via []*http.Request) error {
+	if strings.HasPrefix(req.URL.Path, "/sorry/") || strings.HasPrefix(req.URL.Hostname(), "consent.") {
+		return fmt.Errorf("%w: redirected to %s://%s%s", errBlocked, req.URL.Scheme, req.URL.Host, req.URL.Path)
+	}
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	return nil
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// appStatsFromDetails maps a details result to its app-stats message.
+func appStatsFromDetails(d appDetails) appStatsMessage {
+	m := appStatsMessage{
+		PackageName:  d.PackageName,
+		Title:        cleanTextPtr(&d.Title),
+		Genre:        cleanTextPtr(d.Genre),
+		MinInstalls:  d.MinInstalls,
+		Ratings:      d.Ratings,
+		ReviewsCount: d.ReviewsCount,
+		Version:      cleanTextPtr(d.Version),
+		AdSupported:  &d.AdSupported,
+		AppUpdatedAt: d.UpdatedAt,
+		CrawledAt:    messageTime(d.FetchedAt),
+	}
+	// An average below one star only appears on unrated listings ("0.0"
+	// over 0 ratings): that zero is not data.
+	if d.Score != nil && *d.Score >= 1 {
+		m.Score = d.Score
+	}
+	return m
+}
+
+// reviewMessageFrom maps one review of pkg to its reviews message.
+func reviewMessageFrom(pkg string, r review) reviewMessage {
+	m := reviewMessage{
+		PackageName: pkg,
+		ReviewID:    r.ReviewID,
+		UserName:    cleanTextPtr(r.UserName),
+		Score:       r.Score,
+		Content:     cleanTextPtr(r.Content),
+		At:          r.At,
+		CrawledAt:   messageTime(r.FetchedAt),
+	}
+	if r.ThumbsUpCount != nil {
+		m.ThumbsUpCount = *r.ThumbsUpCount
+	}
+	return m
+}
+
+// messageTime is t in UTC at the microsecond precision PostgreSQL keeps, so
+// that a message and the row stored from it carry the same instant.
+func messageTime(t time.Time) time.Time {
+	return t.UTC().Truncate(time.Microsecond)
+}
+
+func cleanTextPtr(s *string) *string {
+	if s == nil {
+		return nil
+	}
+	c := cleanText(*s)
+	return &c
+}
+
+// cleanText drops C0 and C1 control characters except \n, \r and \t (U+0000
+// is rejected by PostgreSQL text and jsonb; the rest is noise) and replaces
+// invalid UTF-8 with U+FFFD.
+func cleanText(s string) string {
+	if !needsCleaning(s) {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if isStrippedControl(r) {
+			return -1
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD"))
+}
+
+func needsCleaning(s string) bool {
+	for _, r := range s {
+		if r == utf8.RuneError || isStrippedControl(r) {
+			return true
+		}
+	}
+	return false
+}
+
+func isStrippedControl(r rune) bool {
+	if r == '\n' || r == '\r' || r == '\t' {
+		return false
+	}
+	return r < 0x20 || (r >= 0x7f && r <= 0x9f)
+}

@@ -1,0 +1,327 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+const playstoreTestdata = "testdata/playstore"
+
+func readPlaystoreFixture(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(playstoreTestdata, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// expectedValues is testdata/playstore/expected_values.json: per fixture, the
+// values a correct parser extracts.
+func expectedValues(t testing.TB) map[string]map[string]any {
+	t.Helper()
+	var exp map[string]map[string]any
+	if err := json.Unmarshal(readPlaystoreFixture(t, "expected_values.json"), &exp); err != nil {
+		t.Fatal(err)
+	}
+	return exp
+}
+
+// normalized round-trips v through JSON, so that parser output and the
+// expectations compare as the same types (float64 numbers, nil for null).
+func normalized(t testing.TB, v any) any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out any
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// detailsView names the parsed fields as expected_values.json does.
+func detailsView(d appDetails) map[string]any {
+	var updated *int64
+	if d.UpdatedAt != nil {
+		u := d.UpdatedAt.Unix()
+		updated = &u
+	}
+	var adsRaw []string
+	if d.AdsLabel != nil {
+		adsRaw = []string{*d.AdsLabel}
+	}
+	return map[string]any{
+		"details_block":       d.Block,
+		"slots":               d.Slots,
+		"sparse_keys":         append([]string{}, d.SparseKeys...),
+		"title":               d.Title,
+		"genre":               d.Genre,
+		"genreId":             d.GenreID,
+		"installsText":        d.InstallsText,
+		"minInstalls":         d.MinInstalls,
+		"realInstalls":        d.RealInstalls,
+		"score":               d.Score,
+		"scoreText":           d.ScoreText,
+		"ratings":             d.Ratings,
+		"reviews":             d.ReviewsCount,
+		"version":             d.Version,
+		"adSupported":         d.AdSupported,
+		"adSupportedRaw":      adsRaw,
+		"updated":             updated,
+		"updatedText":         d.UpdatedText,
+		"developer":           d.Developer,
+		"developerId":         d.DeveloperID,
+		"developerInternalId": d.DeveloperInternalID,
+		"priceMicros":         d.PriceMicros,
+		"currency":            d.Currency,
+		"priceText":           d.PriceText,
+		"free":                d.Free,
+		"offersIAP":           d.OffersIAP,
+		"available_code":      d.AvailableCode,
+		"released":            d.Released,
+		"contentRating":       d.ContentRating,
+	}
+}
+
+func timeTuple(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return []int64{t.Unix(), int64(t.Nanosecond())}
+}
+
+// reviewView names a review's fields as expected_values.json does.
+func reviewView(r review) map[string]any {
+	return map[string]any{
+		"reviewId":             r.ReviewID,
+		"userName":             r.UserName,
+		"userImage":            r.UserImage,
+		"score":                r.Score,
+		"content":              r.Content,
+		"at":                   timeTuple(&r.At),
+		"thumbsUpCount":        r.ThumbsUpCount,
+		"replyContent":         r.ReplyContent,
+		"repliedAt":            timeTuple(r.RepliedAt),
+		"reviewCreatedVersion": r.AppVersion,
+	}
+}
+
+func compareFields(t *testing.T, got map[string]any, want map[string]any) {
+	t.Helper()
+	g := normalized(t, got).(map[string]any)
+	for k, w := range want {
+		gv, ok := g[k]
+		if !ok {
+			t.Errorf("%s: not produced by the parser", k)
+			continue
+		}
+		if !reflect.DeepEqual(gv, w) {
+			t.Errorf("%s = %#v, want %#v", k, gv, w)
+		}
+	}
+	for k := range g {
+		if _, ok := want[k]; !ok {
+			t.Errorf("%s: produced but not in expected_values.json", k)
+		}
+	}
+}
+
+func TestPlayParseDetailsFixtures(t *testing.T) {
+	exp := expectedValues(t)
+	seen := 0
+	for name, want := range exp {
+		if !strings.HasPrefix(name, "details_") {
+			continue
+		}
+		seen++
+		t.Run(name, func(t *testing.T) {
+			d, err := parseDetailsPage(readPlaystoreFixture(t, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			compareFields(t, detailsView(d), want)
+		})
+	}
+	if seen != 5 {
+		t.Fatalf("%d details fixtures in expected_values.json, want 5", seen)
+	}
+}
+
+func TestPlayParseReviewsFixtures(t *testing.T) {
+	exp := expectedValues(t)
+	for _, page := range []string{"page1", "page2"} {
+		name := "reviews_UsvDTd_com.google.android.apps.translate_en_us_" + page + ".txt"
+		t.Run(page, func(t *testing.T) {
+			want := exp[name]
+			payload, err := parseBatchexecute(readPlaystoreFixture(t, name), "UsvDTd")
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := parseReviewsPayload(payload)
+			if len(p.Reviews) != 150 || p.Skipped != 0 {
+				t.Fatalf("%d reviews, %d skipped; want 150, 0", len(p.Reviews), p.Skipped)
+			}
+			if float64(len(p.Reviews)) != want["count"] {
+				t.Errorf("count %d, want %v", len(p.Reviews), want["count"])
+			}
+			if !strings.HasPrefix(p.NextToken, want["nextToken_prefix"].(string)) || float64(len(p.NextToken)) != want["nextToken_len"] {
+				t.Errorf("token %q (len %d), want prefix %v len %v", p.NextToken, len(p.NextToken), want["nextToken_prefix"], want["nextToken_len"])
+			}
+			t.Run("first", func(t *testing.T) { compareFields(t, reviewView(p.Reviews[0]), want["first"].(map[string]any)) })
+			t.Run("last", func(t *testing.T) { compareFields(t, reviewView(p.Reviews[149]), want["last"].(map[string]any)) })
+			withReply, nullVersion := 0, 0
+			var firstWithReply *review
+			for i, r := range p.Reviews {
+				if r.ReplyContent != nil {
+					withReply++
+					if firstWithReply == nil {
+						firstWithReply = &p.Reviews[i]
+					}
+				}
+				if r.AppVersion == nil {
+					nullVersion++
+				}
+				if i > 0 && r.At.After(p.Reviews[i-1].At) {
+					t.Errorf("review %d is newer than the one before: not newest-first", i)
+				}
+			}
+			if float64(withReply) != want["with_reply"] || float64(nullVersion) != want["with_null_version"] {
+				t.Errorf("with_reply %d, with_null_version %d; want %v, %v", withReply, nullVersion, want["with_reply"], want["with_null_version"])
+			}
+			if firstWithReply == nil {
+				t.Fatal("no review with a reply")
+			}
+			compareFields(t, reviewView(*firstWithReply), want["first_with_reply"].(map[string]any))
+		})
+	}
+}
+
+// The 2026 details pages embed an oCPfdb reviews payload (PROTOCOL.md §6):
+// the same record parser must read it.
+func TestPlayParseEmbeddedReviews(t *testing.T) {
+	for name, want := range map[string]int{
+		"details_com.mojang.minecraftpe_en_us.html":            20,
+		"details_com.google.android.apps.translate_en_us.html": 20,
+		"details_com.adex77.WhereAmI_en_us.html":               20,
+		"details_com.raiseright.edumarketapp_en.html":          1,
+		"details_com.youngkiu.stock_knee_shoulder_ko.html":     0,
+	} {
+		page := readPlaystoreFixture(t, name)
+		keys := routedBlocks(page, "oCPfdb")
+		if len(keys) != 1 {
+			t.Fatalf("%s: oCPfdb routed to %v", name, keys)
+		}
+		var got *reviewsPage
+		for key, data := range dataBlocks(page) {
+			if key == keys[0] {
+				p := parseReviewsPayload(jsonValue(data))
+				got = &p
+			}
+		}
+		if got == nil || len(got.Reviews) != want || got.Skipped != 0 {
+			t.Errorf("%s: embedded reviews %+v, want %d", name, got, want)
+			continue
+		}
+		for _, r := range got.Reviews {
+			if r.Score == nil || r.At.Year() < 2008 || r.UserName == nil {
+				t.Errorf("%s: implausible review %+v", name, r)
+			}
+		}
+	}
+}
+
+func TestPlayDetailsBlockIsFoundByRPCNotByNumber(t *testing.T) {
+	page := readPlaystoreFixture(t, "details_com.mojang.minecraftpe_en_us.html")
+	// Renumber: the app moves to ds:17 (and the routing table says so); a
+	// parser that hard-codes ds:5 finds nothing there.
+	moved := bytes.ReplaceAll(page, []byte("'ds:5'"), []byte("'ds:17'"))
+	d, err := parseDetailsPage(moved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Block != "ds:17" || d.Title != "Minecraft: Dream it, Build it!" {
+		t.Fatalf("block %s title %q", d.Block, d.Title)
+	}
+	// Without the routing table the parser falls back to ds:5.
+	noTable := bytes.ReplaceAll(page, []byte("AF_dataServiceRequests"), []byte("AF_somethingElse"))
+	if d, err := parseDetailsPage(noTable); err != nil || d.Block != "ds:5" {
+		t.Fatalf("without routing table: block %q, %v", d.Block, err)
+	}
+}
+
+func TestPlayParseDetailsErrorsNameThePath(t *testing.T) {
+	page := readPlaystoreFixture(t, "details_com.mojang.minecraftpe_en_us.html")
+	cut := page[:bytes.Index(page, []byte("'ds:5', hash"))+2000]
+	for name, body := range map[string][]byte{
+		"empty":            nil,
+		"html only":        []byte("<html><body>Hello</body></html>"),
+		"cut in the block": cut,
+		"no title":         bytes.Replace(page, []byte(`[["Minecraft: Dream it, Build it!"`), []byte(`[[null`), 1),
+	} {
+		_, err := parseDetailsPage(body)
+		var perr *parseError
+		if !asParseError(err, &perr) || !strings.Contains(perr.Path, "[1][2][0][0]") {
+			t.Errorf("%s: error %v, want a parse error naming [1][2][0][0]", name, err)
+		}
+		if errorReason(err) != "parse_error" {
+			t.Errorf("%s: reason %q", name, errorReason(err))
+		}
+	}
+}
+
+func asParseError(err error, target **parseError) bool {
+	p, ok := err.(*parseError)
+	if ok {
+		*target = p
+	}
+	return ok
+}
+
+func TestPlayParseBatchexecuteFraming(t *testing.T) {
+	payload := `[[["id-1",["Ann"],5,null,"hi",[1700000000,5000000],3,null,null,null,"1.0"]],[null,"tok"]]`
+	quoted, _ := json.Marshal(payload)
+	plain := ")]}'\n\n[[\"wrb.fr\",\"UsvDTd\"," + string(quoted) + ",null,null,null,\"generic\"],[\"di\",42]]"
+	chunked := ")]}'\n\n97\n[[\"wrb.fr\",\"other\",\"[]\",null,null,null,\"generic\"]]\n" +
+		"300\n[[\"wrb.fr\",\"UsvDTd\"," + string(quoted) + ",null,null,null,\"generic\"]]\n25\n[[\"e\",4,null,null,330]]\n"
+	for name, body := range map[string]string{"plain": plain, "chunked": chunked} {
+		p, err := parseBatchexecute([]byte(body), "UsvDTd")
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		page := parseReviewsPayload(p)
+		if len(page.Reviews) != 1 || page.NextToken != "tok" {
+			t.Fatalf("%s: %+v", name, page)
+		}
+		r := page.Reviews[0]
+		if r.At.UnixNano() != 1700000000005000000 || *r.Score != 5 || *r.ThumbsUpCount != 3 || *r.AppVersion != "1.0" {
+			t.Fatalf("%s: review %+v", name, r)
+		}
+	}
+
+	errEntry := `)]}'` + "\n\n" + `[["wrb.fr","UsvDTd",null,null,null,[5,null,[["type.googleapis.com/wireless.android.finsky.boq.web.data.store.error.PlayDataError",[1]]]],"generic"]]`
+	if _, err := parseBatchexecute([]byte(errEntry), "UsvDTd"); !isTransient(err) {
+		t.Errorf("error entry: %v, want a transient error", err)
+	}
+	end := `)]}'` + "\n\n" + `[["wrb.fr","UsvDTd",null,null,null,null,"generic"]]`
+	if p, err := parseBatchexecute([]byte(end), "UsvDTd"); err != nil || p != nil {
+		t.Errorf("null payload without error: %q %v, want end of reviews", p, err)
+	}
+	for name, body := range map[string]string{
+		"no frame":  `)]}'` + "\n\n" + `[["di",42]]`,
+		"html":      `<html>unusual traffic</html>`,
+		"truncated": plain[:len(plain)/2],
+	} {
+		if _, err := parseBatchexecute([]byte(body), "UsvDTd"); errorReason(err) != "parse_error" {
+			t.Errorf("%s: %v, want a parse error", name, err)
+		}
+	}
+}

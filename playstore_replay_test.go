@@ -1,0 +1,517 @@
+package main
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// replayFault is what the replay server answers instead of the real thing.
+type replayFault int
+
+const (
+	faultNone        replayFault = iota
+	fault404                     // no listing
+	fault429                     // rate limited, with Retry-After when the app sets RetryAfter
+	fault503                     // older throttling answer
+	fault500                     // backend error
+	faultCaptcha                 // 302 to /sorry/index (captcha)
+	faultConsent                 // 302 to consent.google.com
+	faultCutBody                 // 200 whose connection closes half-way through the body
+	faultTruncated               // complete 200 carrying only the first half of the page
+	faultNoDataBlock             // 200 HTML page without any data block
+	faultRPCError                // reviews: 200 with a null payload and an error entry
+	faultSlow                    // headers only after 2 s (or when the client gives up)
+)
+
+// replayApp configures one package on the replay server; the zero value is a
+// healthy app with the default title and 300 reviews.
+type replayApp struct {
+	Title   string // default "App <package>"
+	Reviews int    // reviews on the store; 0 = 300, negative = none
+	Persian bool   // reviews in Persian with emoji (and a stray U+0000)
+
+	// Faults are consumed one per request, in order; then Always applies to
+	// every further request (faultNone: answer normally).
+	DetailsFaults, ReviewsFaults []replayFault
+	DetailsAlways, ReviewsAlways replayFault
+	RetryAfter                   string // Retry-After header sent with fault429
+
+	// DetailsPage replaces the synthesized page (e.g. an edited fixture).
+	DetailsPage []byte
+}
+
+// replayPlayStore is a local Play Store built from the recorded fixtures. It
+// serves a details page and newest-first reviews for ANY package name (the
+// Minecraft page with the package and title substituted; reviews generated
+// in the recorded record layout, paged by count and continuation token),
+// with per-package fault injection and request counting. Like Google, it
+// pins a review paging to the NID cookie of its first page: a continuation
+// sent without that cookie gets an error entry.
+type replayPlayStore struct {
+	*httptest.Server
+	t testing.TB
+
+	template      []byte // details page of templatePackage
+	fixturePages  map[string][]byte
+	mu            sync.Mutex
+	apps          map[string]*replayApp
+	faultsUsed    map[string]int // "details pkg" -> faults consumed
+	pages         map[string][]byte
+	counts        map[string]int // "details pkg" / "reviews pkg" -> requests
+	nextNID       int
+	lastReviewReq url.Values // hl/gl of the last reviews request
+	lastPageSize  int
+	proxied       int // requests that came through a proxy (Via header)
+	sorryHits     int // requests that reached the captcha page
+}
+
+const (
+	replayTemplatePackage = "com.mojang.minecraftpe"
+	replayTemplateTitle   = "Minecraft: Dream it, Build it!"
+	// replayNewest is the time of every app's newest generated review.
+	replayNewest = 1783000000
+)
+
+func newReplayPlayStore(t testing.TB) *replayPlayStore {
+	t.Helper()
+	s := &replayPlayStore{
+		t:          t,
+		template:   readPlaystoreFixture(t, "details_com.mojang.minecraftpe_en_us.html"),
+		apps:       make(map[string]*replayApp),
+		faultsUsed: make(map[string]int),
+		pages:      make(map[string][]byte),
+		counts:     make(map[string]int),
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /store/apps/details", s.serveDetails)
+	mux.HandleFunc("POST /_/PlayStoreUi/data/batchexecute", s.serveReviews)
+	mux.HandleFunc("/sorry/", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.sorryHits++
+		s.mu.Unlock()
+		http.Error(w, "Our systems have detected unusual traffic", http.StatusTooManyRequests)
+	})
+	s.Server = httptest.NewServer(mux)
+	t.Cleanup(s.Close)
+	return s
+}
+
+// setApp configures pkg (replacing an earlier configuration).
+func (s *replayPlayStore) setApp(pkg string, app replayApp) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.apps[pkg] = &app
+	delete(s.pages, pkg)
+	delete(s.faultsUsed, "details "+pkg)
+	delete(s.faultsUsed, "reviews "+pkg)
+}
+
+// useFixtureReviews makes pkg answer with the two recorded UsvDTd pages: the
+// first request gets page 1, the token of page 1 gets page 2, and page 2's
+// token gets the empty answer that ends a paging.
+func (s *replayPlayStore) useFixtureReviews(pkg string) {
+	p1 := readPlaystoreFixture(s.t, "reviews_UsvDTd_com.google.android.apps.translate_en_us_page1.txt")
+	p2 := readPlaystoreFixture(s.t, "reviews_UsvDTd_com.google.android.apps.translate_en_us_page2.txt")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fixturePages = map[string][]byte{"": p1, fixtureToken(s.t, p1): p2, fixtureToken(s.t, p2): replayFrames("UsvDTd", "[]")}
+	if s.apps[pkg] == nil {
+		s.apps[pkg] = &replayApp{}
+	}
+}
+
+func fixtureToken(t testing.TB, body []byte) string {
+	payload, err := parseBatchexecute(body, "UsvDTd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parseReviewsPayload(payload).NextToken
+}
+
+// requests counts the requests for endpoint ("details" or "reviews") of pkg.
+func (s *replayPlayStore) requests(endpoint, pkg string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.counts[endpoint+" "+pkg]
+}
+
+func (s *replayPlayStore) totalRequests() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range s.counts {
+		n += c
+	}
+	return n
+}
+
+func (s *replayPlayStore) proxiedRequests() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proxied
+}
+
+// app returns pkg's configuration (the default one if none was set).
+func (s *replayPlayStore) app(pkg string) replayApp {
+	if a := s.apps[pkg]; a != nil {
+		return *a
+	}
+	return replayApp{}
+}
+
+// countAndFault records a request and returns the fault to inject, if any.
+func (s *replayPlayStore) countAndFault(endpoint, pkg string, r *http.Request) (replayApp, replayFault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := endpoint + " " + pkg
+	s.counts[key]++
+	if r.Header.Get("Via") != "" {
+		s.proxied++
+	}
+	app := s.app(pkg)
+	queue, always := app.DetailsFaults, app.DetailsAlways
+	if endpoint == "reviews" {
+		queue, always = app.ReviewsFaults, app.ReviewsAlways
+	}
+	if used := s.faultsUsed[key]; used < len(queue) {
+		s.faultsUsed[key]++
+		return app, queue[used]
+	}
+	return app, always
+}
+
+// nid returns the request's NID cookie, issuing a new one when it has none.
+func (s *replayPlayStore) nid(w http.ResponseWriter, r *http.Request) string {
+	if c, err := r.Cookie("NID"); err == nil {
+		return c.Value
+	}
+	s.mu.Lock()
+	s.nextNID++
+	v := "nid" + strconv.Itoa(s.nextNID)
+	s.mu.Unlock()
+	http.SetCookie(w, &http.Cookie{Name: "NID", Value: v, Path: "/", HttpOnly: true})
+	return v
+}
+
+func (s *replayPlayStore) serveDetails(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	pkg := q.Get("id")
+	if pkg == "" || q.Get("hl") == "" || q.Get("gl") == "" {
+		http.Error(w, "id, hl and gl are required", http.StatusBadRequest)
+		return
+	}
+	s.nid(w, r)
+	app, fault := s.countAndFault("details", pkg, r)
+	page := s.detailsPage(pkg, app)
+	if s.writeFault(w, r, fault, app, page) {
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(page)
+}
+
+// detailsPage synthesizes (once) pkg's page from the template fixture.
+func (s *replayPlayStore) detailsPage(pkg string, app replayApp) []byte {
+	if app.DetailsPage != nil {
+		return app.DetailsPage
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.pages[pkg]; p != nil {
+		return p
+	}
+	title := app.Title
+	if title == "" {
+		title = "App " + pkg
+	}
+	quoted, _ := json.Marshal(title)
+	p := bytes.ReplaceAll(s.template, []byte(replayTemplatePackage), []byte(pkg))
+	p = bytes.ReplaceAll(p, []byte(replayTemplateTitle), quoted[1:len(quoted)-1])
+	s.pages[pkg] = p
+	return p
+}
+
+// writeFault answers with fault and reports whether it did.
+func (s *replayPlayStore) writeFault(w http.ResponseWriter, r *http.Request, fault replayFault, app replayApp, body []byte) bool {
+	switch fault {
+	case faultNone:
+		return false
+	case fault404:
+		http.Error(w, "Not Found", http.StatusNotFound)
+	case fault429:
+		if app.RetryAfter != "" {
+			w.Header().Set("Retry-After", app.RetryAfter)
+		}
+		http.Error(w, "Too Many Requests", http.StatusTooManyRequests)
+	case fault503:
+		http.Error(w, "Service Unavailable", http.StatusServiceUnavailable)
+	case fault500:
+		http.Error(w, "Internal Server Error", http.StatusInternalServerError)
+	case faultCaptcha:
+		http.Redirect(w, r, "/sorry/index?continue="+url.QueryEscape(r.URL.String()), http.StatusFound)
+	case faultConsent:
+		http.Redirect(w, r, "https://consent.google.com/ml?continue="+url.QueryEscape(r.URL.String()), http.StatusFound)
+	case faultCutBody:
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		_, _ = w.Write(body[:len(body)/2])
+		panic(http.ErrAbortHandler) // closes the connection mid-body
+	case faultTruncated:
+		_, _ = w.Write(body[:len(body)/2])
+	case faultNoDataBlock:
+		_, _ = io.WriteString(w, "<!doctype html><html><head><title>Google Play</title></head><body><script>var x = 1;</script></body></html>")
+	case faultRPCError:
+		_, _ = w.Write(replayErrorFrames("UsvDTd"))
+	case faultSlow:
+		select {
+		case <-r.Context().Done():
+		case <-time.After(2 * time.Second):
+		}
+		_, _ = w.Write(body)
+	default:
+		s.t.Errorf("replay server: unknown fault %d", fault)
+	}
+	return true
+}
+
+// reviewsRequest is a decoded UsvDTd/oCPfdb batchexecute request.
+type reviewsRequest struct {
+	rpc, pkg, token string
+	sort, count     int
+}
+
+// decodeReviewsRequest checks the request the way Google would need it.
+func decodeReviewsRequest(r *http.Request) (reviewsRequest, error) {
+	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/x-www-form-urlencoded") {
+		return reviewsRequest{}, fmt.Errorf("content type %q", ct)
+	}
+	if err := r.ParseForm(); err != nil {
+		return reviewsRequest{}, err
+	}
+	var env [][][]any
+	if err := json.Unmarshal([]byte(r.PostForm.Get("f.req")), &env); err != nil || len(env) != 1 || len(env[0]) != 1 || len(env[0][0]) != 4 {
+		return reviewsRequest{}, fmt.Errorf("envelope %q: %v", r.PostForm.Get("f.req"), err)
+	}
+	call := env[0][0]
+	rpc, _ := call[0].(string)
+	argText, _ := call[1].(string)
+	if call[3] != "generic" {
+		return reviewsRequest{}, fmt.Errorf("envelope %v", call)
+	}
+	// [null,null,[2,sort,[count,null,token],null,[]],[pkg,7]]
+	var args []any
+	if err := json.Unmarshal([]byte(argText), &args); err != nil || len(args) != 4 {
+		return reviewsRequest{}, fmt.Errorf("args %q: %v", argText, err)
+	}
+	opts, _ := args[2].([]any)
+	target, _ := args[3].([]any)
+	if len(opts) != 5 || len(target) != 2 || target[1] != 7.0 {
+		return reviewsRequest{}, fmt.Errorf("args %q", argText)
+	}
+	paging, _ := opts[2].([]any)
+	if len(paging) != 3 {
+		return reviewsRequest{}, fmt.Errorf("paging %v", opts[2])
+	}
+	req := reviewsRequest{rpc: rpc}
+	req.pkg, _ = target[0].(string)
+	sort, _ := opts[1].(float64)
+	count, _ := paging[0].(float64)
+	req.sort, req.count = int(sort), int(count)
+	if paging[2] != nil {
+		tok, ok := paging[2].(string)
+		if !ok || tok == "" {
+			return reviewsRequest{}, fmt.Errorf("token %v", paging[2])
+		}
+		req.token = tok
+	}
+	if req.pkg == "" || req.count <= 0 {
+		return reviewsRequest{}, fmt.Errorf("args %q", argText)
+	}
+	return req, nil
+}
+
+func (s *replayPlayStore) serveReviews(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	req, err := decodeReviewsRequest(r)
+	if err != nil || q.Get("hl") == "" || q.Get("gl") == "" {
+		http.Error(w, fmt.Sprintf("bad reviews request: %v", err), http.StatusBadRequest)
+		return
+	}
+	nid := s.nid(w, r)
+	app, fault := s.countAndFault("reviews", req.pkg, r)
+	s.mu.Lock()
+	s.lastReviewReq, s.lastPageSize = q, req.count
+	fixture := s.fixturePages
+	s.mu.Unlock()
+	if s.writeFault(w, r, fault, app, replayFrames(req.rpc, "[]")) {
+		return
+	}
+	if fixture != nil && req.pkg == "com.google.android.apps.translate" {
+		page, ok := fixture[req.token]
+		if !ok {
+			page = replayErrorFrames(req.rpc)
+		}
+		_, _ = w.Write(page)
+		return
+	}
+	if req.sort != sortNewest {
+		http.Error(w, "the replay server serves newest first only", http.StatusBadRequest)
+		return
+	}
+	offset := 0
+	if req.token != "" {
+		tokPkg, tokOffset, tokNID, ok := decodeReplayToken(req.token)
+		if !ok || tokPkg != req.pkg {
+			http.Error(w, "bad token", http.StatusBadRequest)
+			return
+		}
+		if tokNID != nid {
+			// Google answers a continuation from an unknown session with an
+			// error entry.
+			_, _ = w.Write(replayErrorFrames(req.rpc))
+			return
+		}
+		offset = tokOffset
+	}
+	total := app.Reviews
+	switch {
+	case total == 0:
+		total = 300
+	case total < 0:
+		total = 0
+	}
+	end := min(offset+req.count, total)
+	records := make([]any, 0, max(end-offset, 0))
+	for i := offset; i < end; i++ {
+		records = append(records, replayReviewRecord(req.pkg, i, app.Persian))
+	}
+	var payload []any
+	if len(records) > 0 {
+		next := []any{nil}
+		if end < total {
+			next = append(next, encodeReplayToken(req.pkg, end, nid))
+		}
+		payload = []any{records, next}
+	}
+	text, err := json.Marshal(payload)
+	if err != nil {
+		s.t.Error(err)
+	}
+	if payload == nil {
+		text = []byte("[]")
+	}
+	_, _ = w.Write(replayFrames(req.rpc, string(text)))
+}
+
+// replayFrames wraps a payload the way batchexecute does (no rt=c).
+func replayFrames(rpc, payload string) []byte {
+	frames, _ := json.Marshal([]any{
+		[]any{"wrb.fr", rpc, payload, nil, nil, nil, "generic"},
+		[]any{"di", 42},
+		[]any{"af.httprm", 42, "-1234567890", 17},
+	})
+	return append([]byte(")]}'\n\n"), frames...)
+}
+
+func replayErrorFrames(rpc string) []byte {
+	frames, _ := json.Marshal([]any{
+		[]any{"wrb.fr", rpc, nil, nil, nil, []any{5, nil, []any{[]any{"type.googleapis.com/wireless.android.finsky.boq.web.data.store.error.PlayDataError", []any{1}}}}, "generic"},
+		[]any{"di", 42},
+	})
+	return append([]byte(")]}'\n\n"), frames...)
+}
+
+func encodeReplayToken(pkg string, offset int, nid string) string {
+	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "%s|%d|%s", pkg, offset, nid))
+}
+
+func decodeReplayToken(tok string) (pkg string, offset int, nid string, ok bool) {
+	raw, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return "", 0, "", false
+	}
+	parts := strings.Split(string(raw), "|")
+	if len(parts) != 3 {
+		return "", 0, "", false
+	}
+	offset, err = strconv.Atoi(parts[1])
+	return parts[0], offset, parts[2], err == nil
+}
+
+// replayReviewID and replayReviewAt say what review i (0 = newest) of pkg
+// is, so tests can check ids and exact timestamps.
+func replayReviewID(pkg string, i int) string {
+	h := fnv.New32a()
+	_, _ = io.WriteString(h, pkg)
+	return fmt.Sprintf("%08x-%04x-4%03x-8000-%012d", h.Sum32(), i/4096%65536, i%4096, i)
+}
+
+func replayReviewAt(i int) time.Time {
+	// 37 s apart, nanos below and above 100 ms (the JS library's pitfall).
+	return time.Unix(replayNewest-int64(i)*37, int64(i%10)*77_000_000).UTC()
+}
+
+// replayReviewRecord builds review i of pkg in the 17-slot UsvDTd layout.
+func replayReviewRecord(pkg string, i int, persian bool) []any {
+	at := replayReviewAt(i)
+	name := fmt.Sprintf("User %d", i)
+	content := fmt.Sprintf("Review %d of %s: works fine", i, pkg)
+	if persian {
+		name = fmt.Sprintf("کاربر %d", i)
+		content = fmt.Sprintf("نظر %d: برنامه خیلی خوبیه 👍🏽🇮🇷\nممنون\u0000", i)
+	}
+	var reply any
+	if i%5 == 0 {
+		reply = []any{"Developer", "Thanks for the review!", []any{at.Unix() + 3600, 5_000_000}}
+	}
+	var version any
+	if i%4 != 0 {
+		version = "1." + strconv.Itoa(i%7) + ".0"
+	}
+	image := []any{nil, 2, nil, []any{nil, nil, "https://play-lh.googleusercontent.com/a/u" + strconv.Itoa(i) + "=mo"}}
+	return []any{
+		replayReviewID(pkg, i), []any{name, image}, i%5 + 1, nil, content,
+		[]any{at.Unix(), at.Nanosecond()}, i % 13, reply, nil,
+		[]any{"1100" + strconv.Itoa(i), name, nil, []any{image, true}}, version,
+		nil, nil, nil, nil, nil, 1,
+	}
+}
+
+// editDetailsBlock rewrites the app message R of a details page with edit
+// (R decoded by encoding/json, numbers kept exact) and returns the new page.
+func editDetailsBlock(t testing.TB, page []byte, edit func(r []any)) []byte {
+	t.Helper()
+	for key, data := range dataBlocks(page) {
+		if key != "ds:5" {
+			continue
+		}
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber()
+		var block []any
+		if err := dec.Decode(&block); err != nil {
+			t.Fatal(err)
+		}
+		r := block[1].([]any)[2].([]any)
+		edit(r)
+		edited, err := json.Marshal(block)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := bytes.Index(page, data)
+		return slices.Concat(page[:start], edited, page[start+len(data):])
+	}
+	t.Fatal("no ds:5 block")
+	return nil
+}

@@ -1,0 +1,440 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// testPlayStore is a client wired to a replay server, with fake clocks that
+// fire at once and record every wait: the client's (backoff) and the pool's
+// (bench cool-downs, rate limit, gaps).
+type testPlayStore struct {
+	client    *playStoreClient
+	pool      *proxyPool
+	clock     *fakeClock // client: backoff waits
+	poolClock *fakeClock
+	reg       *prometheus.Registry
+}
+
+// newTestPlayStore builds a client for baseURL; tune may adjust the configs.
+func newTestPlayStore(t testing.TB, baseURL string, tune func(*proxyPoolConfig, *playStoreConfig)) *testPlayStore {
+	t.Helper()
+	ts := &testPlayStore{clock: newFakeClock(true), poolClock: newFakeClock(true), reg: prometheus.NewRegistry()}
+	poolCfg := proxyPoolConfig{MinGap: -1, Clock: ts.poolClock, Random: fixedRandom(0.5)}
+	clientCfg := playStoreConfig{BaseURL: baseURL, Clock: ts.clock, Random: fixedRandom(0.5)}
+	if tune != nil {
+		tune(&poolCfg, &clientCfg)
+	}
+	log := slog.New(slog.DiscardHandler)
+	var err error
+	if ts.pool, err = newProxyPool(poolCfg, ts.reg, log); err != nil {
+		t.Fatal(err)
+	}
+	if ts.client, err = newPlayStoreClient(clientCfg, ts.pool, ts.reg, log); err != nil {
+		t.Fatal(err)
+	}
+	return ts
+}
+
+// metric returns the value of a counter or gauge with the given labels, or
+// the sample count of a histogram.
+func metric(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if !hasLabels(m, labels) {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return 0
+}
+
+func hasLabels(m *dto.Metric, want map[string]string) bool {
+	n := 0
+	for _, l := range m.GetLabel() {
+		if v, ok := want[l.GetName()]; ok {
+			if v != l.GetValue() {
+				return false
+			}
+			n++
+		}
+	}
+	return n == len(want)
+}
+
+func requestsMetric(t testing.TB, ts *testPlayStore, outcome string) float64 {
+	return metric(t, ts.reg, "playwatch_playstore_requests_total", map[string]string{"outcome": outcome, "proxy": "direct"})
+}
+
+func TestPlayClientDetailsForAnyPackage(t *testing.T) {
+	rs := newReplayPlayStore(t)
+	rs.setApp("ir.example.bank", replayApp{Title: "بانک نمونه"})
+	ts := newTestPlayStore(t, rs.URL, nil)
+	before := time.Now()
+	d, err := ts.client.Details(context.Background(), "ir.example.bank", "fa", "ir")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.PackageName != "ir.example.bank" || d.Title != "بانک نمونه" || *d.MinInstalls != 50000000 || *d.Version != "1.26.32.2" {
+		t.Fatalf("details %+v", d)
+	}
+	if d.FetchedAt.Before(before.Add(-time.Second)) || d.FetchedAt.Location() != time.UTC {
+		t.Errorf("fetched at %v", d.FetchedAt)
+	}
+	if rs.requests("details", "ir.example.bank") != 1 || requestsMetric(t, ts, "ok") != 1 {
+		t.Errorf("requests %d, ok metric %v", rs.requests("details", "ir.example.bank"), requestsMetric(t, ts, "ok"))
+	}
+	if n := metric(t, ts.reg, "playwatch_playstore_request_duration_seconds", map[string]string{"endpoint": "details"}); n != 1 {
+		t.Errorf("latency observations %v", n)
+	}
+}
+
+func TestPlayClientReviewsPagingStopsAtN(t *testing.T) {
+	rs := newReplayPlayStore(t)
+	rs.setApp("com.example.many", replayApp{Reviews: 2000})
+	rs.setApp("com.example.few", replayApp{Reviews: 320})
+	ts := newTestPlayStore(t, rs.URL, nil)
+	ctx := context.Background()
+
+	for _, tc := range []struct {
+		pkg         string
+		n, want     int
+		wantFetches int
+	}{
+		{"com.example.many", 0, 1000, 7}, // default n: 7 pages of 150, cut to 1000
+		{"com.example.many", 200, 200, 2},
+		{"com.example.few", 1000, 320, 3}, // the token ends first: 150+150+20
+	} {
+		before := rs.requests("reviews", tc.pkg)
+		got, err := ts.client.Reviews(ctx, tc.pkg, "en", "us", tc.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != tc.want {
+			t.Fatalf("%s n=%d: %d reviews, want %d", tc.pkg, tc.n, len(got), tc.want)
+		}
+		if fetches := rs.requests("reviews", tc.pkg) - before; fetches != tc.wantFetches {
+			t.Errorf("%s n=%d: %d requests, want %d", tc.pkg, tc.n, fetches, tc.wantFetches)
+		}
+		for i, r := range got {
+			if r.ReviewID != replayReviewID(tc.pkg, i) || !r.At.Equal(replayReviewAt(i)) {
+				t.Fatalf("review %d: %s at %v, want %s at %v", i, r.ReviewID, r.At, replayReviewID(tc.pkg, i), replayReviewAt(i))
+			}
+		}
+	}
+	if rs.lastPageSize != 150 || rs.lastReviewReq.Get("hl") != "en" || rs.lastReviewReq.Get("gl") != "us" {
+		t.Errorf("page size %d, query %v", rs.lastPageSize, rs.lastReviewReq)
+	}
+}
+
+func TestPlayClientReviewsFollowRecordedToken(t *testing.T) {
+	rs := newReplayPlayStore(t)
+	rs.useFixtureReviews("com.google.android.apps.translate")
+	ts := newTestPlayStore(t, rs.URL, nil)
+	got, err := ts.client.Reviews(context.Background(), "com.google.android.apps.translate", "en", "us", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Page 1, page 2 (reached with page 1's recorded token), then the empty
+	// answer to page 2's token.
+	if len(got) != 300 || rs.requests("reviews", "com.google.android.apps.translate") != 3 {
+		t.Fatalf("%d reviews in %d requests", len(got), rs.requests("reviews", "com.google.android.apps.translate"))
+	}
+	if got[0].ReviewID != "017452fc-0d4b-471d-b406-bcf0f52387a7" || got[150].ReviewID != "631c8899-005f-47b7-9480-0b480748eebf" {
+		t.Errorf("first of each page: %s, %s", got[0].ReviewID, got[150].ReviewID)
+	}
+	if got[0].At.Unix() != 1783346124 || got[0].At.Nanosecond() != 77000000 {
+		t.Errorf("first at %v", got[0].At)
+	}
+}
+
+func TestPlayClientReviewsDeduplicate(t *testing.T) {
+	rs := newReplayPlayStore(t)
+	rs.useFixtureReviews("com.google.android.apps.translate")
+	p1 := readPlaystoreFixture(t, "reviews_UsvDTd_com.google.android.apps.translate_en_us_page1.txt")
+	// The continuation answers page 1 again: nothing new, so paging stops.
+	rs.fixturePages[fixtureToken(t, p1)] = p1
+	ts := newTestPlayStore(t, rs.URL, nil)
+	got, err := ts.client.Reviews(context.Background(), "com.google.android.apps.translate", "en", "us", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make(map[string]bool)
+	for _, r := range got {
+		if ids[r.ReviewID] {
+			t.Fatalf("duplicate %s", r.ReviewID)
+		}
+		ids[r.ReviewID] = true
+	}
+	if len(got) != 150 || rs.requests("reviews", "com.google.android.apps.translate") != 2 {
+		t.Fatalf("%d reviews in %d requests, want 150 in 2", len(got), rs.requests("reviews", "com.google.android.apps.translate"))
+	}
+}
+
+func TestPlayClient429ThenSuccessBacksOff(t *testing.T) {
+	rs := newReplayPlayStore(t)
+	rs.setApp("com.example.busy", replayApp{DetailsFaults: []replayFault{fault429, fault503}})
+	ts := newTestPlayStore(t, rs.URL, nil)
+	d, err := ts.client.Details(context.Background(), "com.example.busy", "en", "us")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Title != "App com.example.busy" || rs.requests("details", "com.example.busy") != 3 {
+		t.Fatalf("title %q after %d requests", d.Title, rs.requests("details", "com.example.busy"))
+	}
+	// min(2s·2^n, 30s)·(0.5+0.5): 2 s, then 4 s.
+	if waits := ts.clock.allWaits(); !slices.Equal(waits, []time.Duration{2 * time.Second, 4 * time.Second}) {
+		t.Errorf("backoff waits %v, want [2s 4s]", waits)
+	}
+	if requestsMetric(t, ts, "rate_limited") != 2 || requestsMetric(t, ts, "ok") != 1 {
+		t.Errorf("metrics rate_limited %v ok %v", requestsMetric(t, ts, "rate_limited"), requestsMetric(t, ts, "ok"))
+	}
+	// Two throttled answers in a row bench the (only) egress: the third
+	// attempt waited for its cool-down, then probed it.
+	if waits := ts.poolClock.allWaits(); !slices.Equal(waits, []time.Duration{time.Minute}) {
+		t.Errorf("pool waits %v, want the 1m cool-down", waits)
+	}
+	if h := metric(t, ts.reg, "playwatch_proxy_healthy", nil); h != 1 {
+		t.Errorf("healthy egresses %v after the probe succeeded", h)
+	}
+}
+
+func TestPlayClientBackoffJitterAndCap(t *testing.T) {
+	rs := newReplayPlayStore(t)
+	rs.setApp("com.example.down", replayApp{DetailsAlways: fault500})
+	ts := newTestPlayStore(t, rs.URL, func(_ *proxyPoolConfig, c *playStoreConfig) {
+		c.Random = fixedRandom(0.99)
+		c.BackoffCap = 5 * time.Second
+	})
+	_, err := ts.client.Details(context.Background(), "com.example.down", "en", "us")
+	if !errors.Is(err, errUpstream) || !strings.Contains(err.Error(), "gave up after 4 attempts") {
+		t.Fatalf("error %v", err)
+	}
+	want := []time.Duration{2980 * time.Millisecond, 5960 * time.Millisecond, 7450 * time.Millisecond} // 2s, 4s, min(8s, 5s) times 1.49
+	if waits := ts.clock.allWaits(); !slices.Equal(waits, want) {
+		t.Errorf("waits %v, want %v", waits, want)
+	}
+}
+
+func TestPlayClientRespectsRetryAfter(t *testing.T) {
+	rs := newReplayPlayStore(t)
+	rs.setApp("com.example.slowdown", replayApp{DetailsFaults: []replayFault{fault429}, RetryAfter: "7"})
+	ts := newTestPlayStore(t, rs.URL, nil)
+	if _, err := ts.client.Details(context.Background(), "com.example.slowdown", "en", "us"); err != nil {
+		t.Fatal(err)
+	}
+	if waits := ts.clock.allWaits(); !slices.Equal(waits, []time.Duration{7 * time.Second}) {
+		t.Errorf("waits %v, want the 7s of Retry-After", waits)
+	}
+}
+
+func TestPlayClientStopsBeforeTheDeadline(t *testing.T) {
+	rs := newReplayPlayStore(t)
+	rs.setApp("com.example.busy", replayApp{DetailsAlways: fault429})
+	ts := newTestPlayStore(t, rs.URL, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := ts.client.Details(ctx, "com.example.busy", "en", "us")
+	// Waits of 2 s then 4 s: the second would end after the 5 s deadline.
+	if !errors.Is(err, errRateLimited) || !strings.Contains(err.Error(), "would pass the deadline") {
+		t.Fatalf("error %v", err)
+	}
+	if n := rs.requests("details", "com.example.busy"); n != 2 {
+		t.Errorf("%d requests, want 2", n)
+	}
+}
+
+func TestPlayClient404IsPermanent(t *testing.T) {
+	rs := newReplayPlayStore(t)
+	rs.setApp("com.example.gone", replayApp{DetailsAlways: fault404})
+	ts := newTestPlayStore(t, rs.URL, nil)
+	_, err := ts.client.Details(context.Background(), "com.example.gone", "en", "us")
+	if !errors.Is(err, errNotFound) || errorReason(err) != "not_found" || isTransient(err) {
+		t.Fatalf("error %v (reason %s)", err, errorReason(err))
+	}
+	if n := rs.requests("details", "com.example.gone"); n != 1 {
+		t.Errorf("%d requests for a 404, want exactly 1", n)
+	}
+	if len(ts.clock.allWaits()) != 0 || requestsMetric(t, ts, "not_found") != 1 {
+		t.Errorf("waits %v, not_found metric %v", ts.clock.allWaits(), requestsMetric(t, ts, "not_found"))
+	}
+}
+
+func TestPlayClientBlockPagesAreRateLimits(t *testing.T) {
+	for name, fault := range map[string]replayFault{"captcha": faultCaptcha, "consent": faultConsent} {
+		t.Run(name, func(t *testing.T) {
+			rs := newReplayPlayStore(t)
+			rs.setApp("com.example.app", replayApp{DetailsAlways: fault})
+			ts := newTestPlayStore(t, rs.URL, nil)
+			_, err := ts.client.Details(context.Background(), "com.example.app", "en", "us")
+			if !errors.Is(err, errBlocked) || !errors.Is(err, errRateLimited) || errorReason(err) != "rate_limited" {
+				t.Fatalf("error %v", err)
+			}
+			if n := rs.requests("details", "com.example.app"); n != 4 {
+				t.Errorf("%d requests, want 4 (retried as transient)", n)
+			}
+			if rs.sorryHits != 0 {
+				t.Error("the client followed the redirect to the captcha page")
+			}
+		})
+	}
+}
+
+func TestPlayClientCutBodyIsRetried(t *testing.T) {
+	rs := newReplayPlayStore(t)
+	rs.setApp("com.example.flaky", replayApp{DetailsFaults: []replayFault{faultCutBody}})
+	ts := newTestPlayStore(t, rs.URL, nil)
+	d, err := ts.client.Details(context.Background(), "com.example.flaky", "en", "us")
+	if err != nil || d.Title != "App com.example.flaky" {
+		t.Fatalf("%q, %v", d.Title, err)
+	}
+	if n := rs.requests("details", "com.example.flaky"); n != 2 || requestsMetric(t, ts, "error") != 1 {
+		t.Errorf("%d requests, error metric %v", n, requestsMetric(t, ts, "error"))
+	}
+}
+
+func TestPlayClientTimeoutIsRetried(t *testing.T) {
+	rs := newReplayPlayStore(t)
+	rs.setApp("com.example.slow", replayApp{DetailsFaults: []replayFault{faultSlow}})
+	ts := newTestPlayStore(t, rs.URL, func(p *proxyPoolConfig, _ *playStoreConfig) { p.HeaderTimeout = 100 * time.Millisecond })
+	d, err := ts.client.Details(context.Background(), "com.example.slow", "en", "us")
+	if err != nil || d.Title != "App com.example.slow" {
+		t.Fatalf("%q, %v", d.Title, err)
+	}
+	if n := rs.requests("details", "com.example.slow"); n != 2 {
+		t.Errorf("%d requests", n)
+	}
+}
+
+func TestPlayClientUnreadablePagesAreParseErrors(t *testing.T) {
+	for name, fault := range map[string]replayFault{"truncated": faultTruncated, "no data block": faultNoDataBlock} {
+		t.Run(name, func(t *testing.T) {
+			rs := newReplayPlayStore(t)
+			rs.setApp("com.example.odd", replayApp{DetailsAlways: fault})
+			ts := newTestPlayStore(t, rs.URL, nil)
+			_, err := ts.client.Details(context.Background(), "com.example.odd", "en", "us")
+			var perr *parseError
+			if !errors.As(err, &perr) || !strings.Contains(perr.Path, "Ws7gDc") || errorReason(err) != "parse_error" {
+				t.Fatalf("error %v", err)
+			}
+			if n := rs.requests("details", "com.example.odd"); n != 1 || requestsMetric(t, ts, "parse_error") != 1 {
+				t.Errorf("%d requests (parse errors are not retried), metric %v", n, requestsMetric(t, ts, "parse_error"))
+			}
+		})
+	}
+}
+
+func TestPlayClientErrorEntryIsRetried(t *testing.T) {
+	rs := newReplayPlayStore(t)
+	rs.setApp("com.example.app", replayApp{Reviews: 100, ReviewsFaults: []replayFault{faultRPCError}})
+	ts := newTestPlayStore(t, rs.URL, nil)
+	got, err := ts.client.Reviews(context.Background(), "com.example.app", "en", "us", 1000)
+	if err != nil || len(got) != 100 {
+		t.Fatalf("%d reviews, %v", len(got), err)
+	}
+	if n := rs.requests("reviews", "com.example.app"); n != 2 {
+		t.Errorf("%d requests, want 2", n)
+	}
+
+	// An error entry that persists ends the paging with the reviews so far.
+	rs.setApp("com.example.app", replayApp{Reviews: 1000, ReviewsFaults: []replayFault{faultNone}, ReviewsAlways: faultRPCError})
+	got, err = ts.client.Reviews(context.Background(), "com.example.app", "en", "us", 1000)
+	if !errors.Is(err, errUpstream) || len(got) != 150 || !strings.Contains(err.Error(), "page 2") {
+		t.Fatalf("%d reviews, %v", len(got), err)
+	}
+}
+
+func TestPlayClientUnratedApp(t *testing.T) {
+	rs := newReplayPlayStore(t)
+	page := editDetailsBlock(t, readPlaystoreFixture(t, "details_com.mojang.minecraftpe_en_us.html"), func(r []any) { r[51] = nil })
+	rs.setApp("com.mojang.minecraftpe", replayApp{DetailsPage: page})
+	ts := newTestPlayStore(t, rs.URL, nil)
+	d, err := ts.client.Details(context.Background(), "com.mojang.minecraftpe", "en", "us")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Score != nil || d.Ratings != nil || d.ReviewsCount != nil || d.ScoreText != nil {
+		t.Fatalf("unrated app has score %v ratings %v reviews %v", d.Score, d.Ratings, d.ReviewsCount)
+	}
+	if *d.MinInstalls != 50000000 || *d.Version != "1.26.32.2" {
+		t.Fatalf("other fields lost: %+v", d)
+	}
+	m := appStatsFromDetails(d)
+	if m.Score != nil || m.Ratings != nil || m.ReviewsCount != nil {
+		t.Fatalf("message %+v", m)
+	}
+}
+
+func TestPlayClientPersianReviews(t *testing.T) {
+	rs := newReplayPlayStore(t)
+	rs.setApp("ir.example.chat", replayApp{Reviews: 20, Persian: true})
+	ts := newTestPlayStore(t, rs.URL, nil)
+	loc := defaultLocales().forApp(true)
+	got, err := ts.client.Reviews(context.Background(), "ir.example.chat", loc.Lang, loc.Country, 1000)
+	if err != nil || len(got) != 20 {
+		t.Fatalf("%d reviews, %v", len(got), err)
+	}
+	if rs.lastReviewReq.Get("hl") != "fa" || rs.lastReviewReq.Get("gl") != "ir" {
+		t.Errorf("query %v", rs.lastReviewReq)
+	}
+	want := "نظر 3: برنامه خیلی خوبیه 👍🏽🇮🇷\nممنون\u0000"
+	if *got[3].Content != want || *got[3].UserName != "کاربر 3" {
+		t.Fatalf("content %q by %q", *got[3].Content, *got[3].UserName)
+	}
+	m := reviewMessageFrom("ir.example.chat", got[3])
+	if *m.Content != strings.TrimSuffix(want, "\u0000") {
+		t.Errorf("message content %q: U+0000 not stripped or newline lost", *m.Content)
+	}
+}
+
+func TestPlayLocaleDefaults(t *testing.T) {
+	d := defaultLocales()
+	if d.forApp(false) != (locale{"en", "us"}) || d.forApp(true) != (locale{"fa", "ir"}) {
+		t.Fatalf("%v %v", d.forApp(false), d.forApp(true))
+	}
+	custom := localeDefaults{Default: locale{"de", "de"}, Iranian: locale{"fa", "ir"}}
+	if custom.forApp(false) != (locale{"de", "de"}) {
+		t.Fatal(custom.forApp(false))
+	}
+}
+
+func TestPlayErrorReasons(t *testing.T) {
+	for err, want := range map[error]string{
+		nil:         "ok",
+		errNotFound: "not_found",
+		&statusError{Code: 429, kind: errRateLimited}: "rate_limited",
+		errBlocked:             "rate_limited",
+		&parseError{Path: "x"}: "parse_error",
+		errNetwork:             "error",
+		errUpstream:            "error",
+		context.Canceled:       "error",
+	} {
+		if got := errorReason(err); got != want {
+			t.Errorf("errorReason(%v) = %s, want %s", err, got, want)
+		}
+	}
+}

@@ -1,0 +1,391 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// proxyPoolConfig tunes the egresses. Zero fields take the defaults of
+// withDefaults; tests shrink the durations and inject Clock and Random.
+type proxyPoolConfig struct {
+	// Proxies are proxy URLs (config PROXIES); none means one direct egress.
+	Proxies []string
+	// RateLimitRequests per RateLimitPeriod is each egress's token bucket
+	// (config RATE_LIMIT_REQUESTS, RATE_LIMIT_PERIOD); 0 requests = unlimited.
+	RateLimitRequests int
+	RateLimitPeriod   time.Duration
+
+	MaxInFlight    int           // concurrent requests per egress
+	MinGap         time.Duration // between request starts on one egress; negative: none
+	BenchThreshold float64       // health score below which an egress is benched
+	SuccessStep    float64       // score added by a success (the score caps at 1)
+	FailureFactor  float64       // score multiplier on a 429, timeout or network error
+	BaseCooldown   time.Duration // first bench; doubles on each bench in a row
+	MaxCooldown    time.Duration
+
+	ConnectTimeout time.Duration // TCP and TLS handshake
+	HeaderTimeout  time.Duration // request sent to response headers
+	RequestTimeout time.Duration // the whole exchange, body included
+
+	Clock  clock
+	Random func() float64
+}
+
+func (c proxyPoolConfig) withDefaults() proxyPoolConfig {
+	setDefault(&c.RateLimitPeriod, time.Minute)
+	setDefault(&c.MaxInFlight, 2)
+	setDefault(&c.MinGap, time.Second)
+	setDefault(&c.BenchThreshold, 0.3)
+	setDefault(&c.SuccessStep, 0.1)
+	setDefault(&c.FailureFactor, 0.5)
+	setDefault(&c.BaseCooldown, time.Minute)
+	setDefault(&c.MaxCooldown, 30*time.Minute)
+	setDefault(&c.ConnectTimeout, 10*time.Second)
+	setDefault(&c.HeaderTimeout, 20*time.Second)
+	setDefault(&c.RequestTimeout, 60*time.Second)
+	if c.Clock == nil {
+		c.Clock = systemClock{}
+	}
+	if c.Random == nil {
+		c.Random = rand.Float64
+	}
+	return c
+}
+
+func setDefault[T comparable](field *T, def T) {
+	var zero T
+	if *field == zero {
+		*field = def
+	}
+}
+
+// leaseOutcome is what a request through a lease says about its egress.
+type leaseOutcome int
+
+const (
+	outcomeOK        leaseOutcome = iota // an answer came (404 included): the egress works
+	outcomeThrottled                     // 429, 503, captcha or consent page
+	outcomeFailed                        // network error, timeout, 5xx
+	outcomeNeutral                       // canceled, or an answer that says nothing about the egress
+)
+
+// egress is one way out to the Play Store: a proxy or the direct route, with
+// its own connections, cookie jar, token bucket and health.
+type egress struct {
+	name   string // "direct" or the proxy's host:port (never its credentials)
+	client *http.Client
+	bucket *tokenBucket
+
+	// Guarded by proxyPool.mu.
+	score        float64   // health in [0, 1]
+	inFlight     int       // leases out
+	nextStart    time.Time // earliest start of the next request (min gap)
+	lastLeased   time.Time // spreads work over equally healthy egresses
+	benchedUntil time.Time // zero while in service
+	benches      int       // benches in a row; the cool-down doubles with each
+	probing      bool      // the one lease allowed after a cool-down is out
+}
+
+// proxyPool hands out leases on its egresses: the healthiest one with a free
+// slot, never one on the bench. When all are benched or busy, Acquire waits.
+type proxyPool struct {
+	cfg      proxyPoolConfig
+	log      *slog.Logger
+	egresses []*egress
+
+	healthy       prometheus.Gauge
+	tokenWaits    *prometheus.CounterVec
+	tokenWaitTime *prometheus.CounterVec
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced whenever an egress frees up
+}
+
+// lease is the right to send one request through one egress.
+type lease struct {
+	pool     *proxyPool
+	egress   *egress
+	probe    bool
+	released bool // guarded by pool.mu
+}
+
+// newProxyPool builds one egress per proxy, or a single direct one.
+func newProxyPool(cfg proxyPoolConfig, reg prometheus.Registerer, log *slog.Logger) (*proxyPool, error) {
+	cfg = cfg.withDefaults()
+	p := &proxyPool{
+		cfg:     cfg,
+		log:     log,
+		changed: make(chan struct{}),
+		healthy: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "playwatch_proxy_healthy",
+			Help: "Egresses (proxies, or the direct route) in service, not benched.",
+		}),
+		tokenWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "playwatch_ratelimit_waits_total",
+			Help: "Requests that had to wait for a rate-limit token.",
+		}, []string{"proxy"}),
+		tokenWaitTime: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "playwatch_ratelimit_wait_seconds_total",
+			Help: "Time spent waiting for rate-limit tokens.",
+		}, []string{"proxy"}),
+	}
+	for _, c := range []prometheus.Collector{p.healthy, p.tokenWaits, p.tokenWaitTime} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering proxy pool metrics: %w", err)
+		}
+	}
+	routes := cfg.Proxies
+	if len(routes) == 0 {
+		routes = []string{""}
+	}
+	for _, raw := range routes {
+		e := &egress{name: "direct", score: 1,
+			bucket: newTokenBucket(cfg.RateLimitRequests, cfg.RateLimitPeriod, cfg.Clock, cfg.Random)}
+		var proxyURL *url.URL
+		if raw != "" {
+			u, err := parseProxyURL(raw)
+			if err != nil {
+				return nil, err
+			}
+			proxyURL, e.name = u, u.Host
+		}
+		e.client = newEgressClient(proxyURL, cfg)
+		p.egresses = append(p.egresses, e)
+	}
+	p.healthy.Set(float64(len(p.egresses)))
+	return p, nil
+}
+
+func parseProxyURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return nil, fmt.Errorf("proxy %q: %w", redactProxy(raw), err)
+	}
+	switch u.Scheme {
+	case "http", "https", "socks5":
+	default:
+		return nil, fmt.Errorf("proxy %q: scheme must be http, https or socks5", u.Redacted())
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("proxy %q: no host", u.Redacted())
+	}
+	return u, nil
+}
+
+// redactProxy hides credentials in a proxy string that did not even parse.
+func redactProxy(raw string) string {
+	if at := strings.LastIndex(raw, "@"); at >= 0 {
+		return "***" + raw[at:]
+	}
+	return raw
+}
+
+// newEgressClient gives each egress its own connections and cookie jar:
+// Google pins review paging to the backend named in the NID cookie, and a
+// cookie set through one IP means nothing through another.
+func newEgressClient(proxy *url.URL, cfg proxyPoolConfig) *http.Client {
+	jar, _ := cookiejar.New(nil) // never fails without options
+	transport := &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   cfg.ConnectTimeout,
+		ResponseHeaderTimeout: cfg.HeaderTimeout,
+		MaxIdleConnsPerHost:   cfg.MaxInFlight,
+		IdleConnTimeout:       90 * time.Second,
+		ForceAttemptHTTP2:     true,
+	}
+	if proxy != nil {
+		transport.Proxy = http.ProxyURL(proxy)
+	}
+	return &http.Client{
+		Transport:     transport,
+		Jar:           jar,
+		Timeout:       cfg.RequestTimeout,
+		CheckRedirect: stopAtBlockPage,
+	}
+}
+
+// Acquire waits for a lease on the healthiest egress with a free slot, then
+// for that egress's rate-limit token and minimum gap. It never spins: it
+// sleeps until a lease is released or a bench ends, or ctx ends.
+func (p *proxyPool) Acquire(ctx context.Context) (*lease, error) {
+	return p.AcquireSame(ctx, nil)
+}
+
+// AcquireSame is Acquire keeping to the egress prev (if not nil) while it is
+// in service, waiting for it when busy: a reviews continuation token belongs
+// to the NID cookie in that egress's jar.
+func (p *proxyPool) AcquireSame(ctx context.Context, prev *egress) (*lease, error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		p.mu.Lock()
+		now := p.cfg.Clock.Now()
+		e, probe, wakeAt := p.pick(now, prev)
+		changed := p.changed
+		if e != nil {
+			e.inFlight++
+			e.lastLeased = now
+			e.probing = e.probing || probe
+			p.mu.Unlock()
+			l := &lease{pool: p, egress: e, probe: probe}
+			if err := p.pace(ctx, e); err != nil {
+				l.Release(outcomeNeutral)
+				return nil, err
+			}
+			return l, nil
+		}
+		p.mu.Unlock()
+		if err := p.waitForChange(ctx, changed, wakeAt.Sub(now)); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// pick chooses an egress; with none free it returns the time the next bench
+// ends (zero if none is benched: only a release can help then).
+func (p *proxyPool) pick(now time.Time, prefer *egress) (best *egress, probe bool, wakeAt time.Time) {
+	if prefer != nil && prefer.benchedUntil.IsZero() {
+		if prefer.inFlight < p.cfg.MaxInFlight {
+			return prefer, false, time.Time{}
+		}
+		return nil, false, time.Time{}
+	}
+	for _, e := range p.egresses {
+		eProbe := false
+		switch {
+		case now.Before(e.benchedUntil):
+			if wakeAt.IsZero() || e.benchedUntil.Before(wakeAt) {
+				wakeAt = e.benchedUntil
+			}
+			continue
+		case !e.benchedUntil.IsZero(): // cool-down over: one probe at a time
+			if e.probing || e.inFlight > 0 {
+				continue
+			}
+			eProbe = true
+		case e.inFlight >= p.cfg.MaxInFlight:
+			continue
+		}
+		if best == nil || better(e, best) {
+			best, probe = e, eProbe
+		}
+	}
+	return best, probe, wakeAt
+}
+
+// better orders egresses: healthier first, then less busy, then least
+// recently leased.
+func better(a, b *egress) bool {
+	if a.score != b.score {
+		return a.score > b.score
+	}
+	if a.inFlight != b.inFlight {
+		return a.inFlight < b.inFlight
+	}
+	return a.lastLeased.Before(b.lastLeased)
+}
+
+func (p *proxyPool) waitForChange(ctx context.Context, changed <-chan struct{}, d time.Duration) error {
+	var timer <-chan time.Time
+	if d > 0 {
+		c, stop := p.cfg.Clock.NewTimer(d)
+		defer stop()
+		timer = c
+	}
+	select {
+	case <-changed:
+	case <-timer:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// pace waits for the egress's token and then for its minimum gap, so that
+// request starts on one egress are at least MinGap apart.
+func (p *proxyPool) pace(ctx context.Context, e *egress) error {
+	start := p.cfg.Clock.Now()
+	if err := e.bucket.Wait(ctx); err != nil {
+		return fmt.Errorf("waiting for a rate-limit token of %s: %w", e.name, err)
+	}
+	if waited := p.cfg.Clock.Now().Sub(start); waited > 0 {
+		p.tokenWaits.WithLabelValues(e.name).Inc()
+		p.tokenWaitTime.WithLabelValues(e.name).Add(waited.Seconds())
+	}
+	p.mu.Lock()
+	now := p.cfg.Clock.Now()
+	slot := e.nextStart
+	if slot.Before(now) {
+		slot = now
+	}
+	e.nextStart = slot.Add(p.cfg.MinGap)
+	p.mu.Unlock()
+	return sleepCtx(ctx, p.cfg.Clock, slot.Sub(now))
+}
+
+// Client is the HTTP client of the leased egress.
+func (l *lease) Client() *http.Client { return l.egress.client }
+
+// Name is the egress's metrics label: "direct" or the proxy's host:port.
+func (l *lease) Name() string { return l.egress.name }
+
+// Release returns the lease and scores the egress by the request's outcome.
+// Releasing twice is a no-op.
+func (l *lease) Release(outcome leaseOutcome) {
+	p, e := l.pool, l.egress
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if l.released {
+		return
+	}
+	l.released = true
+	e.inFlight--
+	if l.probe {
+		e.probing = false
+	}
+	now := p.cfg.Clock.Now()
+	switch outcome {
+	case outcomeOK:
+		if l.probe {
+			// Back in service halfway to full health: failing again soon
+			// benches it for twice as long.
+			e.benchedUntil = time.Time{}
+			e.score = (p.cfg.BenchThreshold + 1) / 2
+			p.log.Info("egress back in service", "proxy", e.name)
+		} else {
+			e.score = min(1, e.score+p.cfg.SuccessStep)
+		}
+		if e.score >= 1 {
+			e.benches = 0
+		}
+	case outcomeThrottled, outcomeFailed:
+		e.score *= p.cfg.FailureFactor
+		if l.probe || (e.benchedUntil.IsZero() && e.score < p.cfg.BenchThreshold) {
+			cooldown := min(p.cfg.BaseCooldown<<min(e.benches, 30), p.cfg.MaxCooldown)
+			e.benchedUntil = now.Add(cooldown)
+			e.benches++
+			p.log.Warn("egress benched", "proxy", e.name, "score", e.score, "cooldown", cooldown, "benches_in_a_row", e.benches)
+		}
+	}
+	inService := 0
+	for _, x := range p.egresses {
+		if x.benchedUntil.IsZero() {
+			inService++
+		}
+	}
+	p.healthy.Set(float64(inService))
+	close(p.changed)
+	p.changed = make(chan struct{})
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// clock is the time source of the rate limiter, the proxy pool and the retry
+// waits; tests inject a fake one to observe waits without sleeping.
+type clock interface {
+	Now() time.Time
+	// NewTimer returns a channel that receives once d has passed, and a
+	// function that stops the timer.
+	NewTimer(d time.Duration) (<-chan time.Time, func() bool)
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+func (systemClock) NewTimer(d time.Duration) (<-chan time.Time, func() bool) {
+	t := time.NewTimer(d)
+	return t.C, t.Stop
+}
+
+// sleepCtx waits d on clk, or until ctx ends; it never starts a timer for a
+// non-positive d.
+func sleepCtx(ctx context.Context, clk clock, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	c, stop := clk.NewTimer(d)
+	defer stop()
+	select {
+	case <-c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// tokenBucket is a goroutine-safe token bucket: it holds up to `requests`
+// tokens and refills them evenly over `period`. A caller that finds it empty
+// reserves the next token and sleeps until it is due, plus a random extra of
+// up to half a refill interval: the extra is not charged to the next caller,
+// so the average rate stays exact while the spacing never becomes regular.
+type tokenBucket struct {
+	clock  clock
+	random func() float64 // in [0, 1)
+	rate   float64        // tokens per second; 0 means unlimited
+	burst  float64
+	jitter time.Duration
+
+	mu     sync.Mutex
+	tokens float64 // negative: reserved by waiters
+	last   time.Time
+}
+
+// newTokenBucket allows requests per period; requests <= 0 means unlimited.
+// random may be nil (math/rand/v2).
+func newTokenBucket(requests int, period time.Duration, clk clock, random func() float64) *tokenBucket {
+	if random == nil {
+		random = rand.Float64
+	}
+	b := &tokenBucket{clock: clk, random: random}
+	if requests > 0 && period > 0 {
+		b.rate = float64(requests) / period.Seconds()
+		b.burst = float64(requests)
+		b.tokens = b.burst
+		b.jitter = period / time.Duration(requests) / 2
+		b.last = clk.Now()
+	}
+	return b
+}
+
+// Wait takes one token, sleeping until one is due. It returns ctx's error if
+// ctx ends first, and fails at once when the token would come after ctx's
+// deadline; either way the token is given back.
+func (b *tokenBucket) Wait(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if b.rate == 0 {
+		return nil
+	}
+	delay := b.reserve()
+	if delay <= 0 {
+		return nil
+	}
+	if deadline, ok := ctx.Deadline(); ok && b.clock.Now().Add(delay).After(deadline) {
+		b.unreserve()
+		return fmt.Errorf("rate limit: next token in %v comes after the deadline: %w", delay.Round(time.Millisecond), context.DeadlineExceeded)
+	}
+	if err := sleepCtx(ctx, b.clock, delay); err != nil {
+		b.unreserve()
+		return err
+	}
+	return nil
+}
+
+// reserve takes a token, possibly on credit, and says how long to wait for it.
+func (b *tokenBucket) reserve() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.clock.Now()
+	if elapsed := now.Sub(b.last); elapsed > 0 {
+		b.tokens = min(b.burst, b.tokens+elapsed.Seconds()*b.rate)
+		b.last = now
+	}
+	b.tokens--
+	if b.tokens >= 0 {
+		return 0
+	}
+	due := time.Duration(-b.tokens / b.rate * float64(time.Second))
+	return due + time.Duration(b.random()*float64(b.jitter))
+}
+
+func (b *tokenBucket) unreserve() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.tokens = min(b.burst, b.tokens+1)
+}
