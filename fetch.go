@@ -33,26 +33,11 @@ func fetchApp(ctx context.Context, client *playStoreClient, pkg string, loc loca
 	}
 	switch {
 	case detailsErr != nil && reviewsErr != nil:
-		return fmt.Errorf("%s: %s; %s (%d reviews printed)", pkg, describeFetchError(detailsErr), describeFetchError(reviewsErr), len(reviews))
+		return fmt.Errorf("%w; %w (%d reviews printed)", detailsErr, reviewsErr, len(reviews))
 	case detailsErr != nil:
-		return fmt.Errorf("%s: %s (%d reviews printed)", pkg, describeFetchError(detailsErr), len(reviews))
+		return fmt.Errorf("%w (%d reviews printed)", detailsErr, len(reviews))
 	case reviewsErr != nil:
-		return fmt.Errorf("%s: %s (app stats and %d reviews printed)", pkg, describeFetchError(reviewsErr), len(reviews))
+		return fmt.Errorf("%w (app stats and %d reviews printed)", reviewsErr, len(reviews))
 	}
 	return nil
-}
-
-// describeFetchError puts the kind of failure first, then the details.
-func describeFetchError(err error) string {
-	var perr *parseError
-	switch {
-	case errors.Is(err, errBlocked):
-		return "blocked by Google (captcha or consent page) after retries: " + err.Error()
-	case errors.Is(err, errRateLimited):
-		return "rate limited after retries: " + err.Error()
-	case errors.As(err, &perr):
-		return "page layout not understood at " + perr.Path + ": " + err.Error()
-	default:
-		return err.Error()
-	}
 }

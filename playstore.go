@@ -26,7 +26,7 @@ var (
 	errRateLimited = errors.New("rate limited by the Play Store")
 	// errBlocked: redirected to the captcha ("sorry") or consent page. It is
 	// a kind of errRateLimited, so errors.Is(err, errRateLimited) holds too.
-	errBlocked = fmt.Errorf("blocked by a captcha or consent page: %w", errRateLimited)
+	errBlocked error = &subError{"blocked by a captcha or consent page", errRateLimited}
 	// errUpstream: other 5xx, or an error entry in a batchexecute answer.
 	// Transient.
 	errUpstream = errors.New("backend error at the Play Store")
@@ -35,6 +35,15 @@ var (
 	// errUnexpectedStatus: any other HTTP status. Permanent.
 	errUnexpectedStatus = errors.New("unexpected HTTP status from the Play Store")
 )
+
+// subError is a sentinel error that is a kind of another sentinel.
+type subError struct {
+	msg  string
+	kind error
+}
+
+func (e *subError) Error() string        { return e.msg }
+func (e *subError) Is(target error) bool { return target == e.kind }
 
 // statusError is an HTTP answer that is not a 200.
 type statusError struct {
@@ -45,7 +54,7 @@ type statusError struct {
 }
 
 func (e *statusError) Error() string {
-	return fmt.Sprintf("%v (HTTP %d for %s)", e.kind, e.Code, e.Path)
+	return fmt.Sprintf("%v (HTTP %d)", e.kind, e.Code)
 }
 
 func (e *statusError) Unwrap() error { return e.kind }
@@ -220,7 +229,7 @@ func (c *playStoreClient) Reviews(ctx context.Context, pkg, lang, country string
 	for page := 1; len(out) < n; page++ {
 		p, err := c.reviewsPage(ctx, route, pkg, lang, country, token)
 		if err != nil {
-			return out, fmt.Errorf("reviews of %s (hl=%s gl=%s) page %d: %w", pkg, lang, country, page, err)
+			return out, fmt.Errorf("reviews of %s (hl=%s gl=%s), page %d: %w", pkg, lang, country, page, err)
 		}
 		fresh := 0
 		for _, r := range p.Reviews {
@@ -300,11 +309,11 @@ func (c *playStoreClient) call(ctx context.Context, endpoint string, route *egre
 		case ctx.Err() != nil || !isTransient(err):
 			return err
 		case attempt >= c.cfg.Retries:
-			return fmt.Errorf("gave up after %d attempts: %w", attempt+1, err)
+			return fmt.Errorf("%w, gave up after %d attempts", err, attempt+1)
 		}
 		wait := c.backoff(attempt, err)
 		if deadline, ok := ctx.Deadline(); ok && c.cfg.Clock.Now().Add(wait).After(deadline) {
-			return fmt.Errorf("gave up after %d attempts, the next in %v would pass the deadline: %w", attempt+1, wait.Round(time.Millisecond), err)
+			return fmt.Errorf("%w, gave up after %d attempts: the next in %v would pass the deadline", err, attempt+1, wait.Round(time.Millisecond))
 		}
 		c.log.Warn("Play Store request failed, retrying", "endpoint", endpoint, "attempt", attempt+1, "wait", wait, "error", err)
 		if serr := sleepCtx(ctx, c.cfg.Clock, wait); serr != nil {
@@ -372,9 +381,13 @@ func (c *playStoreClient) exchange(ctx context.Context, l *lease, newRequest fun
 	return parse(body, arrived.UTC())
 }
 
-// transportError tells a canceled caller from a failing network.
+// transportError tells a block page and a canceled caller from a failing
+// network.
 func transportError(ctx context.Context, l *lease, err error) error {
+	var uerr *url.Error
 	switch {
+	case errors.Is(err, errBlocked) && errors.As(err, &uerr):
+		return uerr.Err // the redirect policy's own error says it all
 	case errors.Is(err, errBlocked):
 		return err
 	case ctx.Err() != nil:
@@ -439,7 +452,7 @@ func leaseOutcomeOf(ctx context.Context, err error) leaseOutcome {
 // of fetching a page that cannot be parsed.
 func stopAtBlockPage(req *http.Request, via []*http.Request) error {
 	if strings.HasPrefix(req.URL.Path, "/sorry/") || strings.HasPrefix(req.URL.Hostname(), "consent.") {
-		return fmt.Errorf("%w: redirected to %s://%s%s", errBlocked, req.URL.Scheme, req.URL.Host, req.URL.Path)
+		return fmt.Errorf("%w (redirected to %s://%s%s)", errBlocked, req.URL.Scheme, req.URL.Host, req.URL.Path)
 	}
 	if len(via) >= 10 {
 		return errors.New("stopped after 10 redirects")

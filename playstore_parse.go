@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -123,8 +124,8 @@ func findDetailsBlock(page []byte) (jsonValue, string, error) {
 		}
 	}
 	return nil, "", &parseError{
-		Path:   fmt.Sprintf("%s block (%v) [1][2][0][0]", detailsRPC, candidates),
-		Detail: "no data block holds an app title",
+		Path:   strings.Join(candidates, "|") + "[1][2][0][0]",
+		Detail: "no " + detailsRPC + " data block holds an app title",
 	}
 }
 

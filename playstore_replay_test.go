@@ -158,6 +158,34 @@ func (s *replayPlayStore) totalRequests() int {
 	return n
 }
 
+// nidsIssued counts the NID cookies handed out (one per cookie jar).
+func (s *replayPlayStore) nidsIssued() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nextNID
+}
+
+// lastReviewsRequest returns the query and page size of the last reviews
+// request.
+func (s *replayPlayStore) lastReviewsRequest() (query url.Values, pageSize int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastReviewReq, s.lastPageSize
+}
+
+func (s *replayPlayStore) captchaFetches() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sorryHits
+}
+
+// setFixturePage makes the fixture reviews answer body to token.
+func (s *replayPlayStore) setFixturePage(token string, body []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fixturePages[token] = body
+}
+
 func (s *replayPlayStore) proxiedRequests() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -146,8 +146,8 @@ func TestPlayClientReviewsPagingStopsAtN(t *testing.T) {
 			}
 		}
 	}
-	if rs.lastPageSize != 150 || rs.lastReviewReq.Get("hl") != "en" || rs.lastReviewReq.Get("gl") != "us" {
-		t.Errorf("page size %d, query %v", rs.lastPageSize, rs.lastReviewReq)
+	if q, size := rs.lastReviewsRequest(); size != 150 || q.Get("hl") != "en" || q.Get("gl") != "us" {
+		t.Errorf("page size %d, query %v", size, q)
 	}
 }
 
@@ -177,7 +177,7 @@ func TestPlayClientReviewsDeduplicate(t *testing.T) {
 	rs.useFixtureReviews("com.google.android.apps.translate")
 	p1 := readPlaystoreFixture(t, "reviews_UsvDTd_com.google.android.apps.translate_en_us_page1.txt")
 	// The continuation answers page 1 again: nothing new, so paging stops.
-	rs.fixturePages[fixtureToken(t, p1)] = p1
+	rs.setFixturePage(fixtureToken(t, p1), p1)
 	ts := newTestPlayStore(t, rs.URL, nil)
 	got, err := ts.client.Reviews(context.Background(), "com.google.android.apps.translate", "en", "us", 1000)
 	if err != nil {
@@ -297,7 +297,7 @@ func TestPlayClientBlockPagesAreRateLimits(t *testing.T) {
 			if n := rs.requests("details", "com.example.app"); n != 4 {
 				t.Errorf("%d requests, want 4 (retried as transient)", n)
 			}
-			if rs.sorryHits != 0 {
+			if rs.captchaFetches() != 0 {
 				t.Error("the client followed the redirect to the captcha page")
 			}
 		})
@@ -338,7 +338,7 @@ func TestPlayClientUnreadablePagesAreParseErrors(t *testing.T) {
 			ts := newTestPlayStore(t, rs.URL, nil)
 			_, err := ts.client.Details(context.Background(), "com.example.odd", "en", "us")
 			var perr *parseError
-			if !errors.As(err, &perr) || !strings.Contains(perr.Path, "Ws7gDc") || errorReason(err) != "parse_error" {
+			if !errors.As(err, &perr) || perr.Path != "ds:5[1][2][0][0]" || errorReason(err) != "parse_error" {
 				t.Fatalf("error %v", err)
 			}
 			if n := rs.requests("details", "com.example.odd"); n != 1 || requestsMetric(t, ts, "parse_error") != 1 {
@@ -398,8 +398,8 @@ func TestPlayClientPersianReviews(t *testing.T) {
 	if err != nil || len(got) != 20 {
 		t.Fatalf("%d reviews, %v", len(got), err)
 	}
-	if rs.lastReviewReq.Get("hl") != "fa" || rs.lastReviewReq.Get("gl") != "ir" {
-		t.Errorf("query %v", rs.lastReviewReq)
+	if q, _ := rs.lastReviewsRequest(); q.Get("hl") != "fa" || q.Get("gl") != "ir" {
+		t.Errorf("query %v", q)
 	}
 	want := "نظر 3: برنامه خیلی خوبیه 👍🏽🇮🇷\nممنون\u0000"
 	if *got[3].Content != want || *got[3].UserName != "کاربر 3" {

@@ -91,7 +91,7 @@ type egress struct {
 	score        float64   // health in [0, 1]
 	inFlight     int       // leases out
 	nextStart    time.Time // earliest start of the next request (min gap)
-	lastLeased   time.Time // spreads work over equally healthy egresses
+	lastLeased   uint64    // lease sequence number: spreads work over equal egresses
 	benchedUntil time.Time // zero while in service
 	benches      int       // benches in a row; the cool-down doubles with each
 	probing      bool      // the one lease allowed after a cool-down is out
@@ -110,6 +110,7 @@ type proxyPool struct {
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced whenever an egress frees up
+	leases  uint64        // leases handed out so far
 }
 
 // lease is the right to send one request through one egress.
@@ -236,7 +237,8 @@ func (p *proxyPool) AcquireSame(ctx context.Context, prev *egress) (*lease, erro
 		changed := p.changed
 		if e != nil {
 			e.inFlight++
-			e.lastLeased = now
+			p.leases++
+			e.lastLeased = p.leases
 			e.probing = e.probing || probe
 			p.mu.Unlock()
 			l := &lease{pool: p, egress: e, probe: probe}
@@ -294,7 +296,7 @@ func better(a, b *egress) bool {
 	if a.inFlight != b.inFlight {
 		return a.inFlight < b.inFlight
 	}
-	return a.lastLeased.Before(b.lastLeased)
+	return a.lastLeased < b.lastLeased
 }
 
 func (p *proxyPool) waitForChange(ctx context.Context, changed <-chan struct{}, d time.Duration) error {

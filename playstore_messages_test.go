@@ -1,0 +1,107 @@
+package main
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestPlayCleanText(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain":                        "plain",
+		"a\x00b":                       "ab",
+		"keep\nnew\r\nlines\tand tabs": "keep\nnew\r\nlines\tand tabs",
+		"bell\x07 esc\x1b del\x7f":     "bell esc del",
+		"c1\u0085\u009f end":           "c1 end",
+		"bad \xff byte":                "bad \uFFFD byte",
+		"برنامه خوبیه 👍🏽🇮🇷":  "برنامه خوبیه 👍🏽🇮🇷",
+		"rtl\u200fmark kept": "rtl\u200fmark kept",
+	} {
+		if got := cleanText(in); got != want {
+			t.Errorf("cleanText(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// jsonKeys returns the sorted keys of a JSON object.
+func jsonKeys(t *testing.T, b []byte) []string {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func TestPlayAppStatsMessageFromFixtures(t *testing.T) {
+	exp := expectedValues(t)
+	fetched := time.Date(2026, 7, 7, 10, 0, 0, 123456789, time.UTC)
+	for _, name := range []string{
+		"details_com.mojang.minecraftpe_en_us.html",
+		"details_com.google.android.apps.translate_en_us.html",
+		"details_com.adex77.WhereAmI_en_us.html",
+		"details_com.raiseright.edumarketapp_en.html",
+		"details_com.youngkiu.stock_knee_shoulder_ko.html",
+	} {
+		t.Run(name, func(t *testing.T) {
+			d, err := parseDetailsPage(readPlaystoreFixture(t, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.PackageName, d.FetchedAt = "pkg", fetched
+			raw, err := json.Marshal(appStatsFromDetails(d))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []string{"ad_supported", "app_updated_at", "crawled_at", "genre", "min_installs", "package_name", "ratings", "reviews_count", "score", "title", "version"}
+			if keys := jsonKeys(t, raw); !slices.Equal(keys, want) {
+				t.Fatalf("keys %v", keys)
+			}
+			var m map[string]any
+			_ = json.Unmarshal(raw, &m)
+			e := exp[name]
+			if m["title"] != e["title"] || m["genre"] != e["genre"] || m["min_installs"] != e["minInstalls"] ||
+				m["ratings"] != e["ratings"] || m["reviews_count"] != e["reviews"] || m["version"] != e["version"] ||
+				m["ad_supported"] != e["adSupported"] {
+				t.Errorf("message %s\nexpected %v", raw, e)
+			}
+			// A "0.0" average over 0 ratings is not a score.
+			if wantScore := e["score"]; wantScore == 0.0 || wantScore == nil {
+				if m["score"] != nil {
+					t.Errorf("score %v, want null", m["score"])
+				}
+			} else if m["score"] != wantScore {
+				t.Errorf("score %v, want %v", m["score"], wantScore)
+			}
+			updated := time.Unix(int64(e["updated"].(float64)), 0).UTC().Format(time.RFC3339)
+			if m["app_updated_at"] != updated || m["crawled_at"] != "2026-07-07T10:00:00.123456Z" {
+				t.Errorf("app_updated_at %v (want %s), crawled_at %v", m["app_updated_at"], updated, m["crawled_at"])
+			}
+		})
+	}
+}
+
+func TestPlayReviewMessage(t *testing.T) {
+	body := readPlaystoreFixture(t, "reviews_UsvDTd_com.google.android.apps.translate_en_us_page1.txt")
+	payload, err := parseBatchexecute(body, "UsvDTd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := parseReviewsPayload(payload).Reviews[0]
+	r.FetchedAt = time.Date(2026, 7, 7, 10, 0, 0, 0, time.UTC)
+	raw, err := json.Marshal(reviewMessageFrom("com.google.android.apps.translate", r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"package_name":"com.google.android.apps.translate","review_id":"017452fc-0d4b-471d-b406-bcf0f52387a7",` +
+		`"user_name":"Formann Ali","thumbs_up_count":0,"score":5,"content":"niec","at":"2026-07-06T13:55:24.077Z","crawled_at":"2026-07-07T10:00:00Z"}`
+	if string(raw) != want {
+		t.Fatalf("message\n%s\nwant\n%s", raw, want)
+	}
+}
