@@ -187,68 +187,52 @@ func (v jsonValue) get(path ...int) jsonValue {
 	return v
 }
 
-// key returns the member k of an object, or nil.
+// key returns the member k of an object, or nil. Like encoding/json, the
+// last of duplicate members wins.
 func (v jsonValue) key(k string) jsonValue {
+	var found jsonValue
+	v.members(func(name string, value jsonValue) {
+		if name == k {
+			found = value
+		}
+	})
+	return found
+}
+
+// members calls fn for each member of an object, in order, stopping at the
+// first malformed one.
+func (v jsonValue) members(fn func(name string, value jsonValue)) {
 	if !v.isObject() {
-		return nil
+		return
 	}
 	i := skipSpace(v, 1)
 	for i < len(v) && v[i] == '"' {
 		ks, ke, ok := scanValue(v, i)
 		if !ok {
-			return nil
+			return
 		}
+		name, ok := jsonValue(v[ks:ke]).str()
 		i = skipSpace(v, ke)
-		if i >= len(v) || v[i] != ':' {
-			return nil
+		if !ok || i >= len(v) || v[i] != ':' {
+			return
 		}
 		vs, ve, ok := scanValue(v, i+1)
 		if !ok {
-			return nil
+			return
 		}
-		if name, ok := jsonValue(v[ks:ke]).str(); ok && name == k {
-			return v[vs:ve]
-		}
+		fn(name, v[vs:ve])
 		i = skipSpace(v, ve)
 		if i >= len(v) || v[i] != ',' {
-			return nil
+			return
 		}
 		i = skipSpace(v, i+1)
 	}
-	return nil
 }
 
 // keys lists the member names of an object in order.
 func (v jsonValue) keys() []string {
-	if !v.isObject() {
-		return nil
-	}
 	var names []string
-	i := skipSpace(v, 1)
-	for i < len(v) && v[i] == '"' {
-		ks, ke, ok := scanValue(v, i)
-		if !ok {
-			return names
-		}
-		name, ok := jsonValue(v[ks:ke]).str()
-		if !ok {
-			return names
-		}
-		names = append(names, name)
-		i = skipSpace(v, ke)
-		if i >= len(v) || v[i] != ':' {
-			return names
-		}
-		_, ve, ok := scanValue(v, i+1)
-		if !ok {
-			return names
-		}
-		i = skipSpace(v, ve)
-		if i >= len(v) || v[i] != ',' {
-			return names
-		}
-		i = skipSpace(v, i+1)
-	}
+	v.members(func(name string, _ jsonValue) { names = append(names, name) })
 	return names
 }
 

@@ -27,9 +27,11 @@ var (
 	// errBlocked: redirected to the captcha ("sorry") or consent page. It is
 	// a kind of errRateLimited, so errors.Is(err, errRateLimited) holds too.
 	errBlocked error = &subError{"blocked by a captcha or consent page", errRateLimited}
-	// errUpstream: other 5xx, or an error entry in a batchexecute answer.
-	// Transient.
+	// errUpstream: other 5xx. Transient.
 	errUpstream = errors.New("backend error at the Play Store")
+	// errRPCEntry: a 200 batchexecute answer carrying an error entry instead
+	// of a payload; a kind of errUpstream, but no fault of the egress.
+	errRPCEntry error = &subError{"error entry in a batchexecute answer", errUpstream}
 	// errNetwork: connection failure, timeout or a body cut short. Transient.
 	errNetwork = errors.New("network error talking to the Play Store")
 	// errUnexpectedStatus: any other HTTP status. Permanent.
@@ -48,7 +50,6 @@ func (e *subError) Is(target error) bool { return target == e.kind }
 // statusError is an HTTP answer that is not a 200.
 type statusError struct {
 	Code       int
-	Path       string // path and query of the request
 	RetryAfter time.Duration
 	kind       error // one of the sentinels above
 }
@@ -369,6 +370,8 @@ func (c *playStoreClient) exchange(ctx context.Context, l *lease, newRequest fun
 	defer resp.Body.Close()
 	arrived := c.cfg.Clock.Now()
 	if err := c.checkStatus(resp); err != nil {
+		// Drain a little so that the connection can serve the retry.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		return err
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, c.cfg.MaxBody+1))
@@ -401,7 +404,7 @@ func (c *playStoreClient) checkStatus(resp *http.Response) error {
 	if resp.StatusCode == http.StatusOK {
 		return nil
 	}
-	serr := &statusError{Code: resp.StatusCode, Path: resp.Request.URL.RequestURI()}
+	serr := &statusError{Code: resp.StatusCode}
 	switch code := resp.StatusCode; {
 	case code == http.StatusNotFound:
 		serr.kind = errNotFound
@@ -438,7 +441,7 @@ func leaseOutcomeOf(ctx context.Context, err error) leaseOutcome {
 		return outcomeOK
 	case errors.Is(err, errRateLimited):
 		return outcomeThrottled
-	case ctx.Err() != nil:
+	case ctx.Err() != nil || errors.Is(err, errRPCEntry):
 		return outcomeNeutral
 	case errors.Is(err, errNetwork) || errors.Is(err, errUpstream):
 		return outcomeFailed

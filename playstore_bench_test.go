@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"context"
+	"testing"
+)
 
 func BenchmarkPlayParseDetails(b *testing.B) {
 	page := readPlaystoreFixture(b, "details_com.mojang.minecraftpe_en_us.html")
@@ -24,6 +27,40 @@ func BenchmarkPlayParseReviewsPage(b *testing.B) {
 		}
 		if p := parseReviewsPayload(payload); len(p.Reviews) != 150 {
 			b.Fatal(len(p.Reviews))
+		}
+	}
+}
+
+// BenchmarkPlayFetchReviews1000 reads 1000 reviews (7 pages) from the local
+// replay server with the rate limit lifted: client, HTTP and parsing.
+func BenchmarkPlayFetchReviews1000(b *testing.B) {
+	rs := newReplayPlayStore(b)
+	rs.setApp("com.example.app", replayApp{Reviews: 5000})
+	ts := newTestPlayStore(b, rs.URL, func(p *proxyPoolConfig, c *playStoreConfig) {
+		p.Clock, c.Clock = systemClock{}, systemClock{}
+	})
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		got, err := ts.client.Reviews(ctx, "com.example.app", "en", "us", 1000)
+		if err != nil || len(got) != 1000 {
+			b.Fatal(len(got), err)
+		}
+	}
+	b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "reviews/s")
+}
+
+// BenchmarkPlayFetchDetails reads one details page from the replay server.
+func BenchmarkPlayFetchDetails(b *testing.B) {
+	rs := newReplayPlayStore(b)
+	ts := newTestPlayStore(b, rs.URL, func(p *proxyPoolConfig, c *playStoreConfig) {
+		p.Clock, c.Clock = systemClock{}, systemClock{}
+	})
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ts.client.Details(ctx, "com.example.app", "en", "us"); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -115,7 +115,7 @@ func findDetailsBlock(page []byte) (jsonValue, string, error) {
 		candidates = []string{fallbackDetailsBlock}
 	}
 	for key, data := range dataBlocks(page) {
-		if !containsString(candidates, key) || !json.Valid(data) {
+		if !slices.Contains(candidates, key) || !json.Valid(data) {
 			continue
 		}
 		r := jsonValue(data).get(1, 2)
@@ -127,15 +127,6 @@ func findDetailsBlock(page []byte) (jsonValue, string, error) {
 		Path:   strings.Join(candidates, "|") + "[1][2][0][0]",
 		Detail: "no " + detailsRPC + " data block holds an app title",
 	}
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // routedBlocks reads the page's routing table (a JS object literal, not JSON:
@@ -325,15 +316,12 @@ func developerID(link jsonValue) *string {
 	if !ok {
 		return nil
 	}
-	_, id, found := bytes.Cut([]byte(s), []byte("id="))
+	_, id, found := strings.Cut(s, "id=")
 	if !found {
 		return nil
 	}
-	if amp := bytes.IndexByte(id, '&'); amp >= 0 {
-		id = id[:amp]
-	}
-	v := string(id)
-	return &v
+	id, _, _ = strings.Cut(id, "&")
+	return &id
 }
 
 // parseBatchexecute returns the payload of the rpcid answer in a batchexecute
@@ -381,7 +369,7 @@ func framePayload(f []jsonValue, rpcid string) (jsonValue, error) {
 		return jsonValue(text), nil
 	}
 	if detail := f[5]; detail.present() {
-		return nil, fmt.Errorf("%w: %s answered an error entry %s", errUpstream, rpcid, truncateForLog(detail, 200))
+		return nil, fmt.Errorf("%w: %s answered %s", errRPCEntry, rpcid, truncateForLog(detail, 200))
 	}
 	return nil, nil
 }

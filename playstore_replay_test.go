@@ -70,7 +70,8 @@ type replayPlayStore struct {
 	apps          map[string]*replayApp
 	faultsUsed    map[string]int // "details pkg" -> faults consumed
 	pages         map[string][]byte
-	counts        map[string]int // "details pkg" / "reviews pkg" -> requests
+	reviewPages   map[string][]byte // generated answers, by request
+	counts        map[string]int    // "details pkg" / "reviews pkg" -> requests
 	nextNID       int
 	lastReviewReq url.Values // hl/gl of the last reviews request
 	lastPageSize  int
@@ -88,12 +89,13 @@ const (
 func newReplayPlayStore(t testing.TB) *replayPlayStore {
 	t.Helper()
 	s := &replayPlayStore{
-		t:          t,
-		template:   readPlaystoreFixture(t, "details_com.mojang.minecraftpe_en_us.html"),
-		apps:       make(map[string]*replayApp),
-		faultsUsed: make(map[string]int),
-		pages:      make(map[string][]byte),
-		counts:     make(map[string]int),
+		t:           t,
+		template:    readPlaystoreFixture(t, "details_com.mojang.minecraftpe_en_us.html"),
+		apps:        make(map[string]*replayApp),
+		faultsUsed:  make(map[string]int),
+		pages:       make(map[string][]byte),
+		reviewPages: make(map[string][]byte),
+		counts:      make(map[string]int),
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /store/apps/details", s.serveDetails)
@@ -413,6 +415,19 @@ func (s *replayPlayStore) serveReviews(w http.ResponseWriter, r *http.Request) {
 		}
 		offset = tokOffset
 	}
+	_, _ = w.Write(s.generatedReviews(req, app, offset, nid))
+}
+
+// generatedReviews builds (once: benchmarks replay the same pages) the
+// answer with reviews offset.. of req.pkg.
+func (s *replayPlayStore) generatedReviews(req reviewsRequest, app replayApp, offset int, nid string) []byte {
+	key := fmt.Sprintf("%s|%d|%d|%s|%v|%d", req.pkg, offset, req.count, nid, app.Persian, app.Reviews)
+	s.mu.Lock()
+	cached := s.reviewPages[key]
+	s.mu.Unlock()
+	if cached != nil {
+		return cached
+	}
 	total := app.Reviews
 	switch {
 	case total == 0:
@@ -425,22 +440,22 @@ func (s *replayPlayStore) serveReviews(w http.ResponseWriter, r *http.Request) {
 	for i := offset; i < end; i++ {
 		records = append(records, replayReviewRecord(req.pkg, i, app.Persian))
 	}
-	var payload []any
+	text := []byte("[]")
 	if len(records) > 0 {
 		next := []any{nil}
 		if end < total {
 			next = append(next, encodeReplayToken(req.pkg, end, nid))
 		}
-		payload = []any{records, next}
+		var err error
+		if text, err = json.Marshal([]any{records, next}); err != nil {
+			s.t.Error(err)
+		}
 	}
-	text, err := json.Marshal(payload)
-	if err != nil {
-		s.t.Error(err)
-	}
-	if payload == nil {
-		text = []byte("[]")
-	}
-	_, _ = w.Write(replayFrames(req.rpc, string(text)))
+	body := replayFrames(req.rpc, string(text))
+	s.mu.Lock()
+	s.reviewPages[key] = body
+	s.mu.Unlock()
+	return body
 }
 
 // replayFrames wraps a payload the way batchexecute does (no rt=c).

@@ -265,26 +265,22 @@ func (p *proxyPool) pick(now time.Time, prefer *egress) (best *egress, probe boo
 		return nil, false, time.Time{}
 	}
 	for _, e := range p.egresses {
-		eProbe := false
 		switch {
 		case now.Before(e.benchedUntil):
 			if wakeAt.IsZero() || e.benchedUntil.Before(wakeAt) {
 				wakeAt = e.benchedUntil
 			}
-			continue
-		case !e.benchedUntil.IsZero(): // cool-down over: one probe at a time
-			if e.probing || e.inFlight > 0 {
-				continue
+		case !e.benchedUntil.IsZero():
+			// Cool-down over: one probe at a time, before anything else, so
+			// that a recovered egress returns to service promptly.
+			if !e.probing && e.inFlight == 0 {
+				return e, true, time.Time{}
 			}
-			eProbe = true
-		case e.inFlight >= p.cfg.MaxInFlight:
-			continue
-		}
-		if best == nil || better(e, best) {
-			best, probe = e, eProbe
+		case e.inFlight < p.cfg.MaxInFlight && (best == nil || better(e, best)):
+			best = e
 		}
 	}
-	return best, probe, wakeAt
+	return best, false, wakeAt
 }
 
 // better orders egresses: healthier first, then less busy, then least
