@@ -14,6 +14,7 @@ func BenchmarkPlayParseDetails(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pages/s")
 }
 
 func BenchmarkPlayParseReviewsPage(b *testing.B) {
@@ -29,6 +30,7 @@ func BenchmarkPlayParseReviewsPage(b *testing.B) {
 			b.Fatal(len(p.Reviews))
 		}
 	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pages/s")
 }
 
 // BenchmarkPlayFetchReviews1000 reads 1000 reviews (7 pages) from the local

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -35,7 +36,7 @@ func expectedValues(t testing.TB) map[string]map[string]any {
 
 // normalized round-trips v through JSON, so that parser output and the
 // expectations compare as the same types (float64 numbers, nil for null).
-func normalized(t testing.TB, v any) any {
+func jsonNormalized(t testing.TB, v any) any {
 	t.Helper()
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -115,9 +116,9 @@ func reviewView(r review) map[string]any {
 	}
 }
 
-func compareFields(t *testing.T, got map[string]any, want map[string]any) {
+func compareExpectedFields(t *testing.T, got map[string]any, want map[string]any) {
 	t.Helper()
-	g := normalized(t, got).(map[string]any)
+	g := jsonNormalized(t, got).(map[string]any)
 	for k, w := range want {
 		gv, ok := g[k]
 		if !ok {
@@ -148,7 +149,7 @@ func TestPlayParseDetailsFixtures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			compareFields(t, detailsView(d), want)
+			compareExpectedFields(t, detailsView(d), want)
 		})
 	}
 	if seen != 5 {
@@ -176,8 +177,10 @@ func TestPlayParseReviewsFixtures(t *testing.T) {
 			if !strings.HasPrefix(p.NextToken, want["nextToken_prefix"].(string)) || float64(len(p.NextToken)) != want["nextToken_len"] {
 				t.Errorf("token %q (len %d), want prefix %v len %v", p.NextToken, len(p.NextToken), want["nextToken_prefix"], want["nextToken_len"])
 			}
-			t.Run("first", func(t *testing.T) { compareFields(t, reviewView(p.Reviews[0]), want["first"].(map[string]any)) })
-			t.Run("last", func(t *testing.T) { compareFields(t, reviewView(p.Reviews[149]), want["last"].(map[string]any)) })
+			t.Run("first", func(t *testing.T) { compareExpectedFields(t, reviewView(p.Reviews[0]), want["first"].(map[string]any)) })
+			t.Run("last", func(t *testing.T) {
+				compareExpectedFields(t, reviewView(p.Reviews[149]), want["last"].(map[string]any))
+			})
 			withReply, nullVersion := 0, 0
 			var firstWithReply *review
 			for i, r := range p.Reviews {
@@ -200,7 +203,7 @@ func TestPlayParseReviewsFixtures(t *testing.T) {
 			if firstWithReply == nil {
 				t.Fatal("no review with a reply")
 			}
-			compareFields(t, reviewView(*firstWithReply), want["first_with_reply"].(map[string]any))
+			compareExpectedFields(t, reviewView(*firstWithReply), want["first_with_reply"].(map[string]any))
 		})
 	}
 }
@@ -269,59 +272,11 @@ func TestPlayParseDetailsErrorsNameThePath(t *testing.T) {
 	} {
 		_, err := parseDetailsPage(body)
 		var perr *parseError
-		if !asParseError(err, &perr) || !strings.Contains(perr.Path, "[1][2][0][0]") {
+		if !errors.As(err, &perr) || !strings.Contains(perr.Path, "[1][2][0][0]") {
 			t.Errorf("%s: error %v, want a parse error naming [1][2][0][0]", name, err)
 		}
 		if errorReason(err) != "parse_error" {
 			t.Errorf("%s: reason %q", name, errorReason(err))
-		}
-	}
-}
-
-func asParseError(err error, target **parseError) bool {
-	p, ok := err.(*parseError)
-	if ok {
-		*target = p
-	}
-	return ok
-}
-
-func TestPlayParseBatchexecuteFraming(t *testing.T) {
-	payload := `[[["id-1",["Ann"],5,null,"hi",[1700000000,5000000],3,null,null,null,"1.0"]],[null,"tok"]]`
-	quoted, _ := json.Marshal(payload)
-	plain := ")]}'\n\n[[\"wrb.fr\",\"UsvDTd\"," + string(quoted) + ",null,null,null,\"generic\"],[\"di\",42]]"
-	chunked := ")]}'\n\n97\n[[\"wrb.fr\",\"other\",\"[]\",null,null,null,\"generic\"]]\n" +
-		"300\n[[\"wrb.fr\",\"UsvDTd\"," + string(quoted) + ",null,null,null,\"generic\"]]\n25\n[[\"e\",4,null,null,330]]\n"
-	for name, body := range map[string]string{"plain": plain, "chunked": chunked} {
-		p, err := parseBatchexecute([]byte(body), "UsvDTd")
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		page := parseReviewsPayload(p)
-		if len(page.Reviews) != 1 || page.NextToken != "tok" {
-			t.Fatalf("%s: %+v", name, page)
-		}
-		r := page.Reviews[0]
-		if r.At.UnixNano() != 1700000000005000000 || *r.Score != 5 || *r.ThumbsUpCount != 3 || *r.AppVersion != "1.0" {
-			t.Fatalf("%s: review %+v", name, r)
-		}
-	}
-
-	errEntry := `)]}'` + "\n\n" + `[["wrb.fr","UsvDTd",null,null,null,[5,null,[["type.googleapis.com/wireless.android.finsky.boq.web.data.store.error.PlayDataError",[1]]]],"generic"]]`
-	if _, err := parseBatchexecute([]byte(errEntry), "UsvDTd"); !isTransient(err) {
-		t.Errorf("error entry: %v, want a transient error", err)
-	}
-	end := `)]}'` + "\n\n" + `[["wrb.fr","UsvDTd",null,null,null,null,"generic"]]`
-	if p, err := parseBatchexecute([]byte(end), "UsvDTd"); err != nil || p != nil {
-		t.Errorf("null payload without error: %q %v, want end of reviews", p, err)
-	}
-	for name, body := range map[string]string{
-		"no frame":  `)]}'` + "\n\n" + `[["di",42]]`,
-		"html":      `<html>unusual traffic</html>`,
-		"truncated": plain[:len(plain)/2],
-	} {
-		if _, err := parseBatchexecute([]byte(body), "UsvDTd"); errorReason(err) != "parse_error" {
-			t.Errorf("%s: %v, want a parse error", name, err)
 		}
 	}
 }

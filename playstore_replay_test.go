@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -16,6 +17,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // replayFault is what the replay server answers instead of the real thing.
@@ -557,4 +561,81 @@ func editDetailsBlock(t testing.TB, page []byte, edit func(r []any)) []byte {
 	}
 	t.Fatal("no ds:5 block")
 	return nil
+}
+
+// testPlayStore is a client wired to a replay server, with fake clocks that
+// fire at once and record every wait: the client's (backoff) and the pool's
+// (bench cool-downs, rate limit, gaps).
+type testPlayStore struct {
+	client    *playStoreClient
+	pool      *proxyPool
+	clock     *fakeClock // client: backoff waits
+	poolClock *fakeClock
+	reg       *prometheus.Registry
+}
+
+// newTestPlayStore builds a client for baseURL; tune may adjust the configs.
+func newTestPlayStore(t testing.TB, baseURL string, tune func(*proxyPoolConfig, *playStoreConfig)) *testPlayStore {
+	t.Helper()
+	ts := &testPlayStore{clock: newFakeClock(true), poolClock: newFakeClock(true), reg: prometheus.NewRegistry()}
+	poolCfg := proxyPoolConfig{MinGap: -1, Clock: ts.poolClock, Random: fixedRandom(0.5)}
+	clientCfg := playStoreConfig{BaseURL: baseURL, Clock: ts.clock, Random: fixedRandom(0.5)}
+	if tune != nil {
+		tune(&poolCfg, &clientCfg)
+	}
+	log := slog.New(slog.DiscardHandler)
+	var err error
+	if ts.pool, err = newProxyPool(poolCfg, ts.reg, log); err != nil {
+		t.Fatal(err)
+	}
+	if ts.client, err = newPlayStoreClient(clientCfg, ts.pool, ts.reg, log); err != nil {
+		t.Fatal(err)
+	}
+	return ts
+}
+
+// metricValue returns the value of a counter or gauge with the given labels, or
+// the sample count of a histogram.
+func metricValue(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if !metricHasLabels(m, labels) {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return 0
+}
+
+func metricHasLabels(m *dto.Metric, want map[string]string) bool {
+	n := 0
+	for _, l := range m.GetLabel() {
+		if v, ok := want[l.GetName()]; ok {
+			if v != l.GetValue() {
+				return false
+			}
+			n++
+		}
+	}
+	return n == len(want)
+}
+
+func requestsMetric(t testing.TB, ts *testPlayStore, outcome string) float64 {
+	return metricValue(t, ts.reg, "playwatch_playstore_requests_total", map[string]string{"outcome": outcome, "proxy": "direct"})
 }

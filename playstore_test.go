@@ -3,92 +3,12 @@ package main
 import (
 	"context"
 	"errors"
-	"log/slog"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 )
-
-// testPlayStore is a client wired to a replay server, with fake clocks that
-// fire at once and record every wait: the client's (backoff) and the pool's
-// (bench cool-downs, rate limit, gaps).
-type testPlayStore struct {
-	client    *playStoreClient
-	pool      *proxyPool
-	clock     *fakeClock // client: backoff waits
-	poolClock *fakeClock
-	reg       *prometheus.Registry
-}
-
-// newTestPlayStore builds a client for baseURL; tune may adjust the configs.
-func newTestPlayStore(t testing.TB, baseURL string, tune func(*proxyPoolConfig, *playStoreConfig)) *testPlayStore {
-	t.Helper()
-	ts := &testPlayStore{clock: newFakeClock(true), poolClock: newFakeClock(true), reg: prometheus.NewRegistry()}
-	poolCfg := proxyPoolConfig{MinGap: -1, Clock: ts.poolClock, Random: fixedRandom(0.5)}
-	clientCfg := playStoreConfig{BaseURL: baseURL, Clock: ts.clock, Random: fixedRandom(0.5)}
-	if tune != nil {
-		tune(&poolCfg, &clientCfg)
-	}
-	log := slog.New(slog.DiscardHandler)
-	var err error
-	if ts.pool, err = newProxyPool(poolCfg, ts.reg, log); err != nil {
-		t.Fatal(err)
-	}
-	if ts.client, err = newPlayStoreClient(clientCfg, ts.pool, ts.reg, log); err != nil {
-		t.Fatal(err)
-	}
-	return ts
-}
-
-// metric returns the value of a counter or gauge with the given labels, or
-// the sample count of a histogram.
-func metric(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if !hasLabels(m, labels) {
-				continue
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue()
-			case m.Gauge != nil:
-				return m.Gauge.GetValue()
-			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount())
-			}
-		}
-	}
-	return 0
-}
-
-func hasLabels(m *dto.Metric, want map[string]string) bool {
-	n := 0
-	for _, l := range m.GetLabel() {
-		if v, ok := want[l.GetName()]; ok {
-			if v != l.GetValue() {
-				return false
-			}
-			n++
-		}
-	}
-	return n == len(want)
-}
-
-func requestsMetric(t testing.TB, ts *testPlayStore, outcome string) float64 {
-	return metric(t, ts.reg, "playwatch_playstore_requests_total", map[string]string{"outcome": outcome, "proxy": "direct"})
-}
 
 func TestPlayClientDetailsForAnyPackage(t *testing.T) {
 	rs := newReplayPlayStore(t)
@@ -108,7 +28,7 @@ func TestPlayClientDetailsForAnyPackage(t *testing.T) {
 	if rs.requests("details", "ir.example.bank") != 1 || requestsMetric(t, ts, "ok") != 1 {
 		t.Errorf("requests %d, ok metric %v", rs.requests("details", "ir.example.bank"), requestsMetric(t, ts, "ok"))
 	}
-	if n := metric(t, ts.reg, "playwatch_playstore_request_duration_seconds", map[string]string{"endpoint": "details"}); n != 1 {
+	if n := metricValue(t, ts.reg, "playwatch_playstore_request_duration_seconds", map[string]string{"endpoint": "details"}); n != 1 {
 		t.Errorf("latency observations %v", n)
 	}
 }
@@ -218,7 +138,7 @@ func TestPlayClient429ThenSuccessBacksOff(t *testing.T) {
 	if waits := ts.poolClock.allWaits(); !slices.Equal(waits, []time.Duration{time.Minute}) {
 		t.Errorf("pool waits %v, want the 1m cool-down", waits)
 	}
-	if h := metric(t, ts.reg, "playwatch_proxy_healthy", nil); h != 1 {
+	if h := metricValue(t, ts.reg, "playwatch_proxy_healthy", nil); h != 1 {
 		t.Errorf("healthy egresses %v after the probe succeeded", h)
 	}
 }
@@ -436,5 +356,62 @@ func TestPlayErrorReasons(t *testing.T) {
 		if got := errorReason(err); got != want {
 			t.Errorf("errorReason(%v) = %s, want %s", err, got, want)
 		}
+	}
+}
+
+// The replay server as the crawler tests will use it: many apps at once,
+// one missing, one whose reviews fail, one whose details fail.
+func TestPlayReplayServesManyApps(t *testing.T) {
+	rs := newReplayPlayStore(t)
+	rs.setApp("com.example.app03", replayApp{DetailsAlways: fault404})
+	rs.setApp("com.example.app07", replayApp{ReviewsAlways: fault500})
+	rs.setApp("com.example.app11", replayApp{DetailsAlways: faultNoDataBlock})
+	ts := newTestPlayStore(t, rs.URL, func(p *proxyPoolConfig, _ *playStoreConfig) { p.MaxInFlight = 4 })
+	type result struct {
+		pkg                    string
+		detailsErr, reviewsErr error
+		reviews                int
+	}
+	results := make(chan result, 20)
+	for i := range 20 {
+		go func() {
+			pkg := fmt.Sprintf("com.example.app%02d", i)
+			r := result{pkg: pkg}
+			var d appDetails
+			d, r.detailsErr = ts.client.Details(context.Background(), pkg, "en", "us")
+			if r.detailsErr == nil && d.Title != "App "+pkg {
+				r.detailsErr = fmt.Errorf("title %q", d.Title)
+			}
+			var rv []review
+			rv, r.reviewsErr = ts.client.Reviews(context.Background(), pkg, "en", "us", 200)
+			r.reviews = len(rv)
+			results <- r
+		}()
+	}
+	for range 20 {
+		r := <-results
+		switch r.pkg {
+		case "com.example.app03":
+			if !errors.Is(r.detailsErr, errNotFound) || rs.requests("details", r.pkg) != 1 {
+				t.Errorf("%s: %v after %d requests", r.pkg, r.detailsErr, rs.requests("details", r.pkg))
+			}
+		case "com.example.app07":
+			if r.detailsErr != nil || !errors.Is(r.reviewsErr, errUpstream) || rs.requests("reviews", r.pkg) != 4 {
+				t.Errorf("%s: %v, %v after %d requests", r.pkg, r.detailsErr, r.reviewsErr, rs.requests("reviews", r.pkg))
+			}
+		case "com.example.app11":
+			if errorReason(r.detailsErr) != "parse_error" || r.reviewsErr != nil || r.reviews != 200 {
+				t.Errorf("%s: %v, %v, %d reviews", r.pkg, r.detailsErr, r.reviewsErr, r.reviews)
+			}
+		default:
+			if r.detailsErr != nil || r.reviewsErr != nil || r.reviews != 200 {
+				t.Errorf("%s: %v, %v, %d reviews", r.pkg, r.detailsErr, r.reviewsErr, r.reviews)
+			}
+		}
+	}
+	// 20 details, 2 review pages each but 4 attempts at the failing one's
+	// first; no page 2 was refused for a stranger's NID.
+	if n := rs.totalRequests(); n != 20+19*2+4 || rs.nidsIssued() != 1 {
+		t.Errorf("%d requests in all, %d NIDs issued", n, rs.nidsIssued())
 	}
 }

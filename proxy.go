@@ -95,6 +95,11 @@ type egress struct {
 	benchedUntil time.Time // zero while in service
 	benches      int       // benches in a row; the cool-down doubles with each
 	probing      bool      // the one lease allowed after a cool-down is out
+	// warm: an answer came back, so the jar holds Google's NID cookie.
+	// Until then one request at a time, or concurrent first answers would
+	// each set a different NID and strand the paging tokens minted with the
+	// others.
+	warm bool
 }
 
 // proxyPool hands out leases on its egresses: the healthiest one with a free
@@ -259,7 +264,7 @@ func (p *proxyPool) AcquireSame(ctx context.Context, prev *egress) (*lease, erro
 // ends (zero if none is benched: only a release can help then).
 func (p *proxyPool) pick(now time.Time, prefer *egress) (best *egress, probe bool, wakeAt time.Time) {
 	if prefer != nil && prefer.benchedUntil.IsZero() {
-		if prefer.inFlight < p.cfg.MaxInFlight {
+		if prefer.inFlight < prefer.capacity(p.cfg.MaxInFlight) {
 			return prefer, false, time.Time{}
 		}
 		return nil, false, time.Time{}
@@ -276,11 +281,19 @@ func (p *proxyPool) pick(now time.Time, prefer *egress) (best *egress, probe boo
 			if !e.probing && e.inFlight == 0 {
 				return e, true, time.Time{}
 			}
-		case e.inFlight < p.cfg.MaxInFlight && (best == nil || better(e, best)):
+		case e.inFlight < e.capacity(p.cfg.MaxInFlight) && (best == nil || better(e, best)):
 			best = e
 		}
 	}
 	return best, false, wakeAt
+}
+
+// capacity is how many requests the egress may have in flight.
+func (e *egress) capacity(maxInFlight int) int {
+	if !e.warm {
+		return 1
+	}
+	return maxInFlight
 }
 
 // better orders egresses: healthier first, then less busy, then least
@@ -356,6 +369,7 @@ func (l *lease) Release(outcome leaseOutcome) {
 	now := p.cfg.Clock.Now()
 	switch outcome {
 	case outcomeOK:
+		e.warm = true
 		if l.probe {
 			// Back in service halfway to full health: failing again soon
 			// benches it for twice as long.

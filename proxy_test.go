@@ -141,7 +141,7 @@ func TestProxyHealthBenchAndRecovery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	healthy := func() float64 { return metric(t, reg, "playwatch_proxy_healthy", nil) }
+	healthy := func() float64 { return metricValue(t, reg, "playwatch_proxy_healthy", nil) }
 	if healthy() != 2 {
 		t.Fatalf("healthy %v at start", healthy())
 	}
@@ -307,24 +307,40 @@ func TestProxyGapAndSlotsExact(t *testing.T) {
 			acquired <- l
 		}()
 	}
-	first := acquireNow(t, pool) // no wait
+	notYet := func() {
+		t.Helper()
+		select {
+		case <-acquired:
+			t.Fatal("lease granted beyond the limit")
+		default:
+		}
+	}
+	// A cold egress (no answer, so no NID cookie yet) takes one request at
+	// a time; the second waits for the release, with no timer.
+	cold := acquireNow(t, pool)
 	acquire()
+	clk.noTimer(t)
+	notYet()
+	cold.Release(outcomeOK)
 	if d := clk.nextTimer(t); d != time.Second {
 		t.Fatalf("second request waits %v, want the 1s gap", d)
 	}
 	clk.Advance(time.Second)
+	first := <-acquired
+	// Warm now: two in flight, each start 1 s after the previous one.
+	acquire()
+	if d := clk.nextTimer(t); d != time.Second {
+		t.Fatalf("third request waits %v, want the 1s gap", d)
+	}
+	clk.Advance(time.Second)
 	second := <-acquired
-	// Both slots are taken: the third waits for a release, with no timer.
+	// Both slots are taken: the next waits for a release, with no timer.
 	acquire()
 	clk.noTimer(t)
-	select {
-	case <-acquired:
-		t.Fatal("third lease beyond the in-flight limit")
-	default:
-	}
+	notYet()
 	first.Release(outcomeOK)
 	if d := clk.nextTimer(t); d != time.Second {
-		t.Fatalf("third request waits %v for its gap, want 1s", d)
+		t.Fatalf("fourth request waits %v for its gap, want 1s", d)
 	}
 	clk.Advance(time.Second)
 	third := <-acquired

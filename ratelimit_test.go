@@ -9,16 +9,14 @@ import (
 	"time"
 )
 
-func fixedRandom(v float64) func() float64 { return func() float64 { return v } }
-
 // waitAsync runs b.Wait in a goroutine and returns its result channel.
-func waitAsync(ctx context.Context, b *tokenBucket) <-chan error {
+func bucketWaitAsync(ctx context.Context, b *tokenBucket) <-chan error {
 	done := make(chan error, 1)
 	go func() { done <- b.Wait(ctx) }()
 	return done
 }
 
-func receive(t *testing.T, c <-chan error) error {
+func receiveWait(t *testing.T, c <-chan error) error {
 	t.Helper()
 	select {
 	case err := <-c:
@@ -40,7 +38,7 @@ func TestRateBucketBurstThenOneTokenPerInterval(t *testing.T) {
 	}
 	clk.noTimer(t) // the burst never sleeps
 
-	done := waitAsync(ctx, b)
+	done := bucketWaitAsync(ctx, b)
 	if d := clk.nextTimer(t); d != 6*time.Second {
 		t.Fatalf("11th request sleeps %v, want 6s (60s/10)", d)
 	}
@@ -51,7 +49,7 @@ func TestRateBucketBurstThenOneTokenPerInterval(t *testing.T) {
 	default:
 	}
 	clk.Advance(time.Millisecond)
-	if err := receive(t, done); err != nil {
+	if err := receiveWait(t, done); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -63,23 +61,23 @@ func TestRateJitterIsAddedButNotCharged(t *testing.T) {
 	for range 10 {
 		_ = b.Wait(ctx)
 	}
-	done := waitAsync(ctx, b)
+	done := bucketWaitAsync(ctx, b)
 	// Due in 6 s, plus half of the maximal jitter (half an interval: 3 s).
 	if d := clk.nextTimer(t); d != 7500*time.Millisecond {
 		t.Fatalf("sleep %v, want 7.5s", d)
 	}
 	clk.Advance(7500 * time.Millisecond)
-	if err := receive(t, done); err != nil {
+	if err := receiveWait(t, done); err != nil {
 		t.Fatal(err)
 	}
 	// The next token is due 6 s after the previous one was (at 12 s), not
 	// 6 s after the jittered wake-up: 4.5 s from now, plus 1.5 s jitter.
-	done = waitAsync(ctx, b)
+	done = bucketWaitAsync(ctx, b)
 	if d := clk.nextTimer(t); d != 6*time.Second {
 		t.Fatalf("sleep %v, want 6s", d)
 	}
 	clk.Advance(6 * time.Second)
-	if err := receive(t, done); err != nil {
+	if err := receiveWait(t, done); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -155,19 +153,19 @@ func TestRateCancelGivesTheTokenBack(t *testing.T) {
 		_ = b.Wait(context.Background())
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := waitAsync(ctx, b)
+	done := bucketWaitAsync(ctx, b)
 	clk.nextTimer(t)
 	cancel()
-	if err := receive(t, done); !errors.Is(err, context.Canceled) {
+	if err := receiveWait(t, done); !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}
 	// The canceled reservation is returned: the next caller waits 6 s, not 12 s.
-	done = waitAsync(context.Background(), b)
+	done = bucketWaitAsync(context.Background(), b)
 	if d := clk.nextTimer(t); d != 6*time.Second {
 		t.Fatalf("sleep %v after a canceled wait, want 6s", d)
 	}
 	clk.Advance(6 * time.Second)
-	if err := receive(t, done); err != nil {
+	if err := receiveWait(t, done); err != nil {
 		t.Fatal(err)
 	}
 }
