@@ -411,14 +411,14 @@ func scanString(b []byte, i int) (int, bool) {
 }
 
 // scanContainer returns the offset after the bracket closing the array or
-// object at b[i], checking that brackets pair up. It is the hot loop of every
-// accessor, hence the byte table and the inlined string skip.
+// object at b[i], checking that brackets pair up.
 func scanContainer(b []byte, i int) (int, bool) {
 	var stackBuf [32]byte
 	stack := stackBuf[:0]
 	for j := i; j < len(b); j++ {
 		c := b[j]
-		if !jsonStructural[c] {
+		// Fast skip: '[' and ']' are '{' and '}' with bit 5 cleared.
+		if x := c | 0x20; x != '{' && x != '}' && c != '"' {
 			continue
 		}
 		switch c {
@@ -444,9 +444,6 @@ func scanContainer(b []byte, i int) (int, bool) {
 	}
 	return 0, false
 }
-
-// jsonStructural marks the bytes scanContainer must look at.
-var jsonStructural = [256]bool{'"': true, '[': true, ']': true, '{': true, '}': true}
 
 func scanLiteral(b []byte, i int, lit string) (int, bool) {
 	if !bytes.HasPrefix(b[i:], []byte(lit)) {
