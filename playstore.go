@@ -317,7 +317,7 @@ func (c *playStoreClient) call(ctx context.Context, endpoint string, route *egre
 			return fmt.Errorf("%w, gave up after %d attempts: the next in %v would pass the deadline", err, attempt+1, wait.Round(time.Millisecond))
 		}
 		c.log.Warn("Play Store request failed, retrying", "endpoint", endpoint, "attempt", attempt+1, "wait", wait, "error", err)
-		if serr := sleepCtx(ctx, c.cfg.Clock, wait); serr != nil {
+		if serr := sleepOn(ctx, c.cfg.Clock, wait); serr != nil {
 			return fmt.Errorf("%w; retry canceled: %w", err, serr)
 		}
 	}

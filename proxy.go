@@ -343,7 +343,7 @@ func (p *proxyPool) pace(ctx context.Context, e *egress) error {
 	}
 	e.nextStart = slot.Add(p.cfg.MinGap)
 	p.mu.Unlock()
-	return sleepCtx(ctx, p.cfg.Clock, slot.Sub(now))
+	return sleepOn(ctx, p.cfg.Clock, slot.Sub(now))
 }
 
 // Client is the HTTP client of the leased egress.

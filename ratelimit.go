@@ -26,9 +26,9 @@ func (systemClock) NewTimer(d time.Duration) (<-chan time.Time, func() bool) {
 	return t.C, t.Stop
 }
 
-// sleepCtx waits d on clk, or until ctx ends; it never starts a timer for a
+// sleepOn waits d on clk, or until ctx ends; it never starts a timer for a
 // non-positive d.
-func sleepCtx(ctx context.Context, clk clock, d time.Duration) error {
+func sleepOn(ctx context.Context, clk clock, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
@@ -94,7 +94,7 @@ func (b *tokenBucket) Wait(ctx context.Context) error {
 		b.unreserve()
 		return fmt.Errorf("rate limit: next token in %v comes after the deadline: %w", delay.Round(time.Millisecond), context.DeadlineExceeded)
 	}
-	if err := sleepCtx(ctx, b.clock, delay); err != nil {
+	if err := sleepOn(ctx, b.clock, delay); err != nil {
 		b.unreserve()
 		return err
 	}
