@@ -113,7 +113,7 @@ func (d localeDefaults) forApp(isIranianApp bool) locale {
 type playStoreConfig struct {
 	BaseURL     string        // config PLAYSTORE_URL
 	UserAgent   string        // a current desktop browser's
-	Retries     int           // retries of a transient error (3: four attempts)
+	Retries     int           // retries of a transient error (3: four attempts); negative: none
 	BackoffBase time.Duration // first retry wait, doubled on each (2 s)
 	BackoffCap  time.Duration // longest wait before jitter (30 s)
 	PageSize    int           // reviews per batchexecute call (150)
