@@ -274,16 +274,18 @@ func TestProxyInFlightLimitAndGap(t *testing.T) {
 	wg.Wait()
 	for _, p := range []*forwardProxy{a, b} {
 		requests, maxInFlight, starts := p.stats()
-		if requests != 6 {
-			t.Errorf("proxy %s: %d requests, want an even 6", p.name, requests)
+		// Both saturated: the split follows completion order, so about even.
+		if requests < 4 {
+			t.Errorf("proxy %s: %d of 12 requests, want about half", p.name, requests)
 		}
 		if maxInFlight != 2 {
 			t.Errorf("proxy %s: at most %d in flight, want 2", p.name, maxInFlight)
 		}
-		// Arrival times carry scheduling noise: check the spread of all six
+		// Arrival times carry scheduling noise: check the spread of them all
 		// (TestProxyGapAndSlotsExact checks each gap on a fake clock).
-		if span := starts[len(starts)-1].Sub(starts[0]); span < 5*gap*3/4 {
-			t.Errorf("proxy %s: 6 requests within %v, want about 5 gaps of %v", p.name, span, gap)
+		gaps := time.Duration(len(starts) - 1)
+		if span := starts[len(starts)-1].Sub(starts[0]); span < gaps*gap*3/4 {
+			t.Errorf("proxy %s: %d requests within %v, want about %d gaps of %v", p.name, len(starts), span, gaps, gap)
 		}
 	}
 	if rs.proxiedRequests() != 12 || rs.totalRequests() != 12 {
