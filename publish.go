@@ -71,7 +71,8 @@ type publisher struct {
 }
 
 func newPublisher(p recordProducer, delays []time.Duration, reg prometheus.Registerer, logger *slog.Logger) *publisher {
-	return &publisher{producer: p, delays: delays, sleep: sleepCtx, metrics: newPublishMetrics(reg), logger: logger}
+	sleep := func(ctx context.Context, d time.Duration) error { return sleepOn(ctx, systemClock{}, d) }
+	return &publisher{producer: p, delays: delays, sleep: sleep, metrics: newPublishMetrics(reg), logger: logger}
 }
 
 // publishError says how many records of a send were not confirmed after
@@ -174,17 +175,6 @@ func (p *publisher) produceAndWait(ctx context.Context, recs []*kgo.Record) (fai
 	}
 	wg.Wait()
 	return failed, lastErr
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 type publishMetrics struct {
