@@ -138,6 +138,19 @@ func (s *appStore) List(ctx context.Context, f appFilter) ([]app, error) {
 	return apps, nil
 }
 
+// ListActive returns the apps the crawler reads, in registration order.
+func (s *appStore) ListActive(ctx context.Context) ([]app, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+appColumns+` FROM apps_registry_application WHERE is_active ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("list active apps: %w", err)
+	}
+	apps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (app, error) { return scanApp(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list active apps: %w", err)
+	}
+	return apps, nil
+}
+
 // appPatch is a partial update; nil fields stay as they are. ClearDisplayName
 // and ClearCategory set the column to NULL.
 type appPatch struct {

@@ -35,6 +35,16 @@ type Config struct {
 	LogLevel         slog.Level
 	LogFormat        string
 	Producer         producerSettings
+
+	PlayStoreURL      string
+	Proxies           []string
+	RateLimitRequests int
+	RateLimitPeriod   time.Duration
+	Locales           localeDefaults
+	ReviewsPerApp     int
+	CrawlInterval     time.Duration
+	CrawlWorkers      int
+	CrawlAppTimeout   time.Duration
 }
 
 // setting binds one environment variable to a Config field. The flag name is
@@ -106,6 +116,30 @@ var settings = []setting{
 		}},
 	{"PUBLISH_RETRY_DELAYS", "5s,10s,20s", "waits before each resend of the records the client gave up on; none: fail at once",
 		func(c *Config, v string) (err error) { c.Producer.AppRetryDelays, err = parseDurations(v); return }},
+	{"PLAYSTORE_URL", "https://play.google.com", "base URL of the Play Store (a local replay server in tests and demos)",
+		func(c *Config, v string) (err error) { c.PlayStoreURL, err = parseHTTPURL(v); return }},
+	{"PROXIES", "", "comma-separated proxy URLs (http, https, socks5) for Play Store requests; empty: direct",
+		func(c *Config, v string) (err error) { c.Proxies, err = parseProxies(v); return }},
+	{"RATE_LIMIT_REQUESTS", "10", "Play Store requests per RATE_LIMIT_PERIOD, per egress (each proxy, or direct); 0: unlimited",
+		func(c *Config, v string) (err error) { c.RateLimitRequests, err = parseInt(v, 0, 1000000); return }},
+	{"RATE_LIMIT_PERIOD", "60s", "the period of RATE_LIMIT_REQUESTS",
+		func(c *Config, v string) (err error) { c.RateLimitPeriod, err = parsePositiveDuration(v); return }},
+	{"PLAYSTORE_LANG", "en", "language (hl) the store is read in",
+		func(c *Config, v string) error { c.Locales.Default.Lang = v; return parseLocaleCode(v) }},
+	{"PLAYSTORE_COUNTRY", "us", "storefront country (gl) the store is read in",
+		func(c *Config, v string) error { c.Locales.Default.Country = v; return parseLocaleCode(v) }},
+	{"PLAYSTORE_IRAN_LANG", "fa", "language for apps registered with is_iranian_app",
+		func(c *Config, v string) error { c.Locales.Iranian.Lang = v; return parseLocaleCode(v) }},
+	{"PLAYSTORE_IRAN_COUNTRY", "ir", "storefront country for apps registered with is_iranian_app",
+		func(c *Config, v string) error { c.Locales.Iranian.Country = v; return parseLocaleCode(v) }},
+	{"REVIEWS_PER_APP", "1000", "newest reviews read per app and cycle",
+		func(c *Config, v string) (err error) { c.ReviewsPerApp, err = parseInt(v, 1, 100000); return }},
+	{"CRAWL_INTERVAL", "1h", "time between the starts of two crawl cycles",
+		func(c *Config, v string) (err error) { c.CrawlInterval, err = parsePositiveDuration(v); return }},
+	{"CRAWL_WORKERS", "5", "apps crawled at the same time",
+		func(c *Config, v string) (err error) { c.CrawlWorkers, err = parseInt(v, 1, 1000); return }},
+	{"CRAWL_APP_TIMEOUT", "15m", "longest time spent reading one app's listing and reviews",
+		func(c *Config, v string) (err error) { c.CrawlAppTimeout, err = parsePositiveDuration(v); return }},
 	{"LOG_LEVEL", "info", "debug, info, warn or error",
 		func(c *Config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
 	{"LOG_FORMAT", "text", "text or json",
@@ -254,6 +288,36 @@ func parseDatabaseURL(v string) (string, error) {
 		return "", errors.New("must start with postgres:// or postgresql://")
 	}
 	return v, nil
+}
+
+func parseHTTPURL(v string) (string, error) {
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", errors.New("not an http:// or https:// URL")
+	}
+	return strings.TrimRight(v, "/"), nil
+}
+
+func parseProxies(v string) ([]string, error) {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		if _, err := parseProxyURL(p); err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// parseLocaleCode accepts language and country codes such as en, fa, pt-BR.
+func parseLocaleCode(v string) error {
+	if len(v) < 2 || len(v) > 8 || strings.Trim(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-") != "" {
+		return errors.New("not a language or country code such as en, fa, us, ir")
+	}
+	return nil
 }
 
 func parseHostPort(v string) (string, error) {

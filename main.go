@@ -64,7 +64,11 @@ func (e usageError) Error() string { return e.msg }
 const usageText = `playwatch watches Google Play apps: a registry, an hourly crawler, Kafka and PostgreSQL.
 
 Usage:
-  playwatch run [--roles registry] [flags]   run the appliance (all roles unless --roles picks some)
+  playwatch run [--roles registry,crawler] [flags]
+                                             run the appliance (all roles unless --roles picks some)
+  playwatch crawl [--once] [flags]           crawl the active apps now (--once: one cycle, then a summary)
+  playwatch fetch [--lang L --country C] [--reviews N] PACKAGE
+                                             read one app from the Play Store and print its messages as JSON lines
   playwatch migrate [flags]                  apply the database migrations and exit
   playwatch pcap --app PKG --scenario UPLOAD|DOWNLOAD [--dry-run] FILE...
                                              analyse captures into network-metrics messages
@@ -86,6 +90,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return cmdMigrate(ctx, rest, getenv, stderr)
 	case "pcap":
 		return cmdPcap(ctx, rest, getenv, stdout, stderr)
+	case "crawl":
+		return cmdCrawl(ctx, rest, getenv, stdout, stderr)
+	case "fetch":
+		return cmdFetch(ctx, rest, getenv, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "playwatch", version)
 		return nil
@@ -154,7 +162,7 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 }
 
 // allRoles are what `run --roles` can pick.
-var allRoles = []string{"registry"}
+var allRoles = []string{"registry", "crawler"}
 
 func parseRoles(s string) ([]string, error) {
 	var roles []string
@@ -210,6 +218,47 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stde
 	}
 
 	reg := newMetricsRegistry(version)
+	// A role that ends on its own (it failed) ends the appliance.
+	roleDone := make(chan error, len(allRoles)+1)
+	startRole := func(name string, fn func(context.Context) error) {
+		rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan error, 1)
+		go func() {
+			err := fn(rctx)
+			if err != nil {
+				err = fmt.Errorf("%s: %w", name, err)
+			}
+			done <- err
+			if rctx.Err() == nil {
+				roleDone <- err
+			}
+		}()
+		stops = append(stops, func(sctx context.Context) error {
+			cancel()
+			select {
+			case err := <-done:
+				return err
+			case <-sctx.Done():
+				return fmt.Errorf("%s did not stop within PLAYWATCH_SHUTDOWN_TIMEOUT", name)
+			}
+		})
+	}
+
+	if slices.Contains(roles, "crawler") {
+		store, err := newPlayStore(cfg, reg, logger)
+		if err != nil {
+			return errors.Join(err, shutdown())
+		}
+		producer, err := newProducer(cfg, be.brokers)
+		if err != nil {
+			return errors.Join(err, shutdown())
+		}
+		stops = append(stops, flushAndClose(producer))
+		pub := newPublisher(producer, cfg.Producer.AppRetryDelays, reg, logger)
+		cr := newCrawler(crawlerConfigOf(cfg), newAppStore(be.pool), store, pub, reg, logger)
+		startRole("crawler", cr.Run)
+	}
+
 	var api *registryAPI
 	if slices.Contains(roles, "registry") {
 		api = &registryAPI{store: newAppStore(be.pool), token: cfg.RegistryToken, logger: logger}
@@ -223,11 +272,15 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stde
 		return errors.Join(fmt.Errorf("PLAYWATCH_HTTP_ADDR: %w", err), shutdown())
 	}
 	srv := newHTTPServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, checks))
-	srvErr := make(chan error, 1)
-	go func() { srvErr <- srv.Serve(ln) }()
-	stops = append(stops, func(ctx context.Context) error {
-		if err := srv.Shutdown(ctx); err != nil {
-			return fmt.Errorf("http shutdown: %w", err)
+	startRole("http", func(ctx context.Context) error {
+		go func() {
+			<-ctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
 		}
 		return nil
 	})
@@ -238,14 +291,143 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stde
 	select {
 	case <-ctx.Done():
 		logger.Info("shutting down")
-	case err := <-srvErr:
-		if !errors.Is(err, http.ErrServerClosed) {
-			runErr = fmt.Errorf("http server: %w", err)
-		}
+	case runErr = <-roleDone:
+		logger.Error("a role stopped; shutting down", "err", runErr)
 	}
 	err = errors.Join(runErr, shutdown())
 	logger.Info("playwatch stopped", "err", err)
 	return err
+}
+
+// newPlayStore builds the Play Store client with its egresses (PROXIES or
+// direct), each with its token bucket.
+func newPlayStore(cfg Config, reg prometheus.Registerer, logger *slog.Logger) (*playStoreClient, error) {
+	pool, err := newProxyPool(proxyPoolConfig{Proxies: cfg.Proxies, RateLimitRequests: cfg.RateLimitRequests,
+		RateLimitPeriod: cfg.RateLimitPeriod}, reg, logger)
+	if err != nil {
+		return nil, fmt.Errorf("PROXIES: %w", err)
+	}
+	client, err := newPlayStoreClient(playStoreConfig{BaseURL: cfg.PlayStoreURL}, pool, reg, logger)
+	if err != nil {
+		return nil, fmt.Errorf("PLAYSTORE_URL: %w", err)
+	}
+	return client, nil
+}
+
+// newProducer is a Kafka client with the producer guarantees of cfg.
+func newProducer(cfg Config, brokers []string) (*kgo.Client, error) {
+	cl, err := kgo.NewClient(append(producerOptions(cfg.Producer), kgo.SeedBrokers(brokers...))...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka producer: %w", err)
+	}
+	return cl, nil
+}
+
+// flushAndClose delivers what the producer still holds, then closes it.
+func flushAndClose(cl *kgo.Client) func(context.Context) error {
+	return func(ctx context.Context) error {
+		err := cl.Flush(ctx)
+		cl.Close()
+		if err != nil {
+			return fmt.Errorf("flush producer: %w", err)
+		}
+		return nil
+	}
+}
+
+func crawlerConfigOf(cfg Config) crawlerConfig {
+	return crawlerConfig{Interval: cfg.CrawlInterval, Workers: cfg.CrawlWorkers, ReviewsPerApp: cfg.ReviewsPerApp,
+		AppTimeout: cfg.CrawlAppTimeout, Locales: cfg.Locales}
+}
+
+func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var once bool
+	cl, err := parseCommandLine("crawl", "crawl [--once] [flags]", args, getenv, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&once, "once", false, "run one cycle, print its summary and exit (default: a cycle every CRAWL_INTERVAL)")
+	})
+	if errors.Is(err, errHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(cl.args) > 0 {
+		return usageError{fmt.Sprintf("crawl takes no arguments, got %q", cl.args)}
+	}
+	cfg, logger := cl.cfg, cl.logger
+	be, err := openBackends(ctx, cfg, logger, backendOptions{broker: true, attach: true})
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancel()
+	defer be.close(sctx)
+	reg := prometheus.NewRegistry()
+	store, err := newPlayStore(cfg, reg, logger)
+	if err != nil {
+		return err
+	}
+	producer, err := newProducer(cfg, be.brokers)
+	if err != nil {
+		return err
+	}
+	defer flushAndClose(producer)(sctx)
+	cr := newCrawler(crawlerConfigOf(cfg), newAppStore(be.pool), store, newPublisher(producer, cfg.Producer.AppRetryDelays, reg, logger), reg, logger)
+	if !once {
+		return cr.Run(ctx)
+	}
+	sum, err := cr.RunCycle(ctx)
+	fmt.Fprintln(stdout, sum)
+	return err
+}
+
+func cmdFetch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var lang, country string
+	var n int
+	cl, err := parseCommandLine("fetch", "fetch [--lang L --country C] [--reviews N] PACKAGE", args, getenv, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&lang, "lang", "", "language (hl); default PLAYSTORE_LANG")
+		fs.StringVar(&country, "country", "", "storefront country (gl); default PLAYSTORE_COUNTRY")
+		fs.IntVar(&n, "reviews", 0, "newest reviews to read; default REVIEWS_PER_APP")
+	})
+	if errors.Is(err, errHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(cl.args) != 1 {
+		return usageError{fmt.Sprintf("fetch takes one package name, got %q", cl.args)}
+	}
+	pkg := cl.args[0]
+	if err := validatePackageName(pkg); err != nil {
+		return usageError{err.Error()}
+	}
+	loc := cl.cfg.Locales.Default
+	for _, o := range []struct {
+		name, v string
+		dst     *string
+	}{{"--lang", lang, &loc.Lang}, {"--country", country, &loc.Country}} {
+		if o.v == "" {
+			continue
+		}
+		if err := parseLocaleCode(o.v); err != nil {
+			return usageError{fmt.Sprintf("%s %q: %v", o.name, o.v, err)}
+		}
+		*o.dst = o.v
+	}
+	if n == 0 {
+		n = cl.cfg.ReviewsPerApp
+	}
+	if n < 0 {
+		return usageError{"--reviews must be positive"}
+	}
+	store, err := newPlayStore(cl.cfg, prometheus.NewRegistry(), cl.logger)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cl.cfg.CrawlAppTimeout)
+	defer cancel()
+	return fetchApp(ctx, store, pkg, loc, n, stdout)
 }
 
 func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {

@@ -76,6 +76,7 @@ type replayPlayStore struct {
 	pages         map[string][]byte
 	reviewPages   map[string][]byte // generated answers, by request
 	counts        map[string]int    // "details pkg" / "reviews pkg" -> requests
+	locales       map[string]string // "details pkg" / "reviews pkg" -> "hl/gl" of the last request
 	nextNID       int
 	lastReviewReq url.Values // hl/gl of the last reviews request
 	lastPageSize  int
@@ -100,6 +101,7 @@ func newReplayPlayStore(t testing.TB) *replayPlayStore {
 		pages:       make(map[string][]byte),
 		reviewPages: make(map[string][]byte),
 		counts:      make(map[string]int),
+		locales:     make(map[string]string),
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /store/apps/details", s.serveDetails)
@@ -152,6 +154,13 @@ func (s *replayPlayStore) requests(endpoint, pkg string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.counts[endpoint+" "+pkg]
+}
+
+// locale returns "hl/gl" of the last request for endpoint of pkg.
+func (s *replayPlayStore) locale(endpoint, pkg string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.locales[endpoint+" "+pkg]
 }
 
 func (s *replayPlayStore) totalRequests() int {
@@ -212,6 +221,7 @@ func (s *replayPlayStore) countAndFault(endpoint, pkg string, r *http.Request) (
 	defer s.mu.Unlock()
 	key := endpoint + " " + pkg
 	s.counts[key]++
+	s.locales[key] = r.URL.Query().Get("hl") + "/" + r.URL.Query().Get("gl")
 	if r.Header.Get("Via") != "" {
 		s.proxied++
 	}
