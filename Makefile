@@ -4,7 +4,7 @@ VERSION  := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 30s
 
-.PHONY: build run test test-faults kafka-jars bench fuzz vet clean
+.PHONY: build run test test-faults kafka-jars live bench fuzz vet clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o playwatch .
@@ -20,6 +20,11 @@ test: vet
 # outages of the broker and of PostgreSQL, the appliance killed mid-cycle.
 test-faults: kafka-jars
 	PLAYWATCH_FAULT_TESTS=1 $(GO) test -count=1 -v -timeout 60m -run 'ThreeNode|Fault' ./...
+
+# The live canary: two real apps from the real Play Store, to catch a format
+# change at Google the day it happens. Never part of `make test`.
+live:
+	$(GO) test -count=1 -tags live -run Live -v .
 
 # Apache Kafka jars from Maven Central (testdata/kafka/pom.xml) for the
 # real-engine tests, into .cache/kafka/libs.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -189,5 +190,18 @@ func TestRunCommandLine(t *testing.T) {
 	err := run(context.Background(), []string{"run"}, envFunc(map[string]string{"CRAWL_NOTHING": "x", "KAFKA_TOPIC_PARTITIONS": "-3"}), io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "KAFKA_TOPIC_PARTITIONS") {
 		t.Errorf("invalid env: %v", err)
+	}
+}
+
+// The README's configuration table names every variable.
+func TestReadmeListsEverySetting(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range settings {
+		if !strings.Contains(string(b), "`"+s.env+"`") {
+			t.Errorf("README.md does not document %s", s.env)
+		}
 	}
 }
