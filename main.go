@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -65,6 +66,7 @@ const usageText = `playwatch watches Google Play apps: a registry, an hourly cra
 Usage:
   playwatch run [--roles registry] [flags]   run the appliance (all roles unless --roles picks some)
   playwatch migrate [flags]                  apply the database migrations and exit
+  playwatch dlq list|replay [flags]          list dead letters, or store them again once their cause is fixed
   playwatch version                          print the version and exit
 
 Every command takes the flags listed below; 'playwatch COMMAND --help' shows its own flags too.
@@ -81,6 +83,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return cmdRun(ctx, rest, getenv, stderr)
 	case "migrate":
 		return cmdMigrate(ctx, rest, getenv, stderr)
+	case "dlq":
+		return cmdDLQ(ctx, rest, getenv, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "playwatch", version)
 		return nil
@@ -149,7 +153,7 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 }
 
 // allRoles are what `run --roles` can pick.
-var allRoles = []string{"registry"}
+var allRoles = []string{"registry", "consumer"}
 
 func parseRoles(s string) ([]string, error) {
 	var roles []string
@@ -245,6 +249,14 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stde
 		}
 		return nil
 	})
+	if slices.Contains(roles, "consumer") {
+		stop, err := startStorageConsumer(ctx, cfg, pool, brokers, reg, logger)
+		if err != nil {
+			return errors.Join(err, shutdown())
+		}
+		stops = append(stops, stop)
+	}
+
 	logger.Info("playwatch ready", "http", "http://"+ln.Addr().String(), "brokers", brokers,
 		"took", time.Since(started).Round(time.Millisecond))
 
@@ -340,4 +352,78 @@ func openBroker(_ context.Context, cfg Config, logger *slog.Logger) ([]string, f
 		return nil, nil, fmt.Errorf("PLAYWATCH_BROKER_ADDR: %w", err)
 	}
 	return b.Addrs(), func(context.Context) error { b.Close(); return nil }, nil
+}
+
+// startStorageConsumer runs the storage consumer in a goroutine. Its stop
+// ends the consumer (the batch in flight commits fully or not at all, the
+// Kafka offsets are committed) and closes its client; it is registered after
+// the broker and the database, so it runs before they stop.
+func startStorageConsumer(ctx context.Context, cfg Config, pool *pgxpool.Pool, brokers []string, reg prometheus.Registerer, logger *slog.Logger) (func(context.Context) error, error) {
+	sc := newStorageConsumer(pool, consumerOptionsFrom(cfg), reg, logger)
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, sc.clientOptions()...)...)
+	if err != nil {
+		return nil, fmt.Errorf("storage consumer kafka client: %w", err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- sc.Run(rctx, cl) }()
+	return func(sctx context.Context) error {
+		cancel()
+		var err error
+		select {
+		case err = <-done:
+		case <-sctx.Done():
+			err = fmt.Errorf("storage consumer did not stop in time: %w", sctx.Err())
+		}
+		cl.Close()
+		return err
+	}, nil
+}
+
+// cmdDLQ is `playwatch dlq list|replay` (dlq.go).
+func cmdDLQ(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "list" && args[0] != "replay") {
+		fmt.Fprint(stderr, dlqUsage)
+		return usageError{"dlq needs a subcommand: list or replay"}
+	}
+	sub := args[0]
+	var f dlqFlags
+	cl, err := parseCommandLine("dlq "+sub, dlqSynopsis[sub], args[1:], getenv, stderr, f.register(sub))
+	if errors.Is(err, errHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	pool, stop, err := openToolDatabase(ctx, cl.cfg, cl.logger)
+	if err != nil {
+		return err
+	}
+	if sub == "list" {
+		err = runDLQList(ctx, pool, &f, cl.args, stdout)
+	} else {
+		err = runDLQReplay(ctx, newConsumerStore(pool, cl.cfg.ConsumerGroup), &f, cl.args, cl.cfg.ConsumerMaxRecordBytes, stdout)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cl.cfg.ShutdownTimeout)
+	defer cancel()
+	return errors.Join(err, stop(sctx))
+}
+
+// openToolDatabase is openDatabase for commands that run beside `playwatch
+// run`: it connects to the managed server a running appliance started
+// instead of taking that server's data directory over.
+func openToolDatabase(ctx context.Context, cfg Config, logger *slog.Logger) (*pgxpool.Pool, func(context.Context) error, error) {
+	if cfg.DatabaseURL == "" {
+		if dsn, ok := runningManagedPostgresDSN(filepath.Join(cfg.DataDir, "postgres")); ok {
+			pool, err := pgxpool.New(ctx, dsn)
+			if err == nil {
+				err = pool.Ping(ctx)
+			}
+			if err != nil {
+				return nil, nil, fmt.Errorf("connect to the managed postgres of the running playwatch: %w", err)
+			}
+			return pool, func(context.Context) error { pool.Close(); return nil }, nil
+		}
+	}
+	return openDatabase(ctx, cfg, logger)
 }

@@ -424,3 +424,25 @@ func (t *tailBuffer) String() string {
 	defer t.mu.Unlock()
 	return string(bytes.TrimSpace(t.b))
 }
+
+// runningManagedPostgresDSN returns the DSN of the managed server that
+// serves dataDir, when one runs (started by a running `playwatch run`), from
+// the port and socket directory it wrote to its postmaster.pid.
+func runningManagedPostgresDSN(dataDir string) (string, bool) {
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return "", false
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 5 {
+		return "", false
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(lines[0]))
+	port, _ := strconv.Atoi(strings.TrimSpace(lines[3]))
+	socketDir := strings.TrimSpace(lines[4])
+	if pid <= 0 || port <= 0 || socketDir == "" || !isPostmasterOf(pid, dataDir) {
+		return "", false
+	}
+	m := &managedPostgres{opts: managedPostgresOptions{DataDir: dataDir, Database: "playwatch"}, port: port, socketDir: socketDir}
+	return m.DSN(), true
+}
