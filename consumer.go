@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -53,15 +54,19 @@ type storageConsumer struct {
 	// poll loop to commit to Kafka: after a crash between the database and
 	// the Kafka commit, a partition with nothing new to consume would go
 	// on showing a lag it does not have.
-	mu      sync.Mutex
-	catchUp []*kgo.Record
+	catchUpMu sync.Mutex
+	catchUp   []*kgo.Record
+
+	// rebalanceWaiting is set when a rebalance waits for the poll loop to
+	// hand back the records it holds (BlockRebalanceOnPoll).
+	rebalanceWaiting atomic.Bool
 }
 
 // consumerHooks let tests stop the consumer at the two points where a crash
 // matters; nil in production. An error they return stops Run with it.
 type consumerHooks struct {
-	beforeCommit func(ctx context.Context) error              // inside the batch transaction
-	afterCommit  func(ctx context.Context, records int) error // after COMMIT, before the Kafka commit
+	beforeCommit func(ctx context.Context) error                         // inside the batch transaction
+	afterCommit  func(ctx context.Context, parts []partitionBatch) error // after COMMIT, before the Kafka commit
 }
 
 var errStoppedByHook = errors.New("storage consumer stopped by a hook")
@@ -90,6 +95,7 @@ func (c *storageConsumer) clientOptions() []kgo.Opt {
 		kgo.AdjustFetchOffsetsFn(c.resumeFromDatabase),
 		kgo.OnPartitionsRevoked(c.onRevoked),
 		kgo.OnPartitionsLost(c.onLost),
+		kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { c.rebalanceWaiting.Store(true) }),
 	}
 }
 
@@ -108,26 +114,59 @@ type groupClient interface {
 // its housekeeping (Kafka catch-up commits) on an idle topic too.
 const idlePollWait = time.Second
 
-// Run consumes until ctx is cancelled or the client is closed. A batch in
-// flight at cancellation is abandoned (its transaction rolls back) and read
-// again at the next start; the offsets of stored batches are committed to
-// Kafka before Run returns. Database trouble is retried, never returned.
+// Run consumes until ctx is cancelled or the client is closed. It polls and
+// decodes the next batch while the previous one is being stored, so the
+// database does not wait for Kafka or JSON. A rebalance waits until the batch
+// in flight is stored (BlockRebalanceOnPoll), then goes through.
+//
+// A batch in flight at cancellation is abandoned (its transaction rolls
+// back) and read again at the next start; the offsets of stored batches are
+// committed to Kafka before Run returns. Database trouble is retried, never
+// returned.
 func (c *storageConsumer) Run(ctx context.Context, cl groupClient) error {
 	c.logger.Info("storage consumer started", "group", c.opts.Group, "topics", allTopics,
 		"max_poll_records", c.opts.MaxPollRecords, "linger", c.opts.Linger, "writers", c.opts.Writers)
+	var inflight chan error // the result of the batch being stored; nil when none is
+	finish := func() error {
+		if inflight == nil {
+			return nil
+		}
+		err := <-inflight
+		inflight = nil
+		return err
+	}
 	var err error
 	for ctx.Err() == nil {
+		if c.rebalanceWaiting.Swap(false) {
+			if err = finish(); err != nil {
+				break
+			}
+			cl.AllowRebalance()
+		}
 		c.commitCatchUp(ctx, cl)
 		var parts []partitionBatch
-		parts, err = c.poll(ctx, cl)
-		if err == nil && len(parts) > 0 {
-			err = c.process(ctx, cl, parts)
-		}
-		cl.AllowRebalance()
-		if err != nil {
+		if parts, err = c.poll(ctx, cl); err != nil {
 			break
 		}
+		if len(parts) == 0 { // idle: store what is in flight, let a rebalance through
+			if err = finish(); err != nil {
+				break
+			}
+			cl.AllowRebalance()
+			continue
+		}
+		batch := c.prepare(parts)
+		if err = finish(); err != nil {
+			break
+		}
+		done := make(chan error, 1)
+		go func() { done <- c.process(ctx, cl, batch) }()
+		inflight = done
 	}
+	if ferr := finish(); err == nil {
+		err = ferr
+	}
+	cl.AllowRebalance()
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		err = nil
 	}
@@ -195,16 +234,45 @@ func (c *storageConsumer) collect(fs kgo.Fetches, parts *[]partitionBatch, index
 	return n, closed
 }
 
+// writerShare is the part of a poll batch that one writer stores in one
+// transaction, decoded.
+type writerShare struct {
+	parts   []partitionBatch
+	records int
+	rows    *batchRows
+}
+
+// preparedBatch is a poll batch split between the writers and decoded.
+type preparedBatch struct {
+	parts  []partitionBatch
+	shares []writerShare
+}
+
+func (c *storageConsumer) prepare(parts []partitionBatch) preparedBatch {
+	now := time.Now()
+	batch := preparedBatch{parts: parts}
+	for _, share := range assignWriters(parts, c.opts.Writers) {
+		recs := share[0].records
+		if len(share) > 1 {
+			recs = nil
+			for _, p := range share {
+				recs = append(recs, p.records...)
+			}
+		}
+		batch.shares = append(batch.shares, writerShare{parts: share, records: len(recs), rows: decodeRecords(recs, c.opts.MaxRecordBytes, now)})
+	}
+	return batch
+}
+
 // process stores a poll batch, each writer's share in its own transaction,
 // then marks and commits the offsets in Kafka.
-func (c *storageConsumer) process(ctx context.Context, cl groupClient, parts []partitionBatch) error {
-	shares := assignWriters(parts, c.opts.Writers)
-	errs := make([]error, len(shares))
-	if len(shares) == 1 {
-		errs[0] = c.storeShare(ctx, cl, shares[0])
+func (c *storageConsumer) process(ctx context.Context, cl groupClient, batch preparedBatch) error {
+	errs := make([]error, len(batch.shares))
+	if len(batch.shares) == 1 {
+		errs[0] = c.storeShare(ctx, cl, batch.shares[0])
 	} else {
 		var wg sync.WaitGroup
-		for i, share := range shares {
+		for i, share := range batch.shares {
 			wg.Go(func() { errs[i] = c.storeShare(ctx, cl, share) })
 		}
 		wg.Wait()
@@ -216,10 +284,8 @@ func (c *storageConsumer) process(ctx context.Context, cl groupClient, parts []p
 		cl.ResumeFetchTopics(allTopics...)
 		c.logger.Info("database takes batches again; fetching resumed", "paused_for", d.Round(time.Millisecond))
 	}
-	records := 0
 	marks := map[string]map[int32]kgo.EpochOffset{}
-	for _, p := range parts {
-		records += len(p.records)
+	for _, p := range batch.parts {
 		last := p.records[len(p.records)-1]
 		if marks[p.topic] == nil {
 			marks[p.topic] = map[int32]kgo.EpochOffset{}
@@ -228,7 +294,7 @@ func (c *storageConsumer) process(ctx context.Context, cl groupClient, parts []p
 		c.metrics.setLag(p.topicPartition, p.hwm-last.Offset-1)
 	}
 	if c.hooks.afterCommit != nil {
-		if err := c.hooks.afterCommit(ctx, records); err != nil {
+		if err := c.hooks.afterCommit(ctx, batch.parts); err != nil {
 			return fmt.Errorf("%w: %w", errStoppedByHook, err)
 		}
 	}
@@ -264,18 +330,11 @@ func assignWriters(parts []partitionBatch, writers int) [][]partitionBatch {
 	return shares
 }
 
-// storeShare validates a share of a batch and stores it, retrying until it
+// storeShare stores a writer's share of a batch, retrying until it
 // is stored or ctx ends. Transient and blocked errors pause fetching and
 // wait with capped exponential backoff; a data error is retried at once in
 // narrow mode, which dead-letters the rows PostgreSQL refuses.
-func (c *storageConsumer) storeShare(ctx context.Context, cl groupClient, parts []partitionBatch) error {
-	records := parts[0].records
-	if len(parts) > 1 {
-		records = nil
-		for _, p := range parts {
-			records = append(records, p.records...)
-		}
-	}
+func (c *storageConsumer) storeShare(ctx context.Context, cl groupClient, share writerShare) error {
 	var beforeCommit func(context.Context) error
 	if h := c.hooks.beforeCommit; h != nil {
 		beforeCommit = func(ctx context.Context) error {
@@ -285,14 +344,14 @@ func (c *storageConsumer) storeShare(ctx context.Context, cl groupClient, parts 
 			return nil
 		}
 	}
-	b := decodeRecords(records, c.opts.MaxRecordBytes, time.Now())
+	b := share.rows
 	narrow := false
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
-		out, err := c.store.storeBatch(ctx, parts, b, narrow, beforeCommit)
+		out, err := c.store.storeBatch(ctx, share.parts, b, narrow, beforeCommit)
 		if err == nil {
 			c.metrics.writeSeconds.Observe(time.Since(start).Seconds())
-			c.metrics.batchRecords.Observe(float64(len(records)))
+			c.metrics.batchRecords.Observe(float64(share.records))
 			c.metrics.stored(out, b.newestTimes())
 			if len(out.dead) > 0 {
 				c.logger.Warn("dead letters written", "count", len(out.dead), "first_reason", out.dead[0].reason)
@@ -325,7 +384,7 @@ func (c *storageConsumer) storeShare(ctx context.Context, cl groupClient, parts 
 			log = c.logger.Error
 		}
 		log("cannot store batch; fetching paused, retrying", "kind", kind.String(), "attempt", attempt,
-			"retry_in", delay.Round(time.Millisecond), "records", len(records), "err", err)
+			"retry_in", delay.Round(time.Millisecond), "records", share.records, "err", err)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -373,19 +432,19 @@ func (c *storageConsumer) resumeFromDatabase(ctx context.Context, offsets map[st
 			}
 		}
 	}
-	c.mu.Lock()
+	c.catchUpMu.Lock()
 	c.catchUp = append(c.catchUp, catchUp...)
-	c.mu.Unlock()
+	c.catchUpMu.Unlock()
 	return offsets, nil
 }
 
 // commitCatchUp commits the stored offsets of newly assigned partitions to
 // Kafka (CommitRecords commits each record's offset + 1).
 func (c *storageConsumer) commitCatchUp(ctx context.Context, cl groupClient) {
-	c.mu.Lock()
+	c.catchUpMu.Lock()
 	recs := c.catchUp
 	c.catchUp = nil
-	c.mu.Unlock()
+	c.catchUpMu.Unlock()
 	if len(recs) == 0 {
 		return
 	}

@@ -456,7 +456,7 @@ func TestConsumerCrashConsistency(t *testing.T) {
 					return nil
 				}
 			} else {
-				hooks.afterCommit = func(context.Context, int) error {
+				hooks.afterCommit = func(context.Context, []partitionBatch) error {
 					if batches++; batches == 4 {
 						return crash
 					}
@@ -652,5 +652,51 @@ func TestConfigConsumerSettings(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s=%q: err = %v, want an error naming it", name, value, err)
 		}
+	}
+}
+
+// Partitions move between members while records flow: a second member
+// joins, then the first leaves. Every record is stored exactly once and the
+// stored and committed offsets end at the end of every partition.
+func TestConsumerRebalanceBetweenMembers(t *testing.T) {
+	pool := newTestPool(t)
+	brokers := newConsumerTestBroker(t)
+	const pkg = "org.telegram.messenger"
+	registerApps(t, pool, pkg)
+	opts := testConsumerOptions()
+	opts.MaxPollRecords = 50
+	round := func(r, n int) {
+		var recs []*kgo.Record
+		for i := range n {
+			recs = append(recs, &kgo.Record{Topic: topicReviews, Partition: int32(i % 3),
+				Value: msgJSON(reviewFields(pkg, fmt.Sprintf("r%d-%d", r, i), testCrawl))})
+		}
+		produceToPartitions(t, brokers, recs...)
+	}
+	stored := func() int { return count(t, pool, `SELECT count(*) FROM reviews`) }
+
+	round(1, 900)
+	a := startTestConsumer(t, pool, brokers, opts, consumerHooks{})
+	waitFor(t, 20*time.Second, "the first member to store some", func() bool { return stored() > 0 })
+	b := startTestConsumer(t, pool, brokers, opts, consumerHooks{})
+	round(2, 900)
+	waitFor(t, 20*time.Second, "more reviews", func() bool { return stored() >= 1200 })
+	if err := a.stop(); err != nil {
+		t.Fatal(err)
+	}
+	round(3, 900)
+	waitFor(t, 30*time.Second, "every review, the last ones by the second member", func() bool { return stored() >= 2700 })
+	waitFor(t, 10*time.Second, "the Kafka commits", func() bool { return kafkaCommitted(t, brokers, opts.Group) == 2700 })
+	if err := b.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := stored(); n != 2700 {
+		t.Errorf("%d reviews, want 2700", n)
+	}
+	if n := count(t, pool, `SELECT coalesce(sum(next_offset), 0) FROM consumer_offsets WHERE topic = 'reviews'`); n != 2700 {
+		t.Errorf("stored offsets sum to %d, want 2700", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM dead_letter_events`); n != 0 {
+		t.Errorf("%d dead letters", n)
 	}
 }

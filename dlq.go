@@ -163,7 +163,7 @@ func listDeadLetters(ctx context.Context, q querier, f deadLetterFilter) ([]dead
 }
 
 // printDeadLetterTable writes one line per dead letter for people.
-func printDeadLetterTable(w io.Writer, rows []deadLetterRow) error {
+func printDeadLetterTable(w io.Writer, rows []deadLetterRow, limit int) error {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tOCCURRED\tTOPIC\tPARTITION\tOFFSET\tKEY\tBYTES\tREASON")
 	for _, d := range rows {
@@ -181,7 +181,11 @@ func printDeadLetterTable(w io.Writer, rows []deadLetterRow) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%d dead letters\n", len(rows))
+	more := ""
+	if limit > 0 && len(rows) == limit {
+		more = fmt.Sprintf(", the newest %d (--limit 0 lists all)", limit)
+	}
+	_, err := fmt.Fprintf(w, "%d dead letters%s\n", len(rows), more)
 	return err
 }
 
@@ -363,7 +367,7 @@ func runDLQList(ctx context.Context, q querier, f *dlqFlags, args []string, stdo
 	if f.json {
 		return printDeadLetterJSON(stdout, rows)
 	}
-	return printDeadLetterTable(stdout, rows)
+	return printDeadLetterTable(stdout, rows, filter.Limit)
 }
 
 // runDLQReplay is `playwatch dlq replay`.

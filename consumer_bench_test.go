@@ -1,0 +1,358 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// BenchmarkReviewIngest measures reviews per second from the broker into
+// PostgreSQL, with PostgreSQL's durable defaults (fsync, synchronous_commit)
+// on a dedicated cluster, for a stream in which 20% of the messages are new
+// versions of earlier reviews. In the same run, against:
+//   - per-message: one INSERT … ON CONFLICT per message, each its own
+//     transaction (what a simple consumer does);
+//   - plain-copy: COPY straight into reviews, one transaction per batch (the
+//     physical limit; it cannot upsert, so review ids are made unique);
+//   - unnest: the alternative batch strategy, INSERT … SELECT FROM unnest(arrays).
+//
+// Every variant polls the same records from the broker in batches of
+// CONSUMER_MAX_POLL_RECORDS (from the environment, like every CONSUMER_*
+// setting the consumer uses) and decodes and validates them the same way. PLAYWATCH_BENCH_REVIEWS sets the dataset size (default 60000);
+// the per-message baseline runs on a fifth of it.
+func BenchmarkReviewIngest(b *testing.B) {
+	n := 60000
+	if v := os.Getenv("PLAYWATCH_BENCH_REVIEWS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1000 {
+			b.Fatalf("PLAYWATCH_BENCH_REVIEWS=%q: want an integer of at least 1000", v)
+		}
+	}
+	cfg := benchConfig(b)
+	batch := cfg.ConsumerMaxPollRecords
+	env := newIngestBenchEnv(b, n, cfg)
+	rates := map[string]float64{}
+	// measure runs one variant; the others' rates are compared against the
+	// baselines with the same number of connections, measured before it.
+	measure := func(name string, conns, records int, fn func(b *testing.B) time.Duration) {
+		b.Run(name, func(b *testing.B) {
+			var total time.Duration
+			for range b.N {
+				env.reset(b)
+				total += fn(b)
+			}
+			rate := float64(records*b.N) / total.Seconds()
+			rates[name] = rate
+			b.ReportMetric(rate, "rows/s")
+			copyName := "plain-copy"
+			if conns > 1 {
+				copyName += fmt.Sprintf("-%dconn", conns)
+			}
+			if name != "per-message" && !strings.HasPrefix(name, "plain-copy") {
+				b.ReportMetric(rate/rates["per-message"], "x-per-message")
+				b.ReportMetric(100*rate/rates[copyName], "%-of-copy")
+			}
+		})
+	}
+	upserts := func(n, conns int, write batchWriter) func(b *testing.B) time.Duration {
+		return func(b *testing.B) time.Duration {
+			d, distinct := env.directIngest(b, n, conns, batch, write)
+			env.expectReviews(b, distinct)
+			return d
+		}
+	}
+	copies := func(conns int) func(b *testing.B) time.Duration {
+		return func(b *testing.B) time.Duration {
+			d, _ := env.directIngest(b, n, conns, batch, copyPlain)
+			env.expectReviews(b, n)
+			return d
+		}
+	}
+	measure("per-message", 1, n/5, upserts(n/5, 1, insertPerMessage))
+	measure("plain-copy", 1, n, copies(1))
+	measure("unnest", 1, n, upserts(n, 1, upsertUnnest))
+	measure("consumer", 1, n, func(b *testing.B) time.Duration { return env.consumerIngest(b, n, 1) })
+	measure("plain-copy-2conn", 2, n, copies(2))
+	measure("consumer-2conn", 2, n, func(b *testing.B) time.Duration { return env.consumerIngest(b, n, 2) })
+}
+
+// benchConfig is the configuration from the environment, so that
+// CONSUMER_MAX_POLL_RECORDS, CONSUMER_LINGER etc. can be tried out.
+func benchConfig(b *testing.B) Config {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	c, err := loadConfig(os.Getenv, fs, bindConfigFlags(fs))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+type ingestBenchEnv struct {
+	cfg     Config
+	pool    *pgxpool.Pool
+	brokers []string
+	group   int // a fresh consumer group per consumer run
+}
+
+const benchApps = 40
+
+func newIngestBenchEnv(b *testing.B, n int, cfg Config) *ingestBenchEnv {
+	ctx := context.Background()
+	logger := testLogger(b)
+	dir, err := os.MkdirTemp("", "pwbench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	// Durable defaults: fsync and synchronous_commit on.
+	pg, err := startManagedPostgres(ctx, managedPostgresOptions{DataDir: filepath.Join(dir, "pg"), Database: "playwatch", OSUser: "postgres"}, logger)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { pg.Stop(context.Background()) })
+	pool, err := pgxpool.New(ctx, pg.DSN())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	if err := migrate(ctx, pool, logger); err != nil {
+		b.Fatal(err)
+	}
+	for i := range benchApps {
+		registerApps(b, pool, fmt.Sprintf("com.bench.app%02d", i))
+	}
+	_, brokers := newTestBroker(b, filepath.Join(dir, "broker"))
+	produce(b, brokers, benchReviews(n)...)
+	return &ingestBenchEnv{cfg: cfg, pool: pool, brokers: brokers}
+}
+
+// benchReviews is n review messages, one in five a newer version of an
+// earlier review of the same app (so in the same partition).
+func benchReviews(n int) []*kgo.Record {
+	recs := make([]*kgo.Record, n)
+	text := "Works well on my phone, but the last update made notifications late. Please fix it, otherwise five stars. " +
+		"Stickers and channels are great, calls sometimes drop on mobile data."
+	for i := range n {
+		id := i
+		if i%5 == 4 {
+			id = int(uint64(i) * 2654435761 % uint64(i)) // an earlier message, scattered
+			for id%5 == 4 {
+				id--
+			}
+		}
+		pkg := fmt.Sprintf("com.bench.app%02d", id%benchApps)
+		f := map[string]any{"package_name": pkg, "review_id": fmt.Sprintf("gp:AOqpTOH%012d", id), "user_name": fmt.Sprintf("User %d", id),
+			"thumbs_up_count": i % 97, "score": 1 + i%5, "content": text,
+			"at":         testCrawl.Add(-time.Duration(id) * time.Second).Format(time.RFC3339),
+			"crawled_at": testCrawl.Add(time.Duration(i) * time.Millisecond).Format(time.RFC3339Nano)}
+		recs[i] = rec(topicReviews, pkg, msgJSON(f))
+	}
+	return recs
+}
+
+func (e *ingestBenchEnv) reset(b *testing.B) {
+	b.StopTimer()
+	defer b.StartTimer()
+	if _, err := e.pool.Exec(context.Background(), `TRUNCATE reviews, app_stats, consumer_offsets, dead_letter_events; CHECKPOINT`); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// consumerIngest runs the storage consumer over the n reviews. It joins
+// the group with the reviews paused and stores one app-stats record first,
+// so the measurement starts with the consumer assigned and fetching.
+func (e *ingestBenchEnv) consumerIngest(b *testing.B, n, writers int) time.Duration {
+	e.group++
+	opts := consumerOptionsFrom(e.cfg)
+	opts.Group = fmt.Sprintf("bench-%d", e.group)
+	opts.Writers = writers
+	opts.MaxPollRecords *= writers
+	var mu sync.Mutex
+	warmedUp, stored, done := false, 0, make(chan time.Time, 1)
+	tc := startTestConsumer(b, e.pool, e.brokers, opts, consumerHooks{afterCommit: func(_ context.Context, parts []partitionBatch) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range parts {
+			if p.topic == topicAppStats {
+				warmedUp = true
+				continue
+			}
+			if stored += len(p.records); stored == n {
+				done <- time.Now()
+			}
+		}
+		return nil
+	}})
+	tc.cl.PauseFetchTopics(topicReviews)
+	const warm = "com.bench.app00"
+	produce(b, e.brokers, rec(topicAppStats, warm, msgJSON(statFields(warm, testCrawl.Add(time.Duration(e.group)*time.Second)))))
+	waitFor(b, 30*time.Second, "the warm-up record", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return warmedUp
+	})
+	start := time.Now()
+	tc.cl.ResumeFetchTopics(topicReviews)
+	var end time.Time
+	select {
+	case end = <-done:
+	case <-time.After(10 * time.Minute):
+		b.Fatal("the consumer did not store every review")
+	}
+	if err := tc.stop(); err != nil {
+		b.Fatal(err)
+	}
+	e.expectReviews(b, n-n/5)
+	return end.Sub(start)
+}
+
+func (e *ingestBenchEnv) expectReviews(b *testing.B, want int) {
+	if got := count(b, e.pool, `SELECT count(*) FROM reviews`); got != want {
+		b.Fatalf("%d reviews stored, want %d", got, want)
+	}
+}
+
+// batchWriter writes one batch of decoded reviews on one connection.
+type batchWriter func(ctx context.Context, conn *pgxpool.Conn, rows []reviewRow) error
+
+// directIngest polls n records without a group and writes each batch with
+// write on conns connections in parallel (partitions split between them).
+// Like the consumer, it polls and decodes the next batch while the previous
+// one is written. It returns the time taken and the distinct reviews seen.
+func (e *ingestBenchEnv) directIngest(b *testing.B, n, conns, batch int, write batchWriter) (time.Duration, int) {
+	ctx := context.Background()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.ConsumeTopics(topicReviews),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	apps := &packageIDs{ids: map[string]int64{}}
+	distinct := map[string]bool{}
+	var inflight chan error
+	finish := func() {
+		if inflight != nil {
+			if err := <-inflight; err != nil {
+				b.Fatal(err)
+			}
+			inflight = nil
+		}
+	}
+	start := time.Now()
+	for got := 0; got < n; {
+		var parts []partitionBatch
+		cl.PollRecords(ctx, min(batch*conns, n-got)).EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) > 0 {
+				parts = append(parts, partitionBatch{topicPartition: topicPartition{p.Topic, p.Partition}, records: p.Records})
+			}
+		})
+		var shares []*batchRows
+		for _, share := range assignWriters(parts, conns) {
+			var recs []*kgo.Record
+			for _, p := range share {
+				recs = append(recs, p.records...)
+			}
+			got += len(recs)
+			rows := decodeRecords(recs, 1<<20, time.Now())
+			if err := apps.resolve(ctx, e.pool, rows); err != nil || len(rows.dead) > 0 {
+				b.Fatalf("decode: %v, %d dead letters", err, len(rows.dead))
+			}
+			for _, r := range rows.reviews {
+				distinct[r.msg.ReviewID] = true
+			}
+			shares = append(shares, rows)
+		}
+		finish()
+		done := make(chan error, 1)
+		go func() {
+			errs := make([]error, len(shares))
+			var wg sync.WaitGroup
+			for i, rows := range shares {
+				wg.Go(func() {
+					conn, err := e.pool.Acquire(ctx)
+					if err != nil {
+						errs[i] = err
+						return
+					}
+					defer conn.Release()
+					errs[i] = write(ctx, conn, rows.reviews)
+				})
+			}
+			wg.Wait()
+			done <- errors.Join(errs...)
+		}()
+		inflight = done
+	}
+	finish()
+	return time.Since(start), len(distinct)
+}
+
+func insertPerMessage(ctx context.Context, conn *pgxpool.Conn, rows []reviewRow) error {
+	for i := range rows {
+		r := &rows[i]
+		if _, err := conn.Exec(ctx, `
+			INSERT INTO reviews AS r (application_id, review_id, user_name, thumbs_up_count, score, content, at, last_synced_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+			ON CONFLICT (review_id) DO UPDATE SET
+				user_name = EXCLUDED.user_name, thumbs_up_count = EXCLUDED.thumbs_up_count, score = EXCLUDED.score,
+				content = EXCLUDED.content, at = EXCLUDED.at, last_synced_at = EXCLUDED.last_synced_at
+			WHERE EXCLUDED.last_synced_at > r.last_synced_at`,
+			r.appID, r.msg.ReviewID, r.msg.UserName, r.msg.ThumbsUpCount, r.msg.Score, r.msg.Content, r.msg.At, r.msg.CrawledAt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyPlain copies the batch straight into reviews; review ids get the
+// record's offset appended, as COPY cannot update.
+func copyPlain(ctx context.Context, conn *pgxpool.Conn, rows []reviewRow) error {
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"reviews"},
+			[]string{"application_id", "review_id", "user_name", "thumbs_up_count", "score", "content", "at", "last_synced_at"},
+			pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
+				r := &rows[i]
+				id := r.msg.ReviewID + "#" + strconv.FormatInt(r.src.Offset, 10)
+				return []any{r.appID, id, r.msg.UserName, r.msg.ThumbsUpCount, r.msg.Score, r.msg.Content, r.msg.At, r.msg.CrawledAt}, nil
+			}))
+		return err
+	})
+}
+
+// upsertUnnest is the alternative to the staging table: the batch as arrays.
+func upsertUnnest(ctx context.Context, conn *pgxpool.Conn, rows []reviewRow) error {
+	rows = keepNewestReviews(rows)
+	n := len(rows)
+	apps, ids, users, thumbs := make([]int64, n), make([]string, n), make([]*string, n), make([]int64, n)
+	scores, contents, ats, synced := make([]*int, n), make([]*string, n), make([]time.Time, n), make([]time.Time, n)
+	for i := range rows {
+		r := &rows[i]
+		apps[i], ids[i], users[i], thumbs[i] = r.appID, r.msg.ReviewID, r.msg.UserName, r.msg.ThumbsUpCount
+		scores[i], contents[i], ats[i], synced[i] = r.msg.Score, r.msg.Content, r.msg.At, r.msg.CrawledAt
+	}
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `
+			INSERT INTO reviews AS r (application_id, review_id, user_name, thumbs_up_count, score, content, at, last_synced_at)
+			SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::smallint[], $6::text[], $7::timestamptz[], $8::timestamptz[])
+			ON CONFLICT (review_id) DO UPDATE SET
+				user_name = EXCLUDED.user_name, thumbs_up_count = EXCLUDED.thumbs_up_count, score = EXCLUDED.score,
+				content = EXCLUDED.content, at = EXCLUDED.at, last_synced_at = EXCLUDED.last_synced_at
+			WHERE EXCLUDED.last_synced_at > r.last_synced_at`, apps, ids, users, thumbs, scores, contents, ats, synced)
+		return err
+	})
+}
