@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,51 +21,30 @@ import (
 // BenchmarkReviewIngest measures reviews per second from the broker into
 // PostgreSQL, with PostgreSQL's durable defaults (fsync, synchronous_commit)
 // on a dedicated cluster, for a stream in which 20% of the messages are new
-// versions of earlier reviews. In the same run, against:
+// versions of earlier reviews: the storage consumer against, in the same run,
 //   - per-message: one INSERT … ON CONFLICT per message, each its own
 //     transaction (what a simple consumer does);
 //   - plain-copy: COPY straight into reviews, one transaction per batch (the
 //     physical limit; it cannot upsert, so review ids are made unique);
-//   - unnest: the alternative batch strategy, INSERT … SELECT FROM unnest(arrays).
+//   - unnest: the alternative batch strategy, INSERT … SELECT FROM unnest(arrays);
 //
-// Every variant polls the same records from the broker in batches of
-// CONSUMER_MAX_POLL_RECORDS (from the environment, like every CONSUMER_*
-// setting the consumer uses) and decodes and validates them the same way. PLAYWATCH_BENCH_REVIEWS sets the dataset size (default 60000);
-// the per-message baseline runs on a fifth of it.
+// with one connection and, for the consumer and plain-copy, with two
+// (CONSUMER_WRITERS=2) writing disjoint partitions. Every variant polls the
+// same records from the broker in batches of CONSUMER_MAX_POLL_RECORDS, and
+// decodes and validates them the same way while the previous batch is
+// written. CONSUMER_* settings come from the environment.
+//
+// The variants run interleaved, PLAYWATCH_BENCH_ROUNDS times (default 3), and
+// the medians are reported, as <variant>-rows/s, and for the consumer and
+// unnest also as % of plain-copy with as many connections and as multiples
+// of per-message. PLAYWATCH_BENCH_REVIEWS sets the dataset size (default
+// 60000); per-message runs on a tenth of it.
 func BenchmarkReviewIngest(b *testing.B) {
-	n := 60000
-	if v := os.Getenv("PLAYWATCH_BENCH_REVIEWS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1000 {
-			b.Fatalf("PLAYWATCH_BENCH_REVIEWS=%q: want an integer of at least 1000", v)
-		}
-	}
+	n := benchEnvInt(b, "PLAYWATCH_BENCH_REVIEWS", 60000, 1000)
+	rounds := benchEnvInt(b, "PLAYWATCH_BENCH_ROUNDS", 3, 1)
 	cfg := benchConfig(b)
 	batch := cfg.ConsumerMaxPollRecords
 	env := newIngestBenchEnv(b, n, cfg)
-	rates := map[string]float64{}
-	// measure runs one variant; the others' rates are compared against the
-	// baselines with the same number of connections, measured before it.
-	measure := func(name string, conns, records int, fn func(b *testing.B) time.Duration) {
-		b.Run(name, func(b *testing.B) {
-			var total time.Duration
-			for range b.N {
-				env.reset(b)
-				total += fn(b)
-			}
-			rate := float64(records*b.N) / total.Seconds()
-			rates[name] = rate
-			b.ReportMetric(rate, "rows/s")
-			copyName := "plain-copy"
-			if conns > 1 {
-				copyName += fmt.Sprintf("-%dconn", conns)
-			}
-			if name != "per-message" && !strings.HasPrefix(name, "plain-copy") {
-				b.ReportMetric(rate/rates["per-message"], "x-per-message")
-				b.ReportMetric(100*rate/rates[copyName], "%-of-copy")
-			}
-		})
-	}
 	upserts := func(n, conns int, write batchWriter) func(b *testing.B) time.Duration {
 		return func(b *testing.B) time.Duration {
 			d, distinct := env.directIngest(b, n, conns, batch, write)
@@ -80,12 +59,59 @@ func BenchmarkReviewIngest(b *testing.B) {
 			return d
 		}
 	}
-	measure("per-message", 1, n/5, upserts(n/5, 1, insertPerMessage))
-	measure("plain-copy", 1, n, copies(1))
-	measure("unnest", 1, n, upserts(n, 1, upsertUnnest))
-	measure("consumer", 1, n, func(b *testing.B) time.Duration { return env.consumerIngest(b, n, 1) })
-	measure("plain-copy-2conn", 2, n, copies(2))
-	measure("consumer-2conn", 2, n, func(b *testing.B) time.Duration { return env.consumerIngest(b, n, 2) })
+	consumer := func(writers int) func(b *testing.B) time.Duration {
+		return func(b *testing.B) time.Duration { return env.consumerIngest(b, n, writers) }
+	}
+	variants := []struct {
+		name     string
+		records  int
+		baseline string // plain-copy with as many connections
+		run      func(b *testing.B) time.Duration
+	}{
+		{"per-message", n / 10, "", upserts(n/10, 1, insertPerMessage)},
+		{"plain-copy", n, "", copies(1)},
+		{"unnest", n, "plain-copy", upserts(n, 1, upsertUnnest)},
+		{"consumer", n, "plain-copy", consumer(1)},
+		{"plain-copy-2conn", n, "", copies(2)},
+		{"consumer-2conn", n, "plain-copy-2conn", consumer(2)},
+	}
+	rates := map[string][]float64{}
+	for range b.N {
+		for range rounds {
+			for _, v := range variants {
+				env.reset(b)
+				rates[v.name] = append(rates[v.name], float64(v.records)/v.run(b).Seconds())
+			}
+		}
+	}
+	perMessage := median(rates["per-message"])
+	for _, v := range variants {
+		rs := rates[v.name]
+		m := median(rs)
+		b.ReportMetric(m, v.name+"-rows/s")
+		b.Logf("%-17s median %6.0f rows/s, min %6.0f, max %6.0f", v.name, m, slices.Min(rs), slices.Max(rs))
+		if v.baseline != "" {
+			b.ReportMetric(100*m/median(rates[v.baseline]), v.name+"-%-of-"+v.baseline)
+			b.ReportMetric(m/perMessage, v.name+"-x-per-message")
+		}
+	}
+}
+
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	return s[len(s)/2]
+}
+
+func benchEnvInt(b *testing.B, name string, def, atLeast int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < atLeast {
+		b.Fatalf("%s=%q: want an integer of at least %d", name, v, atLeast)
+	}
+	return n
 }
 
 // benchConfig is the configuration from the environment, so that
@@ -136,7 +162,14 @@ func newIngestBenchEnv(b *testing.B, n int, cfg Config) *ingestBenchEnv {
 	for i := range benchApps {
 		registerApps(b, pool, fmt.Sprintf("com.bench.app%02d", i))
 	}
-	_, brokers := newTestBroker(b, filepath.Join(dir, "broker"))
+	// Four partitions, so that two writers get even shares.
+	broker, err := startEmbeddedBroker(embeddedBrokerOptions{Addr: "127.0.0.1:0", DataDir: filepath.Join(dir, "broker"), RetentionCheck: time.Hour}, logger)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(broker.Close)
+	brokers := broker.Addrs()
+	createTestTopics(b, brokers, topicSpec{Partitions: 4, Replication: -1, Retention: 24 * time.Hour})
 	produce(b, brokers, benchReviews(n)...)
 	return &ingestBenchEnv{cfg: cfg, pool: pool, brokers: brokers}
 }
