@@ -106,7 +106,7 @@ var settings = []setting{
 		}},
 	{"CONSUMER_MAX_POLL_RECORDS", "5000", "records per storage batch (one database transaction), at most",
 		func(c *Config, v string) (err error) { c.ConsumerMaxPollRecords, err = parseInt(v, 1, 100000); return }},
-	{"CONSUMER_LINGER", "100ms", "how long a storage batch waits to fill up once it has records (0s: not at all)",
+	{"CONSUMER_LINGER", "50ms", "how long a storage batch waits to fill up once it has records (0s: not at all)",
 		func(c *Config, v string) (err error) {
 			c.ConsumerLinger, err = parseDurationUpTo(v, time.Minute)
 			return

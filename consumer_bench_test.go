@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -75,6 +77,7 @@ func BenchmarkReviewIngest(b *testing.B) {
 		{"plain-copy-2conn", n, "", copies(2)},
 		{"consumer-2conn", n, "plain-copy-2conn", consumer(2)},
 	}
+	b.Logf("%d reviews, %d rounds; batches of %d records, linger %s", n, rounds, batch, cfg.ConsumerLinger)
 	rates := map[string][]float64{}
 	for range b.N {
 		for range rounds {
@@ -126,6 +129,7 @@ func benchConfig(b *testing.B) Config {
 }
 
 type ingestBenchEnv struct {
+	logger  *slog.Logger
 	cfg     Config
 	pool    *pgxpool.Pool
 	brokers []string
@@ -136,7 +140,8 @@ const benchApps = 40
 
 func newIngestBenchEnv(b *testing.B, n int, cfg Config) *ingestBenchEnv {
 	ctx := context.Background()
-	logger := testLogger(b)
+	// Warnings only: a benchmark shows ten lines of output, kept for the results.
+	logger := slog.New(slog.NewTextHandler(b.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	dir, err := os.MkdirTemp("", "pwbench-")
 	if err != nil {
 		b.Fatal(err)
@@ -169,9 +174,16 @@ func newIngestBenchEnv(b *testing.B, n int, cfg Config) *ingestBenchEnv {
 	}
 	b.Cleanup(broker.Close)
 	brokers := broker.Addrs()
-	createTestTopics(b, brokers, topicSpec{Partitions: 4, Replication: -1, Retention: 24 * time.Hour})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	if err := ensureTopics(ctx, kadm.NewClient(cl), topicSpec{Partitions: 4, Replication: -1, Retention: 24 * time.Hour}, allTopics, logger); err != nil {
+		b.Fatal(err)
+	}
 	produce(b, brokers, benchReviews(n)...)
-	return &ingestBenchEnv{cfg: cfg, pool: pool, brokers: brokers}
+	return &ingestBenchEnv{logger: logger, cfg: cfg, pool: pool, brokers: brokers}
 }
 
 // benchReviews is n review messages, one in five a newer version of an
@@ -217,7 +229,7 @@ func (e *ingestBenchEnv) consumerIngest(b *testing.B, n, writers int) time.Durat
 	opts.MaxPollRecords *= writers
 	var mu sync.Mutex
 	warmedUp, stored, done := false, 0, make(chan time.Time, 1)
-	tc := startTestConsumer(b, e.pool, e.brokers, opts, consumerHooks{afterCommit: func(_ context.Context, parts []partitionBatch) error {
+	tc := startLoggedTestConsumer(b, e.logger, e.pool, e.brokers, opts, consumerHooks{afterCommit: func(_ context.Context, parts []partitionBatch) error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, p := range parts {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -109,6 +110,9 @@ func TestConsumerPoisonCorpus(t *testing.T) {
 	goodReviews, goodStats, goodMetrics := 0, 0, 0
 	for i, p := range corpus {
 		bad := &kgo.Record{Topic: p.topic, Key: []byte(fmt.Sprintf("key-%d", i)), Value: p.value}
+		if i == 1 {
+			bad.Key = []byte{0xff, 0x00, 'k'} // not text: stored hex-encoded
+		}
 		want[bad] = p
 		recs = append(recs, bad)
 		// A good record of each topic between the bad ones.
@@ -175,7 +179,11 @@ func TestConsumerPoisonCorpus(t *testing.T) {
 		if !bytes.Equal(d.payload, p.value) || (d.payload == nil) != (p.value == nil) {
 			t.Errorf("%s: raw payload differs from the record's value", p.name)
 		}
-		if d.key == nil || *d.key != string(r.Key) {
+		wantKey := string(r.Key)
+		if !utf8.Valid(r.Key) {
+			wantKey = `\xff006b`
+		}
+		if d.key == nil || *d.key != wantKey {
 			t.Errorf("%s: key %v, want %q", p.name, d.key, r.Key)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -33,8 +34,13 @@ func testConsumerOptions() consumerOptions {
 
 func startTestConsumer(t testing.TB, pool *pgxpool.Pool, brokers []string, opts consumerOptions, hooks consumerHooks) *testConsumer {
 	t.Helper()
+	return startLoggedTestConsumer(t, testLogger(t), pool, brokers, opts, hooks)
+}
+
+func startLoggedTestConsumer(t testing.TB, logger *slog.Logger, pool *pgxpool.Pool, brokers []string, opts consumerOptions, hooks consumerHooks) *testConsumer {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	sc := newStorageConsumer(pool, opts, reg, testLogger(t))
+	sc := newStorageConsumer(pool, opts, reg, logger)
 	sc.hooks = hooks
 	// Newly assigned partitions join the next fetch; short fetch waits keep
 	// the tests that move partitions between members quick.
@@ -637,7 +643,7 @@ func TestConfigConsumerSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.ConsumerGroup != "playwatch-storage" || c.ConsumerMaxPollRecords != 5000 || c.ConsumerLinger != 100*time.Millisecond ||
+	if c.ConsumerGroup != "playwatch-storage" || c.ConsumerMaxPollRecords != 5000 || c.ConsumerLinger != 50*time.Millisecond ||
 		c.ConsumerWriters != 1 || c.ConsumerMaxRecordBytes != 1<<20 || c.ConsumerRetryMaxBackoff != 10*time.Second {
 		t.Errorf("consumer defaults: %+v", c)
 	}
