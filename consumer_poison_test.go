@@ -138,6 +138,7 @@ func TestConsumerPoisonCorpus(t *testing.T) {
 
 	opts := testConsumerOptions()
 	opts.MaxPollRecords = 7 // many batches, each mixing good and bad records
+	opts.Writers = 2        // and each split between two transactions
 	tc := startTestConsumer(t, pool, brokers, opts, consumerHooks{})
 	waitFor(t, 30*time.Second, "all records stored or dead-lettered", func() bool {
 		return count(t, pool, `SELECT (SELECT count(*) FROM app_stats) + (SELECT count(*) FROM reviews) +

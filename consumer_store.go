@@ -65,9 +65,10 @@ type storeOutcome struct {
 }
 
 // storeBatch writes a poll batch (one writer's share) in one transaction: its
-// rows, its dead letters and each partition's next offset. Records below a
-// partition's stored offset were written before (by this or another member)
-// and are skipped: with the offset rows locked, a batch is never stored twice.
+// rows, its dead letters and each partition's next offset. The partitions'
+// offset rows are locked first, and records below a partition's stored
+// offset, written before by this or another member, are skipped: a batch is
+// never stored twice, whatever rebalances or lost acknowledgements did.
 //
 // narrow makes each table's write find the rows PostgreSQL refuses, one by
 // one under savepoints, and dead-letter them with the SQL error; it is used
@@ -144,12 +145,18 @@ func ensureStagingTables(ctx context.Context, pc *pgconn.PgConn) error {
 	return nil
 }
 
-// lockOffsets locks the offset rows of the batch's partitions and returns
-// their next offsets; a partition without a row has never been written.
+// lockOffsets locks the offset rows of the batch's partitions, creating the
+// missing ones (at 0: never written), and returns their next offsets.
 func lockOffsets(ctx context.Context, tx pgx.Tx, group string, parts []partitionBatch) (map[topicPartition]int64, error) {
 	topics, partitions := make([]string, len(parts)), make([]int32, len(parts))
 	for i, p := range parts {
 		topics[i], partitions[i] = p.topic, p.partition
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO consumer_offsets (consumer_group, topic, "partition", next_offset)
+		SELECT $1, u.topic, u.p, 0 FROM unnest($2::text[], $3::int[]) AS u(topic, p)
+		ON CONFLICT (consumer_group, topic, "partition") DO NOTHING`, group, topics, partitions); err != nil {
+		return nil, fmt.Errorf("create offset rows: %w", err)
 	}
 	rows, err := tx.Query(ctx, `
 		SELECT topic, "partition", next_offset FROM consumer_offsets

@@ -684,7 +684,9 @@ func TestConsumerRebalanceBetweenMembers(t *testing.T) {
 	round(1, 900)
 	a := startTestConsumer(t, pool, brokers, opts, consumerHooks{})
 	waitFor(t, 20*time.Second, "the first member to store some", func() bool { return stored() > 0 })
-	b := startTestConsumer(t, pool, brokers, opts, consumerHooks{})
+	twoWriters := opts
+	twoWriters.Writers = 2
+	b := startTestConsumer(t, pool, brokers, twoWriters, consumerHooks{})
 	round(2, 900)
 	waitFor(t, 20*time.Second, "more reviews", func() bool { return stored() >= 1200 })
 	if err := a.stop(); err != nil {
