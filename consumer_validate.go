@@ -211,9 +211,6 @@ func jsonTypeName(t reflect.Type) string {
 	case reflect.String:
 		return "a string"
 	}
-	if t == reflect.TypeFor[time.Time]() {
-		return "an RFC 3339 timestamp string"
-	}
 	return t.String()
 }
 
