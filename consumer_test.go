@@ -340,7 +340,7 @@ func TestConsumerReviewUpsertRules(t *testing.T) {
 	if _, err := pool.Exec(ctx, `DELETE FROM consumer_offsets`); err != nil {
 		t.Fatal(err)
 	}
-	tc = startTestConsumer(t, pool, brokers, with2(testConsumerOptions(), "replay"), consumerHooks{})
+	tc = startTestConsumer(t, pool, brokers, withGroup(testConsumerOptions(), "replay"), consumerHooks{})
 	waitFor(t, 20*time.Second, "the replay", func() bool {
 		return metricValue(t, tc.reg, "playwatch_consumer_records_total", "topic", topicReviews) == 4
 	})
@@ -350,8 +350,8 @@ func TestConsumerReviewUpsertRules(t *testing.T) {
 	}
 }
 
-// with2 is the options with another consumer group.
-func with2(o consumerOptions, group string) consumerOptions {
+// withGroup is the options with another consumer group.
+func withGroup(o consumerOptions, group string) consumerOptions {
 	o.Group = group
 	return o
 }

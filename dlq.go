@@ -31,12 +31,18 @@ import (
 // (a second replay finds nothing to do; the upserts are idempotent anyway)
 // and tells the operator at once what was stored and what still fails.
 
-var dlqSynopsis = map[string]string{
-	"list":   "dlq list [--topic T] [--reason CODE] [--since 24h|RFC3339] [--limit N] [--json] [flags]",
-	"replay": "dlq replay [--topic T] [--reason CODE] [flags] (--all | ID...)",
-}
+const (
+	dlqListSynopsis   = "dlq list [--topic T] [--reason CODE] [--since 24h|RFC3339] [--limit N] [--json] [flags]"
+	dlqReplaySynopsis = "dlq replay [--topic T] [--reason CODE] [flags] (--all | ID...)"
+	dlqUsage          = "Usage:\n  playwatch " + dlqListSynopsis + "\n  playwatch " + dlqReplaySynopsis + "\n"
+)
 
-var dlqUsage = "Usage:\n  playwatch " + dlqSynopsis["list"] + "\n  playwatch " + dlqSynopsis["replay"] + "\n"
+func dlqSynopsis(sub string) string {
+	if sub == "list" {
+		return dlqListSynopsis
+	}
+	return dlqReplaySynopsis
+}
 
 // dlqFlags are the flags of the dlq subcommands.
 type dlqFlags struct {

@@ -388,7 +388,7 @@ func cmdDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	sub := args[0]
 	var f dlqFlags
-	cl, err := parseCommandLine("dlq "+sub, dlqSynopsis[sub], args[1:], getenv, stderr, f.register(sub))
+	cl, err := parseCommandLine("dlq "+sub, dlqSynopsis(sub), args[1:], getenv, stderr, f.register(sub))
 	if errors.Is(err, errHelp) {
 		return nil
 	}
