@@ -64,6 +64,7 @@ func poisonCorpus() []poisonRecord {
 		r("at is prose", reasonBadTimestamp, "at", "yesterday"),
 		r("crawled_at without a zone", reasonBadTimestamp, "crawled_at", "2026-03-01T12:00:00"),
 		r("at as a number", reasonWrongType, "at", 1767225600),
+		r("a 10 KB timestamp", reasonBadTimestamp, "at", strings.Repeat("9", 10000)),
 		r("crawled_at in the future", reasonOutOfRange, "crawled_at", future),
 		r("at before 2000", reasonOutOfRange, "at", "1970-01-01T00:00:00Z"),
 		r("NUL in content", reasonNUL, "content", "bad\x00byte"),

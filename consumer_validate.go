@@ -188,9 +188,9 @@ func decodeStrict(v []byte, into any) *invalidRecord {
 	case errors.As(err, &syn):
 		return &invalidRecord{reasonInvalidJSON, fmt.Sprintf("not valid JSON at byte %d: %v", syn.Offset, syn)}
 	case errors.As(err, &typ):
-		return &invalidRecord{reasonWrongType, fmt.Sprintf("field %s is a JSON %s, the contract wants %s", typ.Field, typ.Value, jsonTypeName(typ.Type))}
+		return &invalidRecord{reasonWrongType, fmt.Sprintf("field %s is a JSON %s, the contract wants %s", typ.Field, truncateForReason(typ.Value), jsonTypeName(typ.Type))}
 	case errors.As(err, &tp):
-		return &invalidRecord{reasonBadTimestamp, fmt.Sprintf("%q is not an RFC 3339 timestamp with a zone (e.g. 2026-01-02T15:04:05Z): %v", tp.Value, err)}
+		return &invalidRecord{reasonBadTimestamp, fmt.Sprintf("%q is not an RFC 3339 timestamp with a zone, e.g. 2026-01-02T15:04:05Z", truncateForReason(tp.Value))}
 	default:
 		// time.Time's own decoder, given a number or a bool.
 		return &invalidRecord{reasonWrongType, fmt.Sprintf("a timestamp field is not a JSON string: %v", err)}
