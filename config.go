@@ -45,6 +45,14 @@ type Config struct {
 	CrawlInterval     time.Duration
 	CrawlWorkers      int
 	CrawlAppTimeout   time.Duration
+
+	// Storage consumer (consumer.go).
+	ConsumerGroup           string
+	ConsumerMaxPollRecords  int
+	ConsumerLinger          time.Duration
+	ConsumerWriters         int
+	ConsumerMaxRecordBytes  int
+	ConsumerRetryMaxBackoff time.Duration
 }
 
 // setting binds one environment variable to a Config field. The flag name is
@@ -146,6 +154,35 @@ var settings = []setting{
 		func(c *Config, v string) error {
 			c.LogFormat = v
 			return oneOf(v, "text", "json")
+		}},
+
+	// Storage consumer (consumer.go).
+	{"CONSUMER_GROUP", "playwatch-storage", "Kafka consumer group of the storage consumer; its offsets are kept in the database under this name",
+		func(c *Config, v string) error {
+			c.ConsumerGroup = v
+			if len(v) > 255 {
+				return errors.New("must be at most 255 characters")
+			}
+			return nonEmpty(v)
+		}},
+	{"CONSUMER_MAX_POLL_RECORDS", "5000", "records per storage batch (one database transaction), at most",
+		func(c *Config, v string) (err error) { c.ConsumerMaxPollRecords, err = parseInt(v, 1, 100000); return }},
+	{"CONSUMER_LINGER", "50ms", "how long a storage batch waits to fill up once it has records (0s: not at all)",
+		func(c *Config, v string) (err error) {
+			c.ConsumerLinger, err = parseDurationUpTo(v, time.Minute)
+			return
+		}},
+	{"CONSUMER_WRITERS", "1", "storage batch transactions in flight at once, each on its own partitions and connection",
+		func(c *Config, v string) (err error) { c.ConsumerWriters, err = parseInt(v, 1, 64); return }},
+	{"CONSUMER_MAX_RECORD_BYTES", "1048576", "larger Kafka record values are dead letters",
+		func(c *Config, v string) (err error) {
+			c.ConsumerMaxRecordBytes, err = parseInt(v, 1024, 64<<20)
+			return
+		}},
+	{"CONSUMER_RETRY_MAX_BACKOFF", "10s", "longest wait between retries of a batch the database cannot take (it is retried until it can)",
+		func(c *Config, v string) (err error) {
+			c.ConsumerRetryMaxBackoff, err = parsePositiveDuration(v)
+			return
 		}},
 }
 
@@ -267,6 +304,17 @@ func parseDurations(v string) ([]time.Duration, error) {
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+func parseDurationUpTo(v string, limit time.Duration) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, errors.New("not a Go duration such as 100ms or 1s")
+	}
+	if d < 0 || d > limit {
+		return 0, fmt.Errorf("must be between 0s and %s", limit)
+	}
+	return d, nil
 }
 
 func parseDir(v string) (string, error) {

@@ -72,6 +72,7 @@ Usage:
   playwatch migrate [flags]                  apply the database migrations and exit
   playwatch pcap --app PKG --scenario UPLOAD|DOWNLOAD [--dry-run] FILE...
                                              analyse captures into network-metrics messages
+  playwatch dlq list|replay [flags]          list dead letters, or store them again once their cause is fixed
   playwatch version                          print the version and exit
 
 Every command takes the flags listed below; 'playwatch COMMAND --help' shows its own flags too.
@@ -94,6 +95,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return cmdCrawl(ctx, rest, getenv, stdout, stderr)
 	case "fetch":
 		return cmdFetch(ctx, rest, getenv, stdout, stderr)
+	case "dlq":
+		return cmdDLQ(ctx, rest, getenv, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "playwatch", version)
 		return nil
@@ -162,7 +165,7 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 }
 
 // allRoles are what `run --roles` can pick.
-var allRoles = []string{"registry", "crawler"}
+var allRoles = []string{"registry", "crawler", "consumer"}
 
 func parseRoles(s string) ([]string, error) {
 	var roles []string
@@ -284,6 +287,16 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stde
 		}
 		return nil
 	})
+	if slices.Contains(roles, "consumer") {
+		sc := newStorageConsumer(be.pool, consumerOptionsFrom(cfg), reg, logger)
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(be.brokers...)}, sc.clientOptions()...)...)
+		if err != nil {
+			return errors.Join(fmt.Errorf("storage consumer kafka client: %w", err), shutdown())
+		}
+		stops = append(stops, func(context.Context) error { cl.Close(); return nil })
+		startRole("consumer", func(ctx context.Context) error { return sc.Run(ctx, cl) })
+	}
+
 	logger.Info("playwatch ready", "http", "http://"+ln.Addr().String(), "brokers", be.brokers,
 		"took", time.Since(started).Round(time.Millisecond))
 
@@ -651,4 +664,37 @@ func openBroker(cfg Config, logger *slog.Logger) ([]string, func(context.Context
 		return nil, nil, fmt.Errorf("PLAYWATCH_BROKER_ADDR: %w", err)
 	}
 	return b.Addrs(), func(context.Context) error { b.Close(); return nil }, nil
+}
+
+// startStorageConsumer runs the storage consumer in a goroutine. Its stop
+// ends the consumer (the batch in flight commits fully or not at all, the
+// Kafka offsets are committed) and closes its client; it is registered after
+// the broker and the database, so it runs before they stop.
+// cmdDLQ is `playwatch dlq list|replay` (dlq.go).
+func cmdDLQ(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "list" && args[0] != "replay") {
+		fmt.Fprint(stderr, dlqUsage)
+		return usageError{"dlq needs a subcommand: list or replay"}
+	}
+	sub := args[0]
+	var f dlqFlags
+	cl, err := parseCommandLine("dlq "+sub, dlqSynopsis(sub), args[1:], getenv, stderr, f.register(sub))
+	if errors.Is(err, errHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	be, err := openBackends(ctx, cl.cfg, cl.logger, backendOptions{attach: true})
+	if err != nil {
+		return err
+	}
+	if sub == "list" {
+		err = runDLQList(ctx, be.pool, &f, cl.args, stdout)
+	} else {
+		err = runDLQReplay(ctx, newConsumerStore(be.pool, cl.cfg.ConsumerGroup), &f, cl.args, cl.cfg.ConsumerMaxRecordBytes, stdout)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cl.cfg.ShutdownTimeout)
+	defer cancel()
+	return errors.Join(err, be.close(sctx))
 }

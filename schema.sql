@@ -90,3 +90,17 @@ CREATE TABLE dead_letter_events (
     UNIQUE (topic, "partition", kafka_offset)
 );
 CREATE INDEX dead_letter_events_occurred_at_idx ON dead_letter_events (occurred_at DESC);
+
+-- migration 2: storage consumer offsets
+-- The next offset of each partition the storage consumer has stored, written
+-- in the same transaction as the rows of the batch: the database, not Kafka,
+-- says where a partition resumes, so a crash between the database commit and
+-- the Kafka commit neither loses nor repeats rows. Only ever moves forward.
+CREATE TABLE consumer_offsets (
+    consumer_group VARCHAR(255) NOT NULL,
+    topic          VARCHAR(255) NOT NULL,
+    "partition"    INTEGER NOT NULL,
+    next_offset    BIGINT NOT NULL CHECK (next_offset >= 0),
+    updated_at     TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (consumer_group, topic, "partition")
+);

@@ -1,0 +1,468 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// consumerOptions are the storage consumer's settings (CONSUMER_* in config.go).
+type consumerOptions struct {
+	Group           string
+	MaxPollRecords  int           // records per batch transaction, at most
+	Linger          time.Duration // how long a batch waits to fill up once it has records
+	Writers         int           // batch transactions in flight at once, on disjoint partitions
+	MaxRecordBytes  int           // larger values are dead letters
+	RetryMaxBackoff time.Duration // cap of the wait between retries of a batch
+}
+
+func consumerOptionsFrom(cfg Config) consumerOptions {
+	return consumerOptions{
+		Group:           cfg.ConsumerGroup,
+		MaxPollRecords:  cfg.ConsumerMaxPollRecords,
+		Linger:          cfg.ConsumerLinger,
+		Writers:         cfg.ConsumerWriters,
+		MaxRecordBytes:  cfg.ConsumerMaxRecordBytes,
+		RetryMaxBackoff: cfg.ConsumerRetryMaxBackoff,
+	}
+}
+
+// storageConsumer reads app-stats, reviews and network-metrics as a consumer
+// group and stores them exactly once: every batch is one transaction that
+// also moves the partitions' offsets in consumer_offsets, the position a
+// partition resumes from. Kafka's committed offsets follow after each
+// batch, for lag tools only.
+type storageConsumer struct {
+	store   *consumerStore
+	opts    consumerOptions
+	metrics *consumerMetrics
+	logger  *slog.Logger
+	hooks   consumerHooks
+
+	// catchUp are the stored offsets of newly assigned partitions, for the
+	// poll loop to commit to Kafka: after a crash between the database and
+	// the Kafka commit, a partition with nothing new to consume would go
+	// on showing a lag it does not have.
+	catchUpMu sync.Mutex
+	catchUp   []*kgo.Record
+
+	// rebalanceWaiting is set when a rebalance waits for the poll loop to
+	// hand back the records it holds (BlockRebalanceOnPoll).
+	rebalanceWaiting atomic.Bool
+}
+
+// consumerHooks let tests stop the consumer at the two points where a crash
+// matters; nil in production. An error they return stops Run with it.
+type consumerHooks struct {
+	beforeCommit func(ctx context.Context) error                         // inside the batch transaction
+	afterCommit  func(ctx context.Context, parts []partitionBatch) error // after COMMIT, before the Kafka commit
+}
+
+var errStoppedByHook = errors.New("storage consumer stopped by a hook")
+
+func newStorageConsumer(pool *pgxpool.Pool, opts consumerOptions, reg prometheus.Registerer, logger *slog.Logger) *storageConsumer {
+	return &storageConsumer{
+		store:   newConsumerStore(pool, opts.Group),
+		opts:    opts,
+		metrics: newConsumerMetrics(reg),
+		logger:  logger.With("role", "consumer"),
+	}
+}
+
+// clientOptions are the franz-go options of the consumer's group client; the
+// caller adds the seed brokers. Rebalances wait while a batch is in flight
+// (BlockRebalanceOnPoll), only offsets of stored records are committed to
+// Kafka (AutoCommitMarks), and assigned partitions start at the offsets in
+// the database.
+func (c *storageConsumer) clientOptions() []kgo.Opt {
+	return []kgo.Opt{
+		kgo.ConsumerGroup(c.opts.Group),
+		kgo.ConsumeTopics(allTopics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.AutoCommitMarks(),
+		kgo.AdjustFetchOffsetsFn(c.resumeFromDatabase),
+		kgo.OnPartitionsRevoked(c.onRevoked),
+		kgo.OnPartitionsLost(c.onLost),
+		kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { c.rebalanceWaiting.Store(true) }),
+	}
+}
+
+// groupClient is what the consumer needs of a franz-go group client.
+type groupClient interface {
+	PollRecords(ctx context.Context, maxPollRecords int) kgo.Fetches
+	AllowRebalance()
+	PauseFetchTopics(topics ...string) []string
+	ResumeFetchTopics(topics ...string)
+	MarkCommitOffsets(map[string]map[int32]kgo.EpochOffset)
+	CommitMarkedOffsets(ctx context.Context) error
+	CommitRecords(ctx context.Context, rs ...*kgo.Record) error
+}
+
+// idlePollWait bounds a poll that finds nothing, so that the loop gets to
+// its housekeeping (Kafka catch-up commits) on an idle topic too.
+const idlePollWait = time.Second
+
+// Run consumes until ctx is cancelled or the client is closed. It polls and
+// decodes the next batch while the previous one is being stored, so the
+// database does not wait for Kafka or JSON. A rebalance waits until the batch
+// in flight is stored (BlockRebalanceOnPoll), then goes through.
+//
+// A batch in flight at cancellation is abandoned (its transaction rolls
+// back) and read again at the next start; the offsets of stored batches are
+// committed to Kafka before Run returns. Database trouble is retried, never
+// returned.
+func (c *storageConsumer) Run(ctx context.Context, cl groupClient) error {
+	c.logger.Info("storage consumer started", "group", c.opts.Group, "topics", allTopics,
+		"max_poll_records", c.opts.MaxPollRecords, "linger", c.opts.Linger, "writers", c.opts.Writers)
+	var inflight chan error // the result of the batch being stored; nil when none is
+	finish := func() error {
+		if inflight == nil {
+			return nil
+		}
+		err := <-inflight
+		inflight = nil
+		return err
+	}
+	var err error
+	for ctx.Err() == nil {
+		if c.rebalanceWaiting.Swap(false) {
+			if err = finish(); err != nil {
+				break
+			}
+			cl.AllowRebalance()
+		}
+		c.commitCatchUp(ctx, cl)
+		var parts []partitionBatch
+		if parts, err = c.poll(ctx, cl); err != nil {
+			break
+		}
+		if len(parts) == 0 { // idle: store what is in flight, let a rebalance through
+			if err = finish(); err != nil {
+				break
+			}
+			cl.AllowRebalance()
+			continue
+		}
+		batch := c.prepare(parts)
+		if err = finish(); err != nil {
+			break
+		}
+		done := make(chan error, 1)
+		go func() { done <- c.process(ctx, cl, batch) }()
+		inflight = done
+	}
+	if ferr := finish(); err == nil {
+		err = ferr
+	}
+	cl.AllowRebalance()
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		err = nil
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if cerr := cl.CommitMarkedOffsets(cctx); cerr != nil {
+		c.logger.Warn("final Kafka offset commit failed; the database has the offsets", "err", cerr)
+	}
+	c.logger.Info("storage consumer stopped", "err", err)
+	return err
+}
+
+// poll returns up to MaxPollRecords records grouped by partition, waiting up
+// to Linger for more once the first have arrived.
+func (c *storageConsumer) poll(ctx context.Context, cl groupClient) ([]partitionBatch, error) {
+	var parts []partitionBatch
+	index := map[topicPartition]int{}
+	pctx, cancel := context.WithTimeout(ctx, idlePollWait)
+	n, err := c.collect(cl.PollRecords(pctx, c.opts.MaxPollRecords), &parts, index)
+	cancel()
+	if err != nil || n == 0 || n >= c.opts.MaxPollRecords || c.opts.Linger <= 0 {
+		return parts, err
+	}
+	lctx, cancel := context.WithTimeout(ctx, c.opts.Linger)
+	defer cancel()
+	for n < c.opts.MaxPollRecords && lctx.Err() == nil {
+		k, err := c.collect(cl.PollRecords(lctx, c.opts.MaxPollRecords-n), &parts, index)
+		if err != nil {
+			return parts, err
+		}
+		n += k
+	}
+	return parts, nil
+}
+
+// collect appends the records of a poll to parts and returns their number.
+// Only a closed client is an error; fetch errors are the client's to retry.
+func (c *storageConsumer) collect(fs kgo.Fetches, parts *[]partitionBatch, index map[topicPartition]int) (int, error) {
+	var closed error
+	fs.EachError(func(topic string, p int32, err error) {
+		switch {
+		case errors.Is(err, kgo.ErrClientClosed):
+			closed = err
+		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		default:
+			c.logger.Warn("fetch error", "topic", topic, "partition", p, "err", err)
+		}
+	})
+	n := 0
+	fs.EachPartition(func(p kgo.FetchTopicPartition) {
+		if len(p.Records) == 0 {
+			return
+		}
+		n += len(p.Records)
+		c.metrics.records.WithLabelValues(p.Topic).Add(float64(len(p.Records)))
+		tp := topicPartition{p.Topic, p.Partition}
+		if i, ok := index[tp]; ok {
+			(*parts)[i].records = append((*parts)[i].records, p.Records...)
+			(*parts)[i].hwm = p.HighWatermark
+			return
+		}
+		index[tp] = len(*parts)
+		*parts = append(*parts, partitionBatch{topicPartition: tp, records: p.Records, hwm: p.HighWatermark})
+	})
+	return n, closed
+}
+
+// writerShare is the part of a poll batch that one writer stores in one
+// transaction, decoded.
+type writerShare struct {
+	parts   []partitionBatch
+	records int
+	rows    *batchRows
+}
+
+// preparedBatch is a poll batch split between the writers and decoded.
+type preparedBatch struct {
+	parts  []partitionBatch
+	shares []writerShare
+}
+
+func (c *storageConsumer) prepare(parts []partitionBatch) preparedBatch {
+	now := time.Now()
+	batch := preparedBatch{parts: parts}
+	for _, share := range assignWriters(parts, c.opts.Writers) {
+		recs := share[0].records
+		if len(share) > 1 {
+			recs = nil
+			for _, p := range share {
+				recs = append(recs, p.records...)
+			}
+		}
+		batch.shares = append(batch.shares, writerShare{parts: share, records: len(recs), rows: decodeRecords(recs, c.opts.MaxRecordBytes, now)})
+	}
+	return batch
+}
+
+// process stores a poll batch, each writer's share in its own transaction,
+// then marks and commits the offsets in Kafka.
+func (c *storageConsumer) process(ctx context.Context, cl groupClient, batch preparedBatch) error {
+	errs := make([]error, len(batch.shares))
+	if len(batch.shares) == 1 {
+		errs[0] = c.storeShare(ctx, cl, batch.shares[0])
+	} else {
+		var wg sync.WaitGroup
+		for i, share := range batch.shares {
+			wg.Go(func() { errs[i] = c.storeShare(ctx, cl, share) })
+		}
+		wg.Wait()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if changed, d := c.metrics.setPaused(false); changed {
+		cl.ResumeFetchTopics(allTopics...)
+		c.logger.Info("database takes batches again; fetching resumed", "paused_for", d.Round(time.Millisecond))
+	}
+	marks := map[string]map[int32]kgo.EpochOffset{}
+	for _, p := range batch.parts {
+		last := p.records[len(p.records)-1]
+		if marks[p.topic] == nil {
+			marks[p.topic] = map[int32]kgo.EpochOffset{}
+		}
+		marks[p.topic][p.partition] = kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
+		c.metrics.setLag(p.topicPartition, p.hwm-last.Offset-1)
+	}
+	if c.hooks.afterCommit != nil {
+		if err := c.hooks.afterCommit(ctx, batch.parts); err != nil {
+			return fmt.Errorf("%w: %w", errStoppedByHook, err)
+		}
+	}
+	cl.MarkCommitOffsets(marks)
+	if err := cl.CommitMarkedOffsets(ctx); err != nil && ctx.Err() == nil {
+		c.logger.Warn("Kafka offset commit failed; the database has the offsets, the next commit catches up", "err", err)
+	}
+	return nil
+}
+
+// assignWriters splits a poll batch into at most writers shares of whole
+// partitions, each as large as can be. Every poll batch is finished before
+// the next is polled, so a partition's batches are stored in order whichever
+// writer takes them.
+func assignWriters(parts []partitionBatch, writers int) [][]partitionBatch {
+	if writers <= 1 || len(parts) <= 1 {
+		return [][]partitionBatch{parts}
+	}
+	bySize := slices.Clone(parts)
+	slices.SortFunc(bySize, func(a, b partitionBatch) int { return cmp.Compare(len(b.records), len(a.records)) })
+	shares := make([][]partitionBatch, min(writers, len(parts)))
+	loads := make([]int, len(shares))
+	for _, p := range bySize {
+		i := 0
+		for j := range loads {
+			if loads[j] < loads[i] {
+				i = j
+			}
+		}
+		shares[i] = append(shares[i], p)
+		loads[i] += len(p.records)
+	}
+	return shares
+}
+
+// storeShare stores a writer's share of a batch, retrying until it
+// is stored or ctx ends. Transient and blocked errors pause fetching and
+// wait with capped exponential backoff; a data error is retried at once in
+// narrow mode, which dead-letters the rows PostgreSQL refuses.
+func (c *storageConsumer) storeShare(ctx context.Context, cl groupClient, share writerShare) error {
+	var beforeCommit func(context.Context) error
+	if h := c.hooks.beforeCommit; h != nil {
+		beforeCommit = func(ctx context.Context) error {
+			if err := h(ctx); err != nil {
+				return fmt.Errorf("%w: %w", errStoppedByHook, err)
+			}
+			return nil
+		}
+	}
+	b := share.rows
+	narrow := false
+	for attempt := 1; ; attempt++ {
+		start := time.Now()
+		out, err := c.store.storeBatch(ctx, share.parts, b, narrow, beforeCommit)
+		if err == nil {
+			c.metrics.writeSeconds.Observe(time.Since(start).Seconds())
+			c.metrics.batchRecords.Observe(float64(share.records))
+			c.metrics.stored(out, b.newestTimes())
+			if len(out.dead) > 0 {
+				c.logger.Warn("dead letters written", "count", len(out.dead), "first_reason", out.dead[0].reason)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, errStoppedByHook) {
+			return err
+		}
+		kind := classifyDBError(err)
+		if kind == dbData && narrow {
+			kind = dbBlocked // not about one row: waiting is all that is left
+		}
+		c.metrics.dbErrors.WithLabelValues(kind.String()).Inc()
+		if kind == dbData {
+			c.logger.Warn("PostgreSQL refused data in a batch; retrying it row by row to dead-letter the refused rows", "err", err)
+			c.store.apps.forget()
+			narrow = true
+			continue
+		}
+		if changed, _ := c.metrics.setPaused(true); changed {
+			cl.PauseFetchTopics(allTopics...)
+		}
+		delay := retryDelay(attempt, c.opts.RetryMaxBackoff)
+		log := c.logger.Warn
+		if kind == dbBlocked {
+			log = c.logger.Error
+		}
+		log("cannot store batch; fetching paused, retrying", "kind", kind.String(), "attempt", attempt,
+			"retry_in", delay.Round(time.Millisecond), "records", share.records, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+	}
+}
+
+// retryDelay is the wait before retry attempt n: 100ms doubling up to max,
+// with jitter so that several consumers do not retry in step.
+func retryDelay(attempt int, maxDelay time.Duration) time.Duration {
+	d := maxDelay
+	if attempt < 20 {
+		d = min(100*time.Millisecond<<(attempt-1), maxDelay)
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// resumeFromDatabase makes newly assigned partitions start at the next
+// offset stored in consumer_offsets, where there is one; partitions without
+// a row keep Kafka's committed offset (or start at the beginning). It waits
+// for the database rather than start from a possibly older Kafka offset.
+func (c *storageConsumer) resumeFromDatabase(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	var stored map[topicPartition]int64
+	for attempt := 1; ; attempt++ {
+		var err error
+		if stored, err = c.store.loadOffsets(ctx); err == nil {
+			break
+		}
+		delay := retryDelay(attempt, c.opts.RetryMaxBackoff)
+		c.logger.Warn("cannot read the stored offsets of assigned partitions; retrying", "retry_in", delay.Round(time.Millisecond), "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+	}
+	var catchUp []*kgo.Record
+	for topic, parts := range offsets {
+		for p := range parts {
+			if next, ok := stored[topicPartition{topic, p}]; ok {
+				parts[p] = kgo.NewOffset().At(next).WithEpoch(-1)
+				catchUp = append(catchUp, &kgo.Record{Topic: topic, Partition: p, Offset: next - 1, LeaderEpoch: -1})
+				c.logger.Debug("partition resumes at its stored offset", "topic", topic, "partition", p, "offset", next)
+			}
+		}
+	}
+	c.catchUpMu.Lock()
+	c.catchUp = append(c.catchUp, catchUp...)
+	c.catchUpMu.Unlock()
+	return offsets, nil
+}
+
+// commitCatchUp commits the stored offsets of newly assigned partitions to
+// Kafka (CommitRecords commits each record's offset + 1).
+func (c *storageConsumer) commitCatchUp(ctx context.Context, cl groupClient) {
+	c.catchUpMu.Lock()
+	recs := c.catchUp
+	c.catchUp = nil
+	c.catchUpMu.Unlock()
+	if len(recs) == 0 {
+		return
+	}
+	if err := cl.CommitRecords(ctx, recs...); err != nil && ctx.Err() == nil {
+		c.logger.Warn("committing the stored offsets of assigned partitions to Kafka failed; lag tools may show a stale lag until new records arrive", "err", err)
+	}
+}
+
+// onRevoked commits the Kafka offsets of what was stored; with
+// BlockRebalanceOnPoll it runs between batches, never during one.
+func (c *storageConsumer) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	if err := cl.CommitMarkedOffsets(ctx); err != nil {
+		c.logger.Warn("Kafka offset commit at revocation failed; the database has the offsets", "err", err)
+	}
+	c.metrics.forgetPartitions(revoked)
+}
+
+func (c *storageConsumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	c.logger.Warn("partitions lost to the group; another member resumes them from the stored offsets", "partitions", lost)
+	c.metrics.forgetPartitions(lost)
+}

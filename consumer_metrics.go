@@ -1,0 +1,166 @@
+package main
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// consumerMetrics are the storage consumer's Prometheus metrics, plus the
+// state behind the ones computed at scrape time (freshness, blocked time).
+type consumerMetrics struct {
+	records      *prometheus.CounterVec
+	rows         *prometheus.CounterVec
+	deadLetters  *prometheus.CounterVec
+	dbErrors     *prometheus.CounterVec
+	batchRecords prometheus.Histogram
+	writeSeconds prometheus.Histogram
+	lag          *prometheus.GaugeVec
+
+	mu          sync.Mutex
+	newest      map[string]time.Time // newest stored crawled_at/analyzed_at by topic
+	pausedSince time.Time            // zero while not paused
+	blocked     time.Duration        // finished pauses
+}
+
+func newConsumerMetrics(reg prometheus.Registerer) *consumerMetrics {
+	m := &consumerMetrics{
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "playwatch_consumer_records_total",
+			Help: "Kafka records the storage consumer polled, by topic.",
+		}, []string{"topic"}),
+		rows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "playwatch_consumer_rows_written_total",
+			Help: "Rows the storage consumer inserted or updated, by table (apps_registry_application: names filled in).",
+		}, []string{"table"}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "playwatch_consumer_dead_letters_total",
+			Help: "Records written to dead_letter_events, by reason code.",
+		}, []string{"reason"}),
+		dbErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "playwatch_consumer_db_errors_total",
+			Help: "Failed batch transactions, by kind: transient and blocked are retried, data is narrowed to the refused rows.",
+		}, []string{"kind"}),
+		batchRecords: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "playwatch_consumer_batch_records",
+			Help:    "Records per batch transaction.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 9),
+		}),
+		writeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "playwatch_consumer_batch_write_seconds",
+			Help:    "Time to write one batch transaction, from validation to COMMIT, retries excluded.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+		}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "playwatch_consumer_lag_records",
+			Help: "Records in the partition after the last stored one, at the last fetch.",
+		}, []string{"topic", "partition"}),
+		newest: map[string]time.Time{},
+	}
+	for _, t := range allTopics {
+		m.records.WithLabelValues(t)
+	}
+	for _, t := range []string{"app_stats", "reviews", "network_metrics", "dead_letter_events", "apps_registry_application"} {
+		m.rows.WithLabelValues(t)
+	}
+	for _, r := range allReasonCodes {
+		m.deadLetters.WithLabelValues(string(r))
+	}
+	for k := range dbBlocked + 1 {
+		m.dbErrors.WithLabelValues(k.String())
+	}
+	reg.MustRegister(m.records, m.rows, m.deadLetters, m.dbErrors, m.batchRecords, m.writeSeconds, m.lag,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "playwatch_consumer_paused",
+			Help: "1 while the consumer has paused fetching because the database cannot take its batch.",
+		}, func() float64 {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if m.pausedSince.IsZero() {
+				return 0
+			}
+			return 1
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "playwatch_consumer_db_blocked_seconds_total",
+			Help: "Time the consumer spent waiting for the database to take a batch (retrying transient errors).",
+		}, func() float64 {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			d := m.blocked
+			if !m.pausedSince.IsZero() {
+				d += time.Since(m.pausedSince)
+			}
+			return d.Seconds()
+		}),
+		freshnessCollector{m},
+	)
+	return m
+}
+
+func (m *consumerMetrics) stored(out storeOutcome, newest map[string]time.Time) {
+	m.rows.WithLabelValues("app_stats").Add(float64(out.rows.stats))
+	m.rows.WithLabelValues("reviews").Add(float64(out.rows.reviews))
+	m.rows.WithLabelValues("network_metrics").Add(float64(out.rows.metrics))
+	m.rows.WithLabelValues("apps_registry_application").Add(float64(out.rows.registry))
+	m.rows.WithLabelValues("dead_letter_events").Add(float64(out.rows.deadLetters))
+	for _, d := range out.dead {
+		m.deadLetters.WithLabelValues(string(d.code)).Inc()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for topic, t := range newest {
+		if t.After(m.newest[topic]) {
+			m.newest[topic] = t
+		}
+	}
+}
+
+// setPaused records the start or the end of a wait for the database and
+// reports whether that changed anything.
+func (m *consumerMetrics) setPaused(paused bool) (changed bool, pausedFor time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case paused && m.pausedSince.IsZero():
+		m.pausedSince = time.Now()
+		return true, 0
+	case !paused && !m.pausedSince.IsZero():
+		d := time.Since(m.pausedSince)
+		m.blocked += d
+		m.pausedSince = time.Time{}
+		return true, d
+	}
+	return false, 0
+}
+
+func (m *consumerMetrics) setLag(tp topicPartition, lag int64) {
+	m.lag.WithLabelValues(tp.topic, strconv.Itoa(int(tp.partition))).Set(float64(max(lag, 0)))
+}
+
+func (m *consumerMetrics) forgetPartitions(ps map[string][]int32) {
+	for topic, parts := range ps {
+		for _, p := range parts {
+			m.lag.DeleteLabelValues(topic, strconv.Itoa(int(p)))
+		}
+	}
+}
+
+// freshnessCollector reports, per topic, how old the newest stored record is.
+type freshnessCollector struct{ m *consumerMetrics }
+
+var freshnessDesc = prometheus.NewDesc("playwatch_consumer_data_freshness_seconds",
+	"Now minus the crawled_at (analyzed_at for network-metrics) of the newest record stored since start, by topic.",
+	[]string{"topic"}, nil)
+
+func (c freshnessCollector) Describe(ch chan<- *prometheus.Desc) { ch <- freshnessDesc }
+
+func (c freshnessCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	for topic, t := range c.m.newest {
+		ch <- prometheus.MustNewConstMetric(freshnessDesc, prometheus.GaugeValue, time.Since(t).Seconds(), topic)
+	}
+}

@@ -1,0 +1,409 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The dlq tools. `dlq list` shows dead letters; `dlq replay` stores them
+// after their cause is fixed (typically: the package got registered).
+//
+// Replay runs each dead letter's raw payload through the consumer's own
+// validation and write path, straight into the tables, in one transaction
+// per chunk that also deletes the rows it stored and updates the reason of
+// those that still fail. It does not produce to the topics again: a
+// re-produced record would get a new Kafka identity, so a record that failed
+// again would become a second dead letter, and producing and deleting the
+// old row cannot be one transaction. Writing directly is atomic, idempotent
+// (a second replay finds nothing to do; the upserts are idempotent anyway)
+// and tells the operator at once what was stored and what still fails.
+
+const (
+	dlqListSynopsis   = "dlq list [--topic T] [--reason CODE] [--since 24h|RFC3339] [--limit N] [--json] [flags]"
+	dlqReplaySynopsis = "dlq replay [--topic T] [--reason CODE] [flags] (--all | ID...)"
+	dlqUsage          = "Usage:\n  playwatch " + dlqListSynopsis + "\n  playwatch " + dlqReplaySynopsis + "\n"
+)
+
+func dlqSynopsis(sub string) string {
+	if sub == "list" {
+		return dlqListSynopsis
+	}
+	return dlqReplaySynopsis
+}
+
+// dlqFlags are the flags of the dlq subcommands.
+type dlqFlags struct {
+	topic, reason, since string
+	limit                int
+	json, all            bool
+}
+
+func (f *dlqFlags) register(sub string) func(*flag.FlagSet) {
+	return func(fs *flag.FlagSet) {
+		fs.StringVar(&f.topic, "topic", "", "only dead letters of this topic")
+		fs.StringVar(&f.reason, "reason", "", "only dead letters with this reason code, e.g. unregistered_package")
+		if sub == "list" {
+			fs.StringVar(&f.since, "since", "", "only dead letters that occurred within this duration (24h) or after this time (RFC 3339)")
+			fs.IntVar(&f.limit, "limit", 100, "list at most this many, newest first (0: all)")
+			fs.BoolVar(&f.json, "json", false, "print JSON instead of a table")
+		} else {
+			fs.BoolVar(&f.all, "all", false, "replay every dead letter (that matches --topic and --reason)")
+		}
+	}
+}
+
+// deadLetterFilter selects dead letters; zero fields do not filter.
+type deadLetterFilter struct {
+	Topic  string
+	Reason string // reason code
+	Since  time.Time
+	Limit  int
+}
+
+func (f *dlqFlags) filter(now time.Time) (deadLetterFilter, error) {
+	out := deadLetterFilter{Topic: f.topic, Reason: f.reason, Limit: f.limit}
+	if f.reason != "" && !isReasonCode(f.reason) {
+		return out, usageError{fmt.Sprintf("--reason %q: not a reason code (%s)", f.reason, reasonCodeList())}
+	}
+	if f.limit < 0 {
+		return out, usageError{"--limit must not be negative"}
+	}
+	if f.since != "" {
+		if d, err := time.ParseDuration(f.since); err == nil && d > 0 {
+			out.Since = now.Add(-d)
+		} else if t, err := time.Parse(time.RFC3339, f.since); err == nil {
+			out.Since = t
+		} else {
+			return out, usageError{fmt.Sprintf("--since %q: neither a duration (24h) nor an RFC 3339 time", f.since)}
+		}
+	}
+	return out, nil
+}
+
+func isReasonCode(s string) bool {
+	for _, r := range allReasonCodes {
+		if string(r) == s {
+			return true
+		}
+	}
+	return false
+}
+
+func reasonCodeList() string {
+	var s []string
+	for _, r := range allReasonCodes {
+		s = append(s, string(r))
+	}
+	return strings.Join(s, ", ")
+}
+
+// deadLetterRow is one row of dead_letter_events.
+type deadLetterRow struct {
+	ID         int64
+	Topic      string
+	Partition  int32
+	Offset     int64
+	Key        *string
+	Payload    []byte
+	Reason     string
+	OccurredAt time.Time
+}
+
+const deadLetterColumns = `id, topic, "partition", kafka_offset, kafka_key, raw_payload, error_reason, occurred_at`
+
+func scanDeadLetter(row pgx.CollectableRow) (deadLetterRow, error) {
+	var d deadLetterRow
+	err := row.Scan(&d.ID, &d.Topic, &d.Partition, &d.Offset, &d.Key, &d.Payload, &d.Reason, &d.OccurredAt)
+	return d, err
+}
+
+// where builds the WHERE clause of f, numbering its arguments after args.
+func (f deadLetterFilter) where(args []any) (string, []any) {
+	conds := []string{"true"}
+	add := func(cond string, v any) {
+		args = append(args, v)
+		conds = append(conds, fmt.Sprintf(cond, len(args)))
+	}
+	if f.Topic != "" {
+		add("topic = $%d", f.Topic)
+	}
+	if f.Reason != "" {
+		add("starts_with(error_reason, $%d)", f.Reason+":")
+	}
+	if !f.Since.IsZero() {
+		add("occurred_at >= $%d", f.Since)
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+// listDeadLetters returns the dead letters f selects, newest first.
+func listDeadLetters(ctx context.Context, q querier, f deadLetterFilter) ([]deadLetterRow, error) {
+	where, args := f.where(nil)
+	sql := `SELECT ` + deadLetterColumns + ` FROM dead_letter_events WHERE ` + where + ` ORDER BY occurred_at DESC, id DESC`
+	if f.Limit > 0 {
+		args = append(args, f.Limit)
+		sql += fmt.Sprintf(" LIMIT $%d", len(args))
+	}
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanDeadLetter)
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	return out, nil
+}
+
+// printDeadLetterTable writes one line per dead letter for people.
+func printDeadLetterTable(w io.Writer, rows []deadLetterRow, limit int) error {
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tOCCURRED\tTOPIC\tPARTITION\tOFFSET\tKEY\tBYTES\tREASON")
+	for _, d := range rows {
+		key := "-"
+		if d.Key != nil {
+			key = printable(*d.Key, 40)
+		}
+		size := "null"
+		if d.Payload != nil {
+			size = strconv.Itoa(len(d.Payload))
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", d.ID, d.OccurredAt.UTC().Format(time.RFC3339),
+			d.Topic, d.Partition, d.Offset, key, size, printable(d.Reason, 160))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	more := ""
+	if limit > 0 && len(rows) == limit {
+		more = fmt.Sprintf(", the newest %d (--limit 0 lists all)", limit)
+	}
+	_, err := fmt.Fprintf(w, "%d dead letters%s\n", len(rows), more)
+	return err
+}
+
+// printable makes s fit on one table line.
+func printable(s string, maxBytes int) string {
+	return truncate(strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s), maxBytes)
+}
+
+// deadLetterJSON is the --json form; a payload that is not UTF-8 comes as
+// payload_base64 instead of payload.
+type deadLetterJSON struct {
+	ID            int64     `json:"id"`
+	Topic         string    `json:"topic"`
+	Partition     int32     `json:"partition"`
+	Offset        int64     `json:"offset"`
+	Key           *string   `json:"key"`
+	Reason        string    `json:"reason"`
+	OccurredAt    time.Time `json:"occurred_at"`
+	Payload       *string   `json:"payload,omitempty"`
+	PayloadBase64 []byte    `json:"payload_base64,omitempty"`
+}
+
+func printDeadLetterJSON(w io.Writer, rows []deadLetterRow) error {
+	out := make([]deadLetterJSON, len(rows))
+	for i, d := range rows {
+		out[i] = deadLetterJSON{ID: d.ID, Topic: d.Topic, Partition: d.Partition, Offset: d.Offset,
+			Key: d.Key, Reason: d.Reason, OccurredAt: d.OccurredAt}
+		if utf8.Valid(d.Payload) && d.Payload != nil {
+			s := string(d.Payload)
+			out[i].Payload = &s
+		} else {
+			out[i].PayloadBase64 = d.Payload
+		}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+// replayResult is what a replay did.
+type replayResult struct {
+	Stored    []int64         // stored and deleted from dead_letter_events
+	StillDead []deadLetterRow // kept, with the new reason
+	NotFound  []int64         // asked for by id but not there (replayed before?)
+}
+
+const replayChunk = 500
+
+// replayDeadLetters replays the dead letters with the given ids, or every
+// one f selects when ids is empty, in chunks of one transaction each.
+func (s *consumerStore) replayDeadLetters(ctx context.Context, ids []int64, f deadLetterFilter, maxRecordBytes int) (replayResult, error) {
+	var res replayResult
+	if len(ids) > 0 {
+		found := map[int64]bool{}
+		for start := 0; start < len(ids); start += replayChunk {
+			chunk := ids[start:min(start+replayChunk, len(ids))]
+			where, args := f.where([]any{chunk})
+			sel := `SELECT ` + deadLetterColumns + ` FROM dead_letter_events WHERE id = ANY($1) AND ` + where + ` ORDER BY id FOR UPDATE`
+			rows, err := s.replayChunk(ctx, sel, args, maxRecordBytes, &res)
+			if err != nil {
+				return res, err
+			}
+			for _, d := range rows {
+				found[d.ID] = true
+			}
+		}
+		for _, id := range ids {
+			if !found[id] {
+				res.NotFound = append(res.NotFound, id)
+			}
+		}
+		return res, nil
+	}
+	for after := int64(0); ; {
+		where, args := f.where([]any{after})
+		sel := `SELECT ` + deadLetterColumns + ` FROM dead_letter_events WHERE id > $1 AND ` + where +
+			fmt.Sprintf(` ORDER BY id LIMIT %d FOR UPDATE`, replayChunk)
+		rows, err := s.replayChunk(ctx, sel, args, maxRecordBytes, &res)
+		if err != nil || len(rows) < replayChunk {
+			return res, err
+		}
+		after = rows[len(rows)-1].ID
+	}
+}
+
+// replayChunk locks the dead letters sel selects and replays them in one
+// transaction; a data error PostgreSQL raises makes it retry in narrow mode.
+func (s *consumerStore) replayChunk(ctx context.Context, sel string, args []any, maxRecordBytes int, res *replayResult) ([]deadLetterRow, error) {
+	for narrow := false; ; narrow = true {
+		var picked []deadLetterRow
+		var stored []int64
+		var still []deadLetterRow
+		err := s.inTx(ctx, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, sel, args...)
+			if err != nil {
+				return fmt.Errorf("select dead letters: %w", err)
+			}
+			if picked, err = pgx.CollectRows(rows, scanDeadLetter); err != nil || len(picked) == 0 {
+				return err
+			}
+			stored, still, err = s.replayLocked(ctx, tx, picked, maxRecordBytes, narrow)
+			return err
+		})
+		if err != nil && !narrow && classifyDBError(err) == dbData {
+			s.apps.forget()
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("replay dead letters: %w", err)
+		}
+		res.Stored = append(res.Stored, stored...)
+		res.StillDead = append(res.StillDead, still...)
+		return picked, nil
+	}
+}
+
+func (s *consumerStore) replayLocked(ctx context.Context, tx pgx.Tx, picked []deadLetterRow, maxRecordBytes int, narrow bool) ([]int64, []deadLetterRow, error) {
+	recs := make([]*kgo.Record, len(picked))
+	byRecord := make(map[*kgo.Record]int, len(picked))
+	for i, d := range picked {
+		recs[i] = &kgo.Record{Topic: d.Topic, Partition: d.Partition, Offset: d.Offset, Value: d.Payload}
+		byRecord[recs[i]] = i
+	}
+	b := decodeRecords(recs, maxRecordBytes, time.Now())
+	if err := s.apps.resolve(ctx, tx, b); err != nil {
+		return nil, nil, err
+	}
+	_, sqlDead, err := writeRows(ctx, tx, b, narrow)
+	if err != nil {
+		return nil, nil, err
+	}
+	dead := append(b.dead, sqlDead...)
+	isDead := make([]bool, len(picked))
+	deadIDs, reasons := make([]int64, len(dead)), make([]string, len(dead))
+	var still []deadLetterRow
+	for i, d := range dead {
+		j := byRecord[d.src]
+		isDead[j] = true
+		deadIDs[i], reasons[i] = picked[j].ID, d.reason
+		row := picked[j]
+		row.Reason = d.reason
+		still = append(still, row)
+	}
+	var stored []int64
+	for i, d := range picked {
+		if !isDead[i] {
+			stored = append(stored, d.ID)
+		}
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE dead_letter_events d SET error_reason = u.reason
+		FROM unnest($1::bigint[], $2::text[]) AS u(id, reason) WHERE d.id = u.id`, deadIDs, reasons); err != nil {
+		return nil, nil, fmt.Errorf("update reasons: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM dead_letter_events WHERE id = ANY($1)`, stored); err != nil {
+		return nil, nil, fmt.Errorf("delete replayed dead letters: %w", err)
+	}
+	return stored, still, nil
+}
+
+// runDLQList is `playwatch dlq list`.
+func runDLQList(ctx context.Context, q querier, f *dlqFlags, args []string, stdout io.Writer) error {
+	if len(args) > 0 {
+		return usageError{fmt.Sprintf("dlq list takes no arguments, got %q", args)}
+	}
+	filter, err := f.filter(time.Now())
+	if err != nil {
+		return err
+	}
+	rows, err := listDeadLetters(ctx, q, filter)
+	if err != nil {
+		return err
+	}
+	if f.json {
+		return printDeadLetterJSON(stdout, rows)
+	}
+	return printDeadLetterTable(stdout, rows, filter.Limit)
+}
+
+// runDLQReplay is `playwatch dlq replay`.
+func runDLQReplay(ctx context.Context, s *consumerStore, f *dlqFlags, args []string, maxRecordBytes int, stdout io.Writer) error {
+	var ids []int64
+	for _, a := range args {
+		id, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || id <= 0 {
+			return usageError{fmt.Sprintf("dlq replay: %q is not a dead letter id", a)}
+		}
+		ids = append(ids, id)
+	}
+	if f.all == (len(ids) > 0) {
+		return usageError{"dlq replay needs either --all or dead letter ids"}
+	}
+	filter, err := f.filter(time.Now())
+	if err != nil {
+		return err
+	}
+	res, err := s.replayDeadLetters(ctx, ids, filter, maxRecordBytes)
+	fmt.Fprintf(stdout, "stored %d, still dead %d", len(res.Stored), len(res.StillDead))
+	if len(res.NotFound) > 0 {
+		fmt.Fprintf(stdout, ", not found %d (replayed before?): %v", len(res.NotFound), res.NotFound)
+	}
+	fmt.Fprintln(stdout)
+	for _, d := range res.StillDead {
+		fmt.Fprintf(stdout, "  %d %s/%d@%d: %s\n", d.ID, d.Topic, d.Partition, d.Offset, printable(d.Reason, 200))
+	}
+	if err != nil {
+		return errors.Join(err, errors.New("replay stopped; what was stored above is committed, run it again to go on"))
+	}
+	return nil
+}

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// runCLI runs a playwatch command line in-process against the database at
+// dsn and returns its output.
+func runCLI(t *testing.T, dsn string, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	env := map[string]string{"DATABASE_URL": dsn, "PLAYWATCH_DATA_DIR": t.TempDir(), "LOG_LEVEL": "warn"}
+	err := run(context.Background(), args, envFunc(env), &out, &errOut)
+	return out.String(), err
+}
+
+// Dead letters of an unregistered package are listed, filtered and, once
+// the package is registered, replayed into the tables and removed; a second
+// replay does nothing; what still fails keeps its row with the new reason.
+func TestDLQListAndReplay(t *testing.T) {
+	dsn := newTestDatabase(t)
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	brokers := newConsumerTestBroker(t)
+	const late = "com.example.late"
+	registerApps(t, pool, "org.telegram.messenger")
+	produce(t, brokers,
+		rec(topicReviews, late, msgJSON(reviewFields(late, "l1", testCrawl))),
+		rec(topicReviews, late, msgJSON(reviewFields(late, "l2", testCrawl))),
+		rec(topicReviews, late, msgJSON(with(reviewFields(late, "l2", testCrawl.Add(time.Hour)), "content", "edited"))),
+		rec(topicAppStats, late, msgJSON(statFields(late, testCrawl))),
+		rec(topicNetworkMetrics, late, msgJSON(networkFields(late, "5d1b3c6e-8f7a-4b2c-9d0e-1f2a3b4c5d6e"))),
+		rec(topicReviews, "org.telegram.messenger", []byte(`{"package_name": "org.telegram.messenger", "review_id": 7`)),
+		rec(topicReviews, "org.telegram.messenger", msgJSON(reviewFields("org.telegram.messenger", "ok", testCrawl))),
+	)
+	tc := startTestConsumer(t, pool, brokers, testConsumerOptions(), consumerHooks{})
+	waitFor(t, 20*time.Second, "six dead letters", func() bool { return count(t, pool, `SELECT count(*) FROM dead_letter_events`) == 6 })
+	if err := tc.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := runCLI(t, dsn, "dlq", "list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "ID  ") || !strings.Contains(out, "unregistered_package: package com.example.late is not registered") ||
+		!strings.Contains(out, "invalid_json") || !strings.HasSuffix(out, "6 dead letters\n") {
+		t.Errorf("dlq list:\n%s", out)
+	}
+	listed := func(args ...string) []deadLetterJSON {
+		t.Helper()
+		out, err := runCLI(t, dsn, append([]string{"dlq", "list", "--json"}, args...)...)
+		if err != nil {
+			t.Fatalf("dlq list %v: %v", args, err)
+		}
+		var rows []deadLetterJSON
+		if err := json.Unmarshal([]byte(out), &rows); err != nil {
+			t.Fatalf("dlq list --json: %v\n%s", err, out)
+		}
+		return rows
+	}
+	if rows := listed("--topic", "reviews"); len(rows) != 4 || rows[0].Payload == nil || !strings.Contains(*rows[0].Payload, `"package_name"`) {
+		t.Errorf("--topic reviews: %+v", rows)
+	}
+	if rows := listed("--reason", "unregistered_package"); len(rows) != 5 {
+		t.Errorf("--reason unregistered_package: %d rows, want 5", len(rows))
+	}
+	if rows := listed("--since", "1h"); len(rows) != 6 {
+		t.Errorf("--since 1h: %d rows, want 6", len(rows))
+	}
+	if rows := listed("--since", time.Now().Add(time.Hour).Format(time.RFC3339)); len(rows) != 0 {
+		t.Errorf("--since in an hour: %d rows, want 0", len(rows))
+	}
+	if rows := listed("--limit", "2"); len(rows) != 2 {
+		t.Errorf("--limit 2: %d rows", len(rows))
+	}
+	var badJSON int64
+	if err := pool.QueryRow(context.Background(), `SELECT id FROM dead_letter_events WHERE error_reason LIKE 'invalid_json%'`).Scan(&badJSON); err != nil {
+		t.Fatal(err)
+	}
+
+	// Replay before the cause is fixed: nothing stored, reasons kept.
+	if out, err := runCLI(t, dsn, "dlq", "replay", "--all"); err != nil || !strings.HasPrefix(out, "stored 0, still dead 6") {
+		t.Errorf("replay before registering: %v\n%s", err, out)
+	}
+
+	registerApps(t, pool, late)
+	out, err = runCLI(t, dsn, "dlq", "replay", "--all")
+	if err != nil || !strings.HasPrefix(out, "stored 5, still dead 1") || !strings.Contains(out, fmt.Sprintf("  %d reviews/", badJSON)) {
+		t.Errorf("replay after registering: %v\n%s", err, out)
+	}
+	counts := func() string {
+		return fmt.Sprint(count(t, pool, `SELECT count(*) FROM reviews`), count(t, pool, `SELECT count(*) FROM app_stats`),
+			count(t, pool, `SELECT count(*) FROM network_metrics`), count(t, pool, `SELECT count(*) FROM dead_letter_events`))
+	}
+	if got := counts(); got != "3 1 1 1" {
+		t.Errorf("reviews, stats, metrics, dead letters = %s, want 3 1 1 1", got)
+	}
+	if c := readReviewRow(t, pool, "l2").content; c != "edited" {
+		t.Errorf("the replay kept %q of l2, want the newer version", c)
+	}
+
+	// Replaying again is a no-op; a replayed id is reported as gone.
+	if out, err := runCLI(t, dsn, "dlq", "replay", "--all"); err != nil || !strings.HasPrefix(out, "stored 0, still dead 1") {
+		t.Errorf("second replay: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, dsn, "dlq", "replay", fmt.Sprint(badJSON), "999999"); err != nil ||
+		!strings.HasPrefix(out, "stored 0, still dead 1, not found 1") {
+		t.Errorf("replay by id: %v\n%s", err, out)
+	}
+	if got := counts(); got != "3 1 1 1" {
+		t.Errorf("after the second replay: %s, want 3 1 1 1", got)
+	}
+
+	var uerr usageError
+	for _, args := range [][]string{{"dlq"}, {"dlq", "frob"}, {"dlq", "replay"}, {"dlq", "replay", "--all", "5"},
+		{"dlq", "replay", "x"}, {"dlq", "list", "--reason", "nope"}, {"dlq", "list", "--since", "yesterday"}, {"dlq", "list", "extra"}} {
+		if _, err := runCLI(t, dsn, args...); !errors.As(err, &uerr) {
+			t.Errorf("%q: err = %v, want a usage error", args, err)
+		}
+	}
+}
+
+// The consumer role of `playwatch run`: a message produced to the embedded
+// broker ends up as a row, visible in /metrics, and the role stops cleanly.
+func TestRunConsumerRole(t *testing.T) {
+	dsn := newTestDatabase(t)
+	env := map[string]string{
+		"DATABASE_URL":          dsn,
+		"PLAYWATCH_DATA_DIR":    filepath.Join(t.TempDir(), "data"),
+		"PLAYWATCH_HTTP_ADDR":   freeAddr(t),
+		"PLAYWATCH_BROKER_ADDR": freeAddr(t),
+		"CONSUMER_LINGER":       "0s",
+	}
+	base, stop, logs := startRun(t, env, "--roles", "registry,consumer")
+	const pkg = "org.telegram.messenger"
+	if code, body := httpDo(t, "POST", base+"/api/v1/apps", `{"package_name":"`+pkg+`"}`); code != 201 {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(env["PLAYWATCH_BROKER_ADDR"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), rec(topicReviews, pkg, msgJSON(reviewFields(pkg, "from-run", testCrawl)))).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	waitFor(t, 30*time.Second, "the review row", func() bool {
+		return count(t, pool, `SELECT count(*) FROM reviews WHERE review_id = 'from-run'`) == 1
+	})
+	if code, body := httpDo(t, http.MethodGet, base+"/metrics", ""); code != 200 ||
+		!strings.Contains(body, `playwatch_consumer_rows_written_total{table="reviews"} 1`) {
+		t.Errorf("/metrics lacks the stored review:\n%s", body)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v\n%s", err, logs)
+	}
+	if !strings.Contains(logs.String(), "storage consumer stopped") {
+		t.Errorf("logs lack the consumer's stop:\n%s", logs)
+	}
+	if n := count(t, pool, `SELECT next_offset FROM consumer_offsets WHERE topic = 'reviews' AND next_offset > 0`); n != 1 {
+		t.Errorf("stored next offset %d, want 1", n)
+	}
+}
