@@ -141,7 +141,7 @@ var pcapFixtures = map[string]struct {
 	"loss_receiver_rtt30.pcap": {linkTypes: []layers.LinkType{layers.LinkTypeEthernet}},
 }
 
-func loadGolden(t *testing.T, capture string) tsharkMetrics {
+func loadGolden(t testing.TB, capture string) tsharkMetrics {
 	t.Helper()
 	golden := strings.TrimSuffix(strings.TrimSuffix(capture, ".pcapng"), ".pcap") + ".tshark.json"
 	b, err := os.ReadFile(golden)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,31 +13,14 @@ import (
 	"testing"
 )
 
-// goldenMetrics reads the tshark values kept beside a capture.
-func goldenMetrics(t *testing.T, name string) networkMetricsMessage {
+// checkAgainstGolden compares the metrics of a message with tshark's values
+// kept beside the capture testdata/pcap/<name>.pcap.
+func checkAgainstGolden(t *testing.T, m networkMetricsMessage, name string) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "pcap", name+".tshark.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m networkMetricsMessage
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
-func checkAgainstGolden(t *testing.T, got networkMetricsMessage, name string) {
-	t.Helper()
-	want := goldenMetrics(t, name)
-	if got.RetransmissionCount != want.RetransmissionCount || got.OutOfOrderCount != want.OutOfOrderCount ||
-		got.SpuriousRetransmissionCount != want.SpuriousRetransmissionCount || got.ZeroWindowCount != want.ZeroWindowCount ||
-		got.TCPResetCount != want.TCPResetCount || got.BytesTransferredTotal != want.BytesTransferredTotal ||
-		got.BytesPayloadTotal != want.BytesPayloadTotal || math.Abs(*got.OverheadRatio-*want.OverheadRatio) > 1e-6 ||
-		(want.RTTHandshake == nil) != (got.RTTHandshake == nil) ||
-		(want.RTTHandshake != nil && math.Abs(*got.RTTHandshake-*want.RTTHandshake) > 0.001) {
-		t.Errorf("%s: got %+v, tshark says %+v", name, got, want)
-	}
+	got := pcapResult{RTTHandshakeMs: m.RTTHandshake, RetransmissionCount: m.RetransmissionCount, OutOfOrderCount: m.OutOfOrderCount,
+		SpuriousRetransmissionCount: m.SpuriousRetransmissionCount, ZeroWindowCount: m.ZeroWindowCount, TCPResetCount: m.TCPResetCount,
+		BytesTransferredTotal: m.BytesTransferredTotal, BytesPayloadTotal: m.BytesPayloadTotal, OverheadRatio: m.OverheadRatio}
+	assertMatchesTshark(t, got, loadGolden(t, filepath.Join("testdata", "pcap", name+".pcap")))
 }
 
 var uuidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
