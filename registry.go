@@ -224,6 +224,11 @@ func (api *registryAPI) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a, err := api.store.Get(r.Context(), pkg)
+	api.writeApp(w, r, pkg, a, err)
+}
+
+// writeApp answers with the app, or with what went wrong finding it.
+func (api *registryAPI) writeApp(w http.ResponseWriter, r *http.Request, pkg string, a app, err error) {
 	switch {
 	case errors.Is(err, errAppNotFound):
 		writeError(w, http.StatusNotFound, pkg+" is not registered")
@@ -249,14 +254,7 @@ func (api *registryAPI) update(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a, err := api.store.Update(r.Context(), pkg, p)
-	switch {
-	case errors.Is(err, errAppNotFound):
-		writeError(w, http.StatusNotFound, pkg+" is not registered")
-	case err != nil:
-		api.internalError(w, r, err)
-	default:
-		writeJSON(w, http.StatusOK, a)
-	}
+	api.writeApp(w, r, pkg, a, err)
 }
 
 // parsePatch reads a PATCH body: only the named fields change, and null
