@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -374,15 +376,25 @@ func (c *playStoreClient) exchange(ctx context.Context, l *lease, newRequest fun
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		return err
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, c.cfg.MaxBody+1))
-	if err != nil {
+	buf := bodyBuffers.Get().(*bytes.Buffer)
+	defer func() {
+		buf.Reset()
+		bodyBuffers.Put(buf)
+	}()
+	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, c.cfg.MaxBody+1)); err != nil {
 		return transportError(ctx, l, err)
 	}
-	if int64(len(body)) > c.cfg.MaxBody {
+	if int64(buf.Len()) > c.cfg.MaxBody {
 		return &parseError{Path: "response body", Detail: fmt.Sprintf("larger than %d bytes", c.cfg.MaxBody)}
 	}
-	return parse(body, arrived.UTC())
+	// parse must not keep the body: its buffer is reused.
+	return parse(buf.Bytes(), arrived.UTC())
 }
+
+// bodyBuffers recycles the buffers answers are read into: a details page is
+// over 1 MB, and reading every answer into a new slice made most of the
+// crawler's garbage (and GC work).
+var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // transportError tells a block page and a canceled caller from a failing
 // network.
