@@ -1,6 +1,11 @@
 package main
 
-import "time"
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
 
 // Topic names of the message contracts in DESIGN.md.
 const (
@@ -40,6 +45,78 @@ type reviewMessage struct {
 	Content       *string   `json:"content"`
 	At            time.Time `json:"at"`
 	CrawledAt     time.Time `json:"crawled_at"`
+}
+
+// encodeJSON returns exactly what json.Marshal(m) returns (the bytes are the
+// contract; TestPublishReviewJSONIsEncodingJSON holds them together), several
+// times faster: a crawl encodes a thousand reviews per app, and reflection
+// took a quarter of the crawler's CPU.
+func (m *reviewMessage) encodeJSON() ([]byte, error) {
+	// Keys, numbers and times take at most 224 bytes.
+	n := 224 + len(m.PackageName) + len(m.ReviewID)
+	if m.UserName != nil {
+		n += len(*m.UserName)
+	}
+	if m.Content != nil {
+		n += len(*m.Content)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, `{"package_name":`...)
+	b = appendJSONString(b, &m.PackageName)
+	b = append(b, `,"review_id":`...)
+	b = appendJSONString(b, &m.ReviewID)
+	b = append(b, `,"user_name":`...)
+	b = appendJSONString(b, m.UserName)
+	b = append(b, `,"thumbs_up_count":`...)
+	b = strconv.AppendInt(b, m.ThumbsUpCount, 10)
+	b = append(b, `,"score":`...)
+	if m.Score == nil {
+		b = append(b, "null"...)
+	} else {
+		b = strconv.AppendInt(b, int64(*m.Score), 10)
+	}
+	b = append(b, `,"content":`...)
+	b = appendJSONString(b, m.Content)
+	b = append(b, `,"at":`...)
+	b, err := appendJSONTime(b, m.At)
+	if err != nil {
+		return nil, err
+	}
+	b = append(b, `,"crawled_at":`...)
+	if b, err = appendJSONTime(b, m.CrawledAt); err != nil {
+		return nil, err
+	}
+	return append(b, '}'), nil
+}
+
+// appendJSONString appends *s as encoding/json writes it, null for nil. A
+// string with nothing to escape is copied; any other goes through
+// json.Marshal, so that every escape is encoding/json's own.
+func appendJSONString(b []byte, s *string) []byte {
+	if s == nil {
+		return append(b, "null"...)
+	}
+	for _, r := range *s {
+		if r < ' ' || r == '"' || r == '\\' || r == '<' || r == '>' || r == '&' ||
+			r == utf8.RuneError || r == '\u2028' || r == '\u2029' {
+			q, _ := json.Marshal(*s) // a string always encodes
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, *s...)
+	return append(b, '"')
+}
+
+// appendJSONTime appends t as time.Time's MarshalJSON writes it, failing
+// where it fails (a year outside 0-9999).
+func appendJSONTime(b []byte, t time.Time) ([]byte, error) {
+	b = append(b, '"')
+	b, err := t.AppendText(b)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '"'), nil
 }
 
 // networkMetricsMessage is the analysis of one capture file (topic

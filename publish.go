@@ -99,11 +99,16 @@ func (p *publisher) PublishAppStats(ctx context.Context, m appStatsMessage) erro
 // PublishReviews sends one message per review of one app: the whole batch
 // is enqueued first, then only the residual is resent.
 func (p *publisher) PublishReviews(ctx context.Context, pkg string, ms []reviewMessage) error {
-	vs := make([]any, len(ms))
+	key := []byte(pkg)
+	recs := make([]*kgo.Record, len(ms))
 	for i := range ms {
-		vs[i] = ms[i]
+		b, err := ms[i].encodeJSON()
+		if err != nil {
+			return fmt.Errorf("encode %s message for %s: %w", topicReviews, pkg, err)
+		}
+		recs[i] = &kgo.Record{Topic: topicReviews, Key: key, Value: b}
 	}
-	return p.publishJSON(ctx, topicReviews, pkg, vs)
+	return p.send(ctx, topicReviews, recs)
 }
 
 // PublishNetworkMetrics sends the analysis of one capture.
