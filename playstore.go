@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -226,31 +227,36 @@ func (c *playStoreClient) Reviews(ctx context.Context, pkg, lang, country string
 		n = defaultReviewCount
 	}
 	seen := make(map[string]bool)
-	var out []review
+	// The new reviews of each page, joined once at the end: appending them
+	// one by one to one slice copied a thousand reviews three times over.
+	var pages [][]review
+	count := 0
 	token := ""
 	route := &egressRoute{}
-	for page := 1; len(out) < n; page++ {
+	for page := 1; count < n; page++ {
 		p, err := c.reviewsPage(ctx, route, pkg, lang, country, token)
 		if err != nil {
-			return out, fmt.Errorf("reviews of %s (hl=%s gl=%s), page %d: %w", pkg, lang, country, page, err)
+			return slices.Concat(pages...), fmt.Errorf("reviews of %s (hl=%s gl=%s), page %d: %w", pkg, lang, country, page, err)
 		}
-		fresh := 0
+		fresh := p.Reviews[:0]
 		for _, r := range p.Reviews {
 			if !seen[r.ReviewID] {
 				seen[r.ReviewID] = true
-				out = append(out, r)
-				fresh++
+				fresh = append(fresh, r)
 			}
 		}
+		pages = append(pages, fresh)
+		count += len(fresh)
 		if p.Skipped > 0 {
 			c.log.Warn("reviews without id or time skipped", "package", pkg, "page", page, "skipped", p.Skipped)
 		}
 		// A page with nothing new would only repeat itself.
-		if p.NextToken == "" || fresh == 0 {
+		if p.NextToken == "" || len(fresh) == 0 {
 			break
 		}
 		token = p.NextToken
 	}
+	out := slices.Concat(pages...)
 	return out[:min(n, len(out))], nil
 }
 
