@@ -4,13 +4,19 @@ VERSION  := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 30s
 
-.PHONY: build run test test-faults kafka-jars live bench fuzz vet clean
+.PHONY: build run demo test test-faults kafka-jars live bench fuzz vet clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o playwatch .
 
 run: build
 	./playwatch run
+
+# The offline demo (demo_test.go): the appliance in a temporary directory
+# against a replay Play Store built from testdata; prints what landed in
+# PostgreSQL. Local directory mode (no package argument) streams its output.
+demo:
+	PLAYWATCH_DEMO=1 $(GO) test -run '^TestDemo$$'
 
 test: vet
 	@scripts/kafka.sh check || true
