@@ -77,6 +77,8 @@ func TestConfigInvalidValuesNameTheVariable(t *testing.T) {
 		{"PROXIES", "gopher://x:1"},
 		{"RATE_LIMIT_REQUESTS", "-1"},
 		{"RATE_LIMIT_PERIOD", "a minute"},
+		{"EGRESS_MIN_GAP", "-1s"},
+		{"EGRESS_MAX_IN_FLIGHT", "0"},
 		{"PLAYSTORE_LANG", "english!"},
 		{"PLAYSTORE_IRAN_COUNTRY", "i"},
 		{"REVIEWS_PER_APP", "0"},

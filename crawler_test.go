@@ -402,7 +402,7 @@ func TestCrawlAndFetchCommands(t *testing.T) {
 		}
 	}
 	env := map[string]string{"DATABASE_URL": dbURL, "KAFKA_BROKERS": strings.Join(brokers, ","), "PLAYWATCH_DATA_DIR": t.TempDir(),
-		"PLAYSTORE_URL": replay.URL, "RATE_LIMIT_REQUESTS": "0", "REVIEWS_PER_APP": "20"}
+		"PLAYSTORE_URL": replay.URL, "RATE_LIMIT_REQUESTS": "0", "EGRESS_MIN_GAP": "0s", "REVIEWS_PER_APP": "20"}
 	var out strings.Builder
 	if err := run(context.Background(), []string{"crawl", "--once"}, envFunc(env), &out, io.Discard); err != nil {
 		t.Fatal(err)

@@ -38,6 +38,7 @@ func TestDemo(t *testing.T) {
 		"PLAYWATCH_BROKER_ADDR": freeAddr(t),
 		"PLAYSTORE_URL":         replay.URL,
 		"RATE_LIMIT_REQUESTS":   "0",
+		"EGRESS_MIN_GAP":        "0s",
 		"REVIEWS_PER_APP":       "50",
 	}
 	fmt.Fprintf(out, "playwatch demo: the whole pipeline offline.\nThe Play Store is a replay of recorded pages on %s; the data directory is %s.\n\n",

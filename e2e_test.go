@@ -147,6 +147,7 @@ func runEndToEnd(t *testing.T, engine map[string]string) {
 		"PLAYWATCH_HTTP_ADDR": freeAddr(t),
 		"PLAYSTORE_URL":       replay.URL,
 		"RATE_LIMIT_REQUESTS": "0",
+		"EGRESS_MIN_GAP":      "0s",
 		"REVIEWS_PER_APP":     strconv.Itoa(e2eReviewsPerApp),
 		"CRAWL_INTERVAL":      "1h",
 	})

@@ -52,7 +52,7 @@ func TestKcatReadsPlaywatchTopics(t *testing.T) {
 	}
 	_, brokers := newTestBroker(t, t.TempDir())
 	env := map[string]string{"DATABASE_URL": dbURL, "KAFKA_BROKERS": strings.Join(brokers, ","), "PLAYWATCH_DATA_DIR": t.TempDir(),
-		"PLAYSTORE_URL": replay.URL, "RATE_LIMIT_REQUESTS": "0", "REVIEWS_PER_APP": "5", "LOG_LEVEL": "warn"}
+		"PLAYSTORE_URL": replay.URL, "RATE_LIMIT_REQUESTS": "0", "EGRESS_MIN_GAP": "0s", "REVIEWS_PER_APP": "5", "LOG_LEVEL": "warn"}
 	for _, args := range [][]string{
 		{"crawl", "--once"},
 		{"pcap", "--app", pkg, "--scenario", "UPLOAD", "testdata/pcap/clean_upload.pcap"},

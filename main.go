@@ -316,7 +316,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stde
 // direct), each with its token bucket.
 func newPlayStore(cfg Config, reg prometheus.Registerer, logger *slog.Logger) (*playStoreClient, error) {
 	pool, err := newProxyPool(proxyPoolConfig{Proxies: cfg.Proxies, RateLimitRequests: cfg.RateLimitRequests,
-		RateLimitPeriod: cfg.RateLimitPeriod}, reg, logger)
+		RateLimitPeriod: cfg.RateLimitPeriod, MinGap: cfg.EgressMinGap, MaxInFlight: cfg.EgressMaxInFlight}, reg, logger)
 	if err != nil {
 		return nil, fmt.Errorf("PROXIES: %w", err)
 	}
@@ -666,10 +666,6 @@ func openBroker(cfg Config, logger *slog.Logger) ([]string, func(context.Context
 	return b.Addrs(), func(context.Context) error { b.Close(); return nil }, nil
 }
 
-// startStorageConsumer runs the storage consumer in a goroutine. Its stop
-// ends the consumer (the batch in flight commits fully or not at all, the
-// Kafka offsets are committed) and closes its client; it is registered after
-// the broker and the database, so it runs before they stop.
 // cmdDLQ is `playwatch dlq list|replay` (dlq.go).
 func cmdDLQ(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "list" && args[0] != "replay") {
