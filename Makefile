@@ -22,8 +22,9 @@ test: vet
 	@scripts/kafka.sh check || true
 	$(GO) test -count=1 -timeout 15m ./...
 
-# The slow fault suite: a three-node Apache Kafka cluster losing its leader,
-# outages of the broker and of PostgreSQL, the appliance killed mid-cycle.
+# The slow fault suite (fault_*_test.go): a three-node Apache Kafka cluster
+# losing a leader mid-cycle, outages of the broker and of PostgreSQL, the
+# appliance killed mid-cycle, a throttling Play Store with a dead proxy.
 test-faults: kafka-jars
 	PLAYWATCH_FAULT_TESTS=1 $(GO) test -count=1 -v -timeout 60m -run 'ThreeNode|Fault' ./...
 

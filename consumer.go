@@ -463,6 +463,9 @@ func (c *storageConsumer) onRevoked(ctx context.Context, cl *kgo.Client, revoked
 }
 
 func (c *storageConsumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	if len(lost) == 0 { // called on every failed attempt to rejoin, e.g. while the broker is down
+		return
+	}
 	c.logger.Warn("partitions lost to the group; another member resumes them from the stored offsets", "partitions", lost)
 	c.metrics.forgetPartitions(lost)
 }

@@ -257,7 +257,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stde
 			return errors.Join(err, shutdown())
 		}
 		stops = append(stops, flushAndClose(producer))
-		pub := newPublisher(producer, cfg.Producer.AppRetryDelays, reg, logger)
+		pub := newPublisher(producer, cfg.Producer, reg, logger)
 		cr := newCrawler(crawlerConfigOf(cfg), newAppStore(be.pool), store, pub, reg, logger)
 		startRole("crawler", cr.Run)
 	}
@@ -385,7 +385,7 @@ func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer flushAndClose(producer)(sctx)
-	cr := newCrawler(crawlerConfigOf(cfg), newAppStore(be.pool), store, newPublisher(producer, cfg.Producer.AppRetryDelays, reg, logger), reg, logger)
+	cr := newCrawler(crawlerConfigOf(cfg), newAppStore(be.pool), store, newPublisher(producer, cfg.Producer, reg, logger), reg, logger)
 	if !once {
 		return cr.Run(ctx)
 	}
@@ -508,7 +508,7 @@ func cmdPcap(ctx context.Context, args []string, getenv func(string) string, std
 		return fmt.Errorf("kafka producer: %w", err)
 	}
 	defer producer.Close()
-	pub := newPublisher(producer, cl.cfg.Producer.AppRetryDelays, prometheus.NewRegistry(), cl.logger)
+	pub := newPublisher(producer, cl.cfg.Producer, prometheus.NewRegistry(), cl.logger)
 	return analyzeCaptures(ctx, cl.args, job, pub, stdout, stderr)
 }
 

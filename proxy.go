@@ -110,6 +110,7 @@ type proxyPool struct {
 	egresses []*egress
 
 	healthy       prometheus.Gauge
+	benched       *prometheus.GaugeVec
 	tokenWaits    *prometheus.CounterVec
 	tokenWaitTime *prometheus.CounterVec
 
@@ -137,6 +138,10 @@ func newProxyPool(cfg proxyPoolConfig, reg prometheus.Registerer, log *slog.Logg
 			Name: "playwatch_proxy_healthy",
 			Help: "Egresses (proxies, or the direct route) in service, not benched.",
 		}),
+		benched: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "playwatch_proxy_benched",
+			Help: "1 while the egress is benched (after a cool-down, until a probe succeeds), else 0.",
+		}, []string{"proxy"}),
 		tokenWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "playwatch_ratelimit_waits_total",
 			Help: "Requests that had to wait for a rate-limit token.",
@@ -146,7 +151,7 @@ func newProxyPool(cfg proxyPoolConfig, reg prometheus.Registerer, log *slog.Logg
 			Help: "Time spent waiting for rate-limit tokens.",
 		}, []string{"proxy"}),
 	}
-	for _, c := range []prometheus.Collector{p.healthy, p.tokenWaits, p.tokenWaitTime} {
+	for _, c := range []prometheus.Collector{p.healthy, p.benched, p.tokenWaits, p.tokenWaitTime} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering proxy pool metrics: %w", err)
 		}
@@ -168,6 +173,7 @@ func newProxyPool(cfg proxyPoolConfig, reg prometheus.Registerer, log *slog.Logg
 		}
 		e.client = newEgressClient(proxyURL, cfg)
 		p.egresses = append(p.egresses, e)
+		p.benched.WithLabelValues(e.name).Set(0)
 	}
 	p.healthy.Set(float64(len(p.egresses)))
 	return p, nil
@@ -398,6 +404,11 @@ func (l *lease) Release(outcome leaseOutcome) {
 		}
 	}
 	p.healthy.Set(float64(inService))
+	benched := 1.0
+	if e.benchedUntil.IsZero() {
+		benched = 0
+	}
+	p.benched.WithLabelValues(e.name).Set(benched)
 	close(p.changed)
 	p.changed = make(chan struct{})
 }

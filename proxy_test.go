@@ -165,8 +165,11 @@ func TestProxyHealthBenchAndRecovery(t *testing.T) {
 	if use(acquireNow(t, pool)) != "a" {
 		t.Fatal("expected a")
 	}
-	if healthy() != 1 {
-		t.Fatalf("healthy %v after a was benched", healthy())
+	benched := func(p *forwardProxy) float64 {
+		return metricValue(t, reg, "playwatch_proxy_benched", map[string]string{"proxy": p.host()})
+	}
+	if healthy() != 1 || benched(a) != 1 || benched(b) != 0 {
+		t.Fatalf("healthy %v, benched a %v, b %v after a was benched", healthy(), benched(a), benched(b))
 	}
 	// a is benched and b busy: Acquire sleeps until the bench ends (1 min)
 	// or a lease comes back; b's release wakes it.
@@ -211,8 +214,8 @@ func TestProxyHealthBenchAndRecovery(t *testing.T) {
 	if !probe.probe || use(probe) != "a" {
 		t.Fatalf("expected a probe on a, got %s", probe.Name())
 	}
-	if healthy() != 2 {
-		t.Fatalf("healthy %v after a recovered", healthy())
+	if healthy() != 2 || benched(a) != 0 {
+		t.Fatalf("healthy %v, benched a %v after a recovered", healthy(), benched(a))
 	}
 	if n := a.count(); n != 4 {
 		t.Errorf("a saw %d requests, want 4 (two 429, a failed probe, a good probe)", n)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -65,15 +66,28 @@ type recordProducer interface {
 type publisher struct {
 	producer recordProducer
 	delays   []time.Duration
-	sleep    func(context.Context, time.Duration) error
-	metrics  *publishMetrics
-	logger   *slog.Logger
+	// confirmWait bounds the wait for the promises of one attempt. Within
+	// it the client confirms a record or gives up on it, except a record it
+	// sent without getting an answer (the broker went away) and the records
+	// queued behind it: the idempotent client keeps those until a broker
+	// answers, as giving up could let a resend duplicate them. They are
+	// unconfirmed: not resent, and their send fails closed at once, so that
+	// a broker outage does not stall the cycle.
+	confirmWait time.Duration
+	sleep       func(context.Context, time.Duration) error
+	metrics     *publishMetrics
+	logger      *slog.Logger
 }
 
-func newPublisher(p recordProducer, delays []time.Duration, reg prometheus.Registerer, logger *slog.Logger) *publisher {
+func newPublisher(p recordProducer, s producerSettings, reg prometheus.Registerer, logger *slog.Logger) *publisher {
 	sleep := func(ctx context.Context, d time.Duration) error { return sleepOn(ctx, systemClock{}, d) }
-	return &publisher{producer: p, delays: delays, sleep: sleep, metrics: newPublishMetrics(reg), logger: logger}
+	return &publisher{producer: p, delays: s.AppRetryDelays, confirmWait: s.DeliveryTimeout + s.RequestTimeout,
+		sleep: sleep, metrics: newPublishMetrics(reg), logger: logger}
 }
+
+// errUnconfirmed is the last error of a send that has unconfirmed records.
+var errUnconfirmed = errors.New("no answer from the broker within KAFKA_DELIVERY_TIMEOUT + KAFKA_REQUEST_TIMEOUT; " +
+	"the client keeps the records and delivers them once a broker answers, so they are not resent")
 
 // publishError says how many records of a send were not confirmed after
 // every retry, and why the last one failed.
@@ -137,12 +151,17 @@ func (p *publisher) send(ctx context.Context, topic string, recs []*kgo.Record) 
 	total := len(recs)
 	pending := recs
 	for attempt := 0; ; attempt++ {
-		failed, lastErr := p.produceAndWait(context.WithoutCancel(ctx), pending)
-		p.metrics.produced.WithLabelValues(topic).Add(float64(len(pending) - len(failed)))
-		if len(failed) == 0 {
+		failed, unconfirmed, lastErr := p.produceAndWait(context.WithoutCancel(ctx), pending)
+		p.metrics.produced.WithLabelValues(topic).Add(float64(len(pending) - len(failed) - unconfirmed))
+		if len(failed) == 0 && unconfirmed == 0 {
 			return nil
 		}
 		p.metrics.failed.WithLabelValues(topic).Add(float64(len(failed)))
+		if unconfirmed > 0 {
+			p.metrics.failedClosed.WithLabelValues(topic).Inc()
+			return &publishError{Topic: topic, Failed: len(failed) + unconfirmed, Total: total, Attempts: attempt + 1,
+				LastError: errors.Join(lastErr, fmt.Errorf("%d records unconfirmed: %w", unconfirmed, errUnconfirmed))}
+		}
 		if attempt == len(p.delays) {
 			p.metrics.failedClosed.WithLabelValues(topic).Inc()
 			return &publishError{Topic: topic, Failed: len(failed), Total: total, Attempts: attempt + 1, LastError: lastErr}
@@ -160,26 +179,38 @@ func (p *publisher) send(ctx context.Context, topic string, recs []*kgo.Record) 
 	}
 }
 
-// produceAndWait hands recs to the client and waits for every promise.
-func (p *publisher) produceAndWait(ctx context.Context, recs []*kgo.Record) (failed []*kgo.Record, lastErr error) {
+// produceAndWait hands recs to the client and waits for every promise, at
+// most confirmWait once the last record is handed over. It returns the
+// records the client gave up on and how many promises did not come back.
+func (p *publisher) produceAndWait(ctx context.Context, recs []*kgo.Record) (failed []*kgo.Record, unconfirmed int, lastErr error) {
 	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
+		mu   sync.Mutex
+		left = len(recs)
+		done = make(chan struct{})
 	)
-	wg.Add(len(recs))
 	for _, r := range recs {
 		p.producer.Produce(ctx, r, func(r *kgo.Record, err error) {
-			defer wg.Done()
+			mu.Lock()
+			defer mu.Unlock()
 			if err != nil {
-				mu.Lock()
 				failed = append(failed, r)
 				lastErr = err
-				mu.Unlock()
+			}
+			if left--; left == 0 {
+				close(done)
 			}
 		})
 	}
-	wg.Wait()
-	return failed, lastErr
+	timer := time.NewTimer(p.confirmWait)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+	}
+	// Promises that come later must not touch what is returned.
+	mu.Lock()
+	defer mu.Unlock()
+	return slices.Clone(failed), left, lastErr
 }
 
 type publishMetrics struct {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,7 +35,7 @@ func newTestPublisher(t *testing.T, brokers []string, s producerSettings) (*publ
 	}
 	t.Cleanup(cl.Close)
 	reg := prometheus.NewRegistry()
-	return newPublisher(cl, s.AppRetryDelays, reg, testLogger(t)), reg
+	return newPublisher(cl, s, reg, testLogger(t)), reg
 }
 
 func testReviews(pkg string, n int) []reviewMessage {
@@ -182,7 +183,9 @@ func TestPublishResendsOnlyTheResidual(t *testing.T) {
 	fp := &flakyProducer{fail: func(attempt int, v string) bool {
 		return (attempt == 0 && strings.Contains(v, "7")) || (attempt == 1 && strings.Contains(v, "17"))
 	}}
-	p := newPublisher(fp, []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second}, prometheus.NewRegistry(), testLogger(t))
+	s := testProducerSettings
+	s.AppRetryDelays = []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second}
+	p := newPublisher(fp, s, prometheus.NewRegistry(), testLogger(t))
 	var waits []time.Duration
 	p.sleep = func(_ context.Context, d time.Duration) error {
 		waits = append(waits, d)
@@ -203,5 +206,48 @@ func TestPublishResendsOnlyTheResidual(t *testing.T) {
 	}
 	if fmt.Sprint(waits) != "[5s 10s]" {
 		t.Fatalf("waits %v, want [5s 10s]", waits)
+	}
+}
+
+// silentProducer takes records and never calls their promises: the broker
+// got them and went away before answering.
+type silentProducer struct{ taken atomic.Int32 }
+
+func (s *silentProducer) Produce(context.Context, *kgo.Record, func(*kgo.Record, error)) {
+	s.taken.Add(1)
+}
+
+// Records the client keeps without an answer are unconfirmed: the send
+// fails closed once the delivery and request timeouts have passed, and
+// resends none of them (the client may still deliver them).
+func TestPublishUnconfirmedFailsClosedWithoutResend(t *testing.T) {
+	sp := &silentProducer{}
+	s := testProducerSettings
+	s.DeliveryTimeout, s.RequestTimeout = 100*time.Millisecond, 50*time.Millisecond
+	p := newPublisher(sp, s, prometheus.NewRegistry(), testLogger(t))
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		done <- p.PublishReviews(context.Background(), "com.example.app", testReviews("com.example.app", 20))
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the send still waits for the client 10s later")
+	}
+	took := time.Since(start)
+	var perr *publishError
+	if !errors.As(err, &perr) || !errors.Is(err, errUnconfirmed) || perr.Failed != 20 || perr.Attempts != 1 {
+		t.Fatalf("err = %v, want 20 records unconfirmed after 1 attempt", err)
+	}
+	if took < 150*time.Millisecond {
+		t.Errorf("failed closed after %s, want after the 150ms of the two timeouts", took)
+	}
+	if n := sp.taken.Load(); n != 20 {
+		t.Errorf("%d records handed to the client, want 20: none resent", n)
+	}
+	if got := testutil.ToFloat64(p.metrics.failedClosed.WithLabelValues(topicReviews)); got != 1 {
+		t.Errorf("failed closed = %v, want 1", got)
 	}
 }

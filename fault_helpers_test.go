@@ -1,0 +1,228 @@
+package main
+
+// Shared by the fault tests (fault_*_test.go): what the broker holds is
+// compared with what PostgreSQL holds, record by record.
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// requireFaultSuite skips a slow fault test outside `make test-faults`.
+func requireFaultSuite(t *testing.T) {
+	t.Helper()
+	if os.Getenv("PLAYWATCH_FAULT_TESTS") != "1" {
+		t.Skip("fault test: set PLAYWATCH_FAULT_TESTS=1 (make test-faults)")
+	}
+}
+
+// newRealTimePlayStore is a client of the replay server on the system
+// clock, so that every crawl stamps its own crawled_at.
+func newRealTimePlayStore(t testing.TB, baseURL string) *testPlayStore {
+	return newTestPlayStore(t, baseURL, func(p *proxyPoolConfig, c *playStoreConfig) {
+		p.Clock, c.Clock = systemClock{}, systemClock{}
+	})
+}
+
+// scrapeMetric reads the sample name{labels} from base's /metrics; labels
+// are written as Prometheus prints them (sorted: `outcome="ok",path="stats"`).
+// A missing sample is 0.
+func scrapeMetric(t *testing.T, base, name, labels string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape: %v", err)
+	}
+	defer resp.Body.Close()
+	want := name
+	if labels != "" {
+		want += "{" + labels + "}"
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), want+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("metric %s: %v", want, err)
+			}
+			return f
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("scrape: %v", err)
+	}
+	return 0
+}
+
+// topicTally is what the crawl topics hold: each app-stats record by
+// package and crawl time, each review record by review id and crawl time.
+type topicTally struct {
+	records int                  // on both topics
+	stats   map[string]int       // "package crawled_at" -> records
+	reviews map[string]int       // "review_id crawled_at" -> records
+	newest  map[string]time.Time // review_id -> latest crawled_at
+	byApp   map[string]int       // package -> distinct review ids
+
+	statsOf, reviewsOf map[string]int // package -> records, every crawl
+}
+
+func statsKey(pkg string, at time.Time) string { return pkg + " " + at.UTC().Format(time.RFC3339Nano) }
+func reviewKey(id string, at time.Time) string { return id + " " + at.UTC().Format(time.RFC3339Nano) }
+func (tt topicTally) distinctReviews() int     { return len(tt.newest) }
+func (tt topicTally) duplicates() (dups []string) {
+	return append(duplicatedKeys(tt.stats), duplicatedKeys(tt.reviews)...)
+}
+
+func duplicatedKeys(m map[string]int) []string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if m[k] > 1 {
+			out = append(out, fmt.Sprintf("%s ×%d", k, m[k]))
+		}
+	}
+	return out
+}
+
+// endOffsets sums the end offsets of topics: every record the brokers acknowledged.
+func endOffsets(t testing.TB, brokers []string, topics ...string) int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topics...)
+	if err != nil {
+		t.Fatalf("list end offsets: %v", err)
+	}
+	var sum int64
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			t.Fatalf("end offset of %s/%d: %v", o.Topic, o.Partition, o.Err)
+		}
+		sum += o.Offset
+	})
+	return sum
+}
+
+// tallyTopics reads app-stats and reviews from the start to their end offsets.
+func tallyTopics(t *testing.T, brokers []string) topicTally {
+	t.Helper()
+	tt := topicTally{stats: map[string]int{}, reviews: map[string]int{}, newest: map[string]time.Time{}, byApp: map[string]int{},
+		statsOf: map[string]int{}, reviewsOf: map[string]int{}}
+	for _, r := range consumeAll(t, brokers, topicAppStats, int(endOffsets(t, brokers, topicAppStats))) {
+		var m appStatsMessage
+		if err := jsonUnmarshalStrict(r.Value, &m); err != nil {
+			t.Fatalf("app-stats record %s: %v", r.Value, err)
+		}
+		tt.stats[statsKey(m.PackageName, m.CrawledAt)]++
+		tt.statsOf[m.PackageName]++
+		tt.records++
+	}
+	for _, r := range consumeAll(t, brokers, topicReviews, int(endOffsets(t, brokers, topicReviews))) {
+		var m reviewMessage
+		if err := jsonUnmarshalStrict(r.Value, &m); err != nil {
+			t.Fatalf("reviews record %s: %v", r.Value, err)
+		}
+		tt.reviews[reviewKey(m.ReviewID, m.CrawledAt)]++
+		tt.reviewsOf[m.PackageName]++
+		if prev, ok := tt.newest[m.ReviewID]; !ok {
+			tt.byApp[m.PackageName]++
+			tt.newest[m.ReviewID] = m.CrawledAt
+		} else if m.CrawledAt.After(prev) {
+			tt.newest[m.ReviewID] = m.CrawledAt
+		}
+		tt.records++
+	}
+	return tt
+}
+
+// waitStored waits until the consumer group's offsets in the database reach
+// the end of every topic: all that the brokers hold has been stored.
+func waitStored(t *testing.T, timeout time.Duration, brokers []string, pool *pgxpool.Pool, group string) {
+	t.Helper()
+	want := endOffsets(t, brokers, allTopics...)
+	waitFor(t, timeout, fmt.Sprintf("the consumer to store all %d records", want), func() bool {
+		var got int64
+		err := pool.QueryRow(context.Background(),
+			`SELECT coalesce(sum(next_offset), 0) FROM consumer_offsets WHERE consumer_group = $1`, group).Scan(&got)
+		return err == nil && got == want
+	})
+}
+
+// checkTopicsMatchDatabase asserts that the topics hold no record twice and
+// that the database holds exactly what they hold: one app_stats row per
+// app-stats record, one reviews row per review id carrying its latest crawl,
+// and no dead letters.
+func checkTopicsMatchDatabase(t *testing.T, tt topicTally, pool *pgxpool.Pool) {
+	t.Helper()
+	if dups := tt.duplicates(); len(dups) > 0 {
+		t.Errorf("%d records are on the topics more than once: %v", len(dups), firstN(dups, 10))
+	}
+	ctx := context.Background()
+	rows, err := pool.Query(ctx, `SELECT a.package_name, s.crawled_at FROM app_stats s JOIN apps_registry_application a ON a.id = s.application_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := map[string]bool{}
+	var pkg string
+	var at time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&pkg, &at}, func() error { stored[statsKey(pkg, at)] = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var missing, extra []string
+	for k := range tt.stats {
+		if !stored[k] {
+			missing = append(missing, k)
+		}
+	}
+	for k := range stored {
+		if tt.stats[k] == 0 {
+			extra = append(extra, k)
+		}
+	}
+	if len(missing) > 0 || len(extra) > 0 {
+		t.Errorf("app_stats: %d rows for %d records on the topic; missing %d %v, not on the topic %d %v",
+			len(stored), len(tt.stats), len(missing), firstN(missing, 5), len(extra), firstN(extra, 5))
+	}
+
+	rows, err = pool.Query(ctx, `SELECT review_id, last_synced_at FROM reviews`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	synced := map[string]time.Time{}
+	var id string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &at}, func() error { synced[id] = at; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var wrong []string
+	for id, newest := range tt.newest {
+		if got, ok := synced[id]; !ok || !got.Equal(newest) {
+			wrong = append(wrong, fmt.Sprintf("%s: stored %v, newest on the topic %v", id, got, newest))
+		}
+	}
+	if len(wrong) > 0 || len(synced) != len(tt.newest) {
+		t.Errorf("reviews: %d rows for %d review ids on the topic; %d wrong or missing: %v",
+			len(synced), len(tt.newest), len(wrong), firstN(wrong, 5))
+	}
+	if n := count(t, pool, `SELECT count(*) FROM dead_letter_events`); n != 0 {
+		t.Errorf("%d dead letters, want none", n)
+	}
+}
