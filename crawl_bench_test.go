@@ -140,7 +140,7 @@ func (cb *crawlBench) run(b *testing.B, workers int, brokers []string, brokerPID
 	}
 	defer producer.Close()
 	reg := prometheus.NewRegistry()
-	pub := newPublisher(producer, cfg.Producer.AppRetryDelays, reg, logger)
+	pub := newPublisher(producer, cfg.Producer, reg, logger)
 	cr := newCrawler(crawlerConfigOf(cfg), cb.registry, cb.store, pub, reg, logger)
 	okResponses := func() float64 {
 		return metricValue(b, cb.storeReg, "playwatch_playstore_requests_total", map[string]string{"outcome": "ok"})
