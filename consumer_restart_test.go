@@ -5,12 +5,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -28,20 +26,7 @@ func TestConsumerSurvivesPostgresRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(release)
-	opts := managedPostgresOptions{DataDir: filepath.Join(dataDir, "postgres"), Database: "playwatch", OSUser: "postgres", NoFsync: true}
-	pg, err := startManagedPostgres(ctx, opts, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pg.Stop(context.Background()) })
-	pool, err := pgxpool.New(ctx, pg.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := migrate(ctx, pool, logger); err != nil {
-		t.Fatal(err)
-	}
+	pg, pool, opts := startDedicatedPostgres(t, dataDir, true)
 
 	brokers := newConsumerTestBroker(t)
 	const pkg, n = "org.telegram.messenger", 2000
@@ -80,6 +65,7 @@ func TestConsumerSurvivesPostgresRestart(t *testing.T) {
 	if pg, err = startManagedPostgres(ctx, opts, logger); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { pg.Stop(context.Background()) })
 	waitFor(t, 30*time.Second, "every review", func() bool {
 		var c int
 		return pool.QueryRow(ctx, `SELECT count(*) FROM reviews`).Scan(&c) == nil && c == n

@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -23,20 +21,7 @@ func TestFaultPostgresDownWhileConsumerBusy(t *testing.T) {
 	ctx := context.Background()
 	logger := testLogger(t)
 	// A cluster of its own, so that the shared test server is not disturbed.
-	opts := managedPostgresOptions{DataDir: filepath.Join(tempDataDir(t), "postgres"), Database: "playwatch", OSUser: "postgres", NoFsync: true}
-	pg, err := startManagedPostgres(ctx, opts, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pg.Stop(context.Background()) })
-	pool, err := pgxpool.New(ctx, pg.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := migrate(ctx, pool, logger); err != nil {
-		t.Fatal(err)
-	}
+	pg, pool, opts := startDedicatedPostgres(t, tempDataDir(t), true)
 	pkgs := []string{"org.telegram.messenger", "com.whatsapp", "org.thoughtcrime.securesms"}
 	registerApps(t, pool, pkgs...)
 	brokers := newConsumerTestBroker(t)
@@ -99,9 +84,11 @@ func TestFaultPostgresDownWhileConsumerBusy(t *testing.T) {
 	})
 	// Real time: the consumer's backoff grows to its 10 s cap meanwhile.
 	time.Sleep(outage - time.Since(down))
-	if pg, err = startManagedPostgres(ctx, opts, logger); err != nil {
+	restarted, err := startManagedPostgres(ctx, opts, logger)
+	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { restarted.Stop(context.Background()) })
 	up, backlog := time.Now(), int(sent.Load())
 	waitFor(t, 30*time.Second, "the consumer to resume", func() bool {
 		return metricValue(t, tc.reg, "playwatch_consumer_paused", nil) == 0

@@ -14,7 +14,7 @@ import (
 
 // tempDataDir is a temp dir the postgres OS user can enter when tests run
 // as root.
-func tempDataDir(t *testing.T) string {
+func tempDataDir(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "pwpg-")
 	if err != nil {

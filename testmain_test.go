@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -183,4 +184,25 @@ func createTestTopics(t testing.TB, brokers []string, spec topicSpec) {
 	if err := ensureTopics(ctx, kadm.NewClient(cl), spec, allTopics, testLogger(t)); err != nil {
 		t.Fatalf("create topics: %v", err)
 	}
+}
+
+// startDedicatedPostgres starts a managed cluster of a test's own in dataDir,
+// for a test that stops and restarts it or measures it without disturbing
+// the shared server, and returns it with a pool on its migrated database.
+// A test that restarts it with the returned options stops the new server
+// itself.
+func startDedicatedPostgres(t testing.TB, dataDir string, noFsync bool) (*managedPostgres, *pgxpool.Pool, managedPostgresOptions) {
+	t.Helper()
+	ctx := context.Background()
+	opts := managedPostgresOptions{DataDir: filepath.Join(dataDir, "postgres"), Database: managedDatabase, OSUser: "postgres", NoFsync: noFsync}
+	pg, err := startManagedPostgres(ctx, opts, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Stop(context.Background()) })
+	pool := newTestPoolFor(t, pg.DSN())
+	if err := migrate(ctx, pool, testLogger(t)); err != nil {
+		t.Fatal(err)
+	}
+	return pg, pool, opts
 }
