@@ -64,7 +64,7 @@ func (e usageError) Error() string { return e.msg }
 const usageText = `playwatch watches Google Play apps: a registry, an hourly crawler, Kafka and PostgreSQL.
 
 Usage:
-  playwatch run [--roles registry,crawler] [flags]
+  playwatch run [--roles registry,crawler,consumer] [flags]
                                              run the appliance (all roles unless --roles picks some)
   playwatch crawl [--once] [flags]           crawl the active apps now (--once: one cycle, then a summary)
   playwatch fetch [--lang L --country C] [--reviews N] PACKAGE
@@ -247,6 +247,17 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stde
 		})
 	}
 
+	// Started in the reverse order of the shutdown: the consumer stops after
+	// the producer flushed, and commits what it stored; intake stops first.
+	if slices.Contains(roles, "consumer") {
+		sc := newStorageConsumer(be.pool, consumerOptionsFrom(cfg), reg, logger)
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(be.brokers...)}, sc.clientOptions()...)...)
+		if err != nil {
+			return errors.Join(fmt.Errorf("storage consumer kafka client: %w", err), shutdown())
+		}
+		stops = append(stops, func(context.Context) error { cl.Close(); return nil })
+		startRole("consumer", func(ctx context.Context) error { return sc.Run(ctx, cl) })
+	}
 	if slices.Contains(roles, "crawler") {
 		store, err := newPlayStore(cfg, reg, logger)
 		if err != nil {
@@ -287,15 +298,6 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stde
 		}
 		return nil
 	})
-	if slices.Contains(roles, "consumer") {
-		sc := newStorageConsumer(be.pool, consumerOptionsFrom(cfg), reg, logger)
-		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(be.brokers...)}, sc.clientOptions()...)...)
-		if err != nil {
-			return errors.Join(fmt.Errorf("storage consumer kafka client: %w", err), shutdown())
-		}
-		stops = append(stops, func(context.Context) error { cl.Close(); return nil })
-		startRole("consumer", func(ctx context.Context) error { return sc.Run(ctx, cl) })
-	}
 
 	logger.Info("playwatch ready", "http", "http://"+ln.Addr().String(), "brokers", be.brokers,
 		"took", time.Since(started).Round(time.Millisecond))
