@@ -116,31 +116,28 @@ func (b *batchRows) add(r *kgo.Record, maxBytes int, now time.Time) {
 	var bad *invalidRecord
 	switch r.Topic {
 	case topicAppStats:
-		b.stats = append(b.stats, statRow{src: r})
-		row := &b.stats[len(b.stats)-1]
+		row := statRow{src: r}
 		if bad = decodeStrict(r.Value, &row.msg); bad == nil {
 			bad = validateAppStats(&row.msg, now)
 		}
-		if bad != nil {
-			b.stats = b.stats[:len(b.stats)-1]
+		if bad == nil {
+			b.stats = append(b.stats, row)
 		}
 	case topicReviews:
-		b.reviews = append(b.reviews, reviewRow{src: r})
-		row := &b.reviews[len(b.reviews)-1]
+		row := reviewRow{src: r}
 		if bad = decodeStrict(r.Value, &row.msg); bad == nil {
 			bad = validateReview(&row.msg, now)
 		}
-		if bad != nil {
-			b.reviews = b.reviews[:len(b.reviews)-1]
+		if bad == nil {
+			b.reviews = append(b.reviews, row)
 		}
 	case topicNetworkMetrics:
-		b.metrics = append(b.metrics, networkRow{src: r})
-		row := &b.metrics[len(b.metrics)-1]
+		row := networkRow{src: r}
 		if bad = decodeStrict(r.Value, &row.msg); bad == nil {
 			row.analysisID, bad = validateNetworkMetrics(&row.msg, now)
 		}
-		if bad != nil {
-			b.metrics = b.metrics[:len(b.metrics)-1]
+		if bad == nil {
+			b.metrics = append(b.metrics, row)
 		}
 	default:
 		bad = &invalidRecord{reasonUnknownTopic, fmt.Sprintf("topic %q has no message contract", r.Topic)}
