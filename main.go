@@ -207,18 +207,9 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stde
 	if err != nil {
 		return err
 	}
-	// Every started part registers its stop here; they run in reverse
-	// order at shutdown: intake first, the backends last.
-	stops := []func(context.Context) error{be.close}
-	shutdown := func() error {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
-		defer cancel()
-		var errs []error
-		for i := len(stops) - 1; i >= 0; i-- {
-			errs = append(errs, stops[i](sctx))
-		}
-		return errors.Join(errs...)
-	}
+	// Every started part registers its stop with the backends; they run in
+	// reverse order at shutdown: intake first, the backends last.
+	shutdown := func() error { return be.shutdown(ctx, cfg.ShutdownTimeout) }
 
 	reg := newMetricsRegistry(version)
 	// A role that ends on its own (it failed) ends the appliance.
@@ -236,7 +227,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stde
 				roleDone <- err
 			}
 		}()
-		stops = append(stops, func(sctx context.Context) error {
+		be.onClose(func(sctx context.Context) error {
 			cancel()
 			select {
 			case err := <-done:
@@ -255,7 +246,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stde
 		if err != nil {
 			return errors.Join(fmt.Errorf("storage consumer kafka client: %w", err), shutdown())
 		}
-		stops = append(stops, func(context.Context) error { cl.Close(); return nil })
+		be.onClose(func(context.Context) error { cl.Close(); return nil })
 		startRole("consumer", func(ctx context.Context) error { return sc.Run(ctx, cl) })
 	}
 	if slices.Contains(roles, "crawler") {
@@ -267,7 +258,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stde
 		if err != nil {
 			return errors.Join(err, shutdown())
 		}
-		stops = append(stops, flushAndClose(producer))
+		be.onClose(flushAndClose(producer))
 		pub := newPublisher(producer, cfg.Producer, reg, logger)
 		cr := newCrawler(crawlerConfigOf(cfg), newAppStore(be.pool), store, pub, reg, logger)
 		startRole("crawler", cr.Run)
@@ -355,7 +346,7 @@ func crawlerConfigOf(cfg Config) crawlerConfig {
 		AppTimeout: cfg.CrawlAppTimeout, Locales: cfg.Locales}
 }
 
-func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	var once bool
 	cl, err := parseCommandLine("crawl", "crawl [--once] [flags]", args, getenv, stderr, func(fs *flag.FlagSet) {
 		fs.BoolVar(&once, "once", false, "run one cycle, print its summary and exit (default: a cycle every CRAWL_INTERVAL)")
@@ -374,9 +365,7 @@ func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
-	defer cancel()
-	defer be.close(sctx)
+	defer func() { err = errors.Join(err, be.shutdown(ctx, cfg.ShutdownTimeout)) }()
 	reg := prometheus.NewRegistry()
 	store, err := newPlayStore(cfg, reg, logger)
 	if err != nil {
@@ -386,7 +375,7 @@ func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	defer flushAndClose(producer)(sctx)
+	be.onClose(flushAndClose(producer))
 	cr := newCrawler(crawlerConfigOf(cfg), newAppStore(be.pool), store, newPublisher(producer, cfg.Producer, reg, logger), reg, logger)
 	if !once {
 		return cr.Run(ctx)
@@ -460,12 +449,10 @@ func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cl.cfg.ShutdownTimeout)
-	defer cancel()
-	return be.close(sctx)
+	return be.shutdown(ctx, cl.cfg.ShutdownTimeout)
 }
 
-func cmdPcap(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func cmdPcap(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	var job pcapJob
 	var dryRun bool
 	cl, err := parseCommandLine("pcap", "pcap --app PACKAGE --scenario UPLOAD|DOWNLOAD [--dry-run] FILE...", args, getenv, stderr, func(fs *flag.FlagSet) {
@@ -495,21 +482,17 @@ func cmdPcap(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cl.cfg.ShutdownTimeout)
-		defer cancel()
-		be.close(sctx)
-	}()
+	defer func() { err = errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout)) }()
 	if _, err := newAppStore(be.pool).Get(ctx, job.Package); errors.Is(err, errAppNotFound) {
 		return fmt.Errorf("%s is not registered: register it first (POST /api/v1/apps) or use --dry-run", job.Package)
 	} else if err != nil {
 		return err
 	}
-	producer, err := kgo.NewClient(append(producerOptions(cl.cfg.Producer), kgo.SeedBrokers(be.brokers...))...)
+	producer, err := newProducer(cl.cfg, be.brokers)
 	if err != nil {
-		return fmt.Errorf("kafka producer: %w", err)
+		return err
 	}
-	defer producer.Close()
+	be.onClose(flushAndClose(producer))
 	pub := newPublisher(producer, cl.cfg.Producer, prometheus.NewRegistry(), cl.logger)
 	return analyzeCaptures(ctx, cl.args, job, pub, stdout, stderr)
 }
@@ -537,9 +520,7 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 	be := &backends{}
 	defer func() {
 		if err != nil {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
-			defer cancel()
-			err = errors.Join(err, be.close(sctx))
+			err = errors.Join(err, be.shutdown(ctx, cfg.ShutdownTimeout))
 		}
 	}()
 	if cfg.DatabaseURL == "" || (opts.broker && len(cfg.KafkaBrokers) == 0) {
@@ -552,7 +533,7 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 		case err != nil:
 			return nil, err
 		default:
-			be.stops = append(be.stops, func(context.Context) error { release(); return nil })
+			be.onClose(func(context.Context) error { release(); return nil })
 		}
 	}
 	pool, stopDB, err := openDatabase(ctx, cfg, logger)
@@ -560,7 +541,7 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 		return nil, err
 	}
 	be.pool = pool
-	be.stops = append(be.stops, stopDB)
+	be.onClose(stopDB)
 	if err := migrate(ctx, pool, logger); err != nil {
 		return nil, err
 	}
@@ -572,12 +553,12 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 		return nil, err
 	}
 	be.brokers = brokers
-	be.stops = append(be.stops, stopBroker)
+	be.onClose(stopBroker)
 	be.kafka, err = kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	be.stops = append(be.stops, func(context.Context) error { be.kafka.Close(); return nil })
+	be.onClose(func(context.Context) error { be.kafka.Close(); return nil })
 	spec := topicSpec{Partitions: cfg.TopicPartitions, Replication: cfg.TopicReplication, Retention: cfg.TopicRetention}
 	if err := ensureTopics(ctx, kadm.NewClient(be.kafka), spec, allTopics, logger); err != nil {
 		return nil, err
@@ -599,11 +580,19 @@ func attachedConfig(cfg Config) Config {
 	return cfg
 }
 
-// close stops what openBackends started, in reverse order.
-func (be *backends) close(ctx context.Context) error {
+// onClose registers stop to run at shutdown, before everything registered
+// earlier: what a command starts on top of the backends stops first.
+func (be *backends) onClose(stop func(context.Context) error) { be.stops = append(be.stops, stop) }
+
+// shutdown stops what openBackends started and what was registered with
+// onClose, in reverse order, within timeout from now (also when ctx has
+// ended).
+func (be *backends) shutdown(ctx context.Context, timeout time.Duration) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
 	var errs []error
 	for i := len(be.stops) - 1; i >= 0; i-- {
-		errs = append(errs, be.stops[i](ctx))
+		errs = append(errs, be.stops[i](sctx))
 	}
 	be.stops = nil
 	return errors.Join(errs...)
@@ -692,7 +681,5 @@ func cmdDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 	} else {
 		err = runDLQReplay(ctx, newConsumerStore(be.pool, cl.cfg.ConsumerGroup), &f, cl.args, cl.cfg.ConsumerMaxRecordBytes, stdout)
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cl.cfg.ShutdownTimeout)
-	defer cancel()
-	return errors.Join(err, be.close(sctx))
+	return errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout))
 }
