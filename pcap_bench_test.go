@@ -128,7 +128,7 @@ func BenchmarkPcapVsTshark(b *testing.B) {
 	}
 	tsharkTime := time.Since(start) / time.Duration(b.N)
 	b.StopTimer()
-	var want tsharkMetrics
+	var want networkMetricsMessage
 	if err := json.Unmarshal(out, &want); err != nil {
 		b.Fatalf("tshark metrics %q: %v", out, err)
 	}

@@ -62,9 +62,9 @@ var scriptedConversation = []synthSeg{
 }
 
 // scriptedWant is scriptedConversation's metrics without the byte totals.
-func scriptedWant() tsharkMetrics {
+func scriptedWant() networkMetricsMessage {
 	rtt := 0.25
-	return tsharkMetrics{RTTHandshake: &rtt, RetransmissionCount: 1, OutOfOrderCount: 1,
+	return networkMetricsMessage{RTTHandshake: &rtt, RetransmissionCount: 1, OutOfOrderCount: 1,
 		SpuriousRetransmissionCount: 1, ZeroWindowCount: 1, TCPResetCount: 1, BytesPayloadTotal: 700}
 }
 

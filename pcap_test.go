@@ -24,20 +24,8 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 )
 
-// tsharkMetrics is the JSON written by shared/pcap/tools/tshark_metrics.sh.
-type tsharkMetrics struct {
-	RTTHandshake                *float64 `json:"rtt_handshake"`
-	RetransmissionCount         int64    `json:"retransmission_count"`
-	OutOfOrderCount             int64    `json:"out_of_order_count"`
-	SpuriousRetransmissionCount int64    `json:"spurious_retransmission_count"`
-	ZeroWindowCount             int64    `json:"zero_window_count"`
-	TCPResetCount               int64    `json:"tcp_reset_count"`
-	BytesTransferredTotal       int64    `json:"bytes_transferred_total"`
-	BytesPayloadTotal           int64    `json:"bytes_payload_total"`
-	OverheadRatio               *float64 `json:"overhead_ratio"`
-}
-
-// tsharkMetricsScript is the shared tool; PLAYWATCH_TSHARK_METRICS overrides
+// tsharkMetricsScript is the shared tool that writes the nine metrics of a
+// capture as the fields of a network-metrics message; PLAYWATCH_TSHARK_METRICS overrides
 // where it is looked for.
 func tsharkMetricsScript() string {
 	if p := os.Getenv("PLAYWATCH_TSHARK_METRICS"); p != "" {
@@ -48,7 +36,7 @@ func tsharkMetricsScript() string {
 
 // runTsharkMetrics runs tshark_metrics.sh on path, or skips the test when
 // tshark or the script is not there.
-func runTsharkMetrics(t testing.TB, path string) tsharkMetrics {
+func runTsharkMetrics(t testing.TB, path string) networkMetricsMessage {
 	t.Helper()
 	if _, err := exec.LookPath("tshark"); err != nil {
 		t.Skip("tshark not installed")
@@ -61,17 +49,25 @@ func runTsharkMetrics(t testing.TB, path string) tsharkMetrics {
 	if err != nil {
 		t.Fatalf("%s %s: %v", script, path, err)
 	}
-	var m tsharkMetrics
+	var m networkMetricsMessage
 	if err := json.Unmarshal(out, &m); err != nil {
 		t.Fatalf("tshark metrics %q: %v", out, err)
 	}
 	return m
 }
 
-// assertMatchesTshark compares a result with tshark's numbers: exact counts
-// and bytes, rtt_handshake within 0.001 ms (the golden file has 4 decimals),
+// assertMatchesTshark compares a result with tshark's numbers.
+func assertMatchesTshark(t testing.TB, res pcapResult, want networkMetricsMessage) {
+	t.Helper()
+	var got networkMetricsMessage
+	res.fillNetworkMetrics(&got)
+	assertMetricsEqual(t, got, want)
+}
+
+// assertMetricsEqual compares the nine metrics of two messages: exact counts
+// and bytes, rtt_handshake within 0.001 ms (tshark's files have 4 decimals),
 // overhead_ratio within 1e-6 (6 decimals).
-func assertMatchesTshark(t testing.TB, got pcapResult, want tsharkMetrics) {
+func assertMetricsEqual(t testing.TB, got, want networkMetricsMessage) {
 	t.Helper()
 	ints := []struct {
 		name      string
@@ -90,7 +86,7 @@ func assertMatchesTshark(t testing.TB, got pcapResult, want tsharkMetrics) {
 			t.Errorf("%s = %d, tshark %d", c.name, c.got, c.want)
 		}
 	}
-	assertFloatNear(t, "rtt_handshake", got.RTTHandshakeMs, want.RTTHandshake, 0.001)
+	assertFloatNear(t, "rtt_handshake", got.RTTHandshake, want.RTTHandshake, 0.001)
 	assertFloatNear(t, "overhead_ratio", got.OverheadRatio, want.OverheadRatio, 1e-6)
 }
 
@@ -141,14 +137,14 @@ var pcapFixtures = map[string]struct {
 	"loss_receiver_rtt30.pcap": {linkTypes: []layers.LinkType{layers.LinkTypeEthernet}},
 }
 
-func loadGolden(t testing.TB, capture string) tsharkMetrics {
+func loadGolden(t testing.TB, capture string) networkMetricsMessage {
 	t.Helper()
 	golden := strings.TrimSuffix(strings.TrimSuffix(capture, ".pcapng"), ".pcap") + ".tshark.json"
 	b, err := os.ReadFile(golden)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m tsharkMetrics
+	var m networkMetricsMessage
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatalf("%s: %v", golden, err)
 	}
@@ -418,7 +414,7 @@ func TestPcapFillNetworkMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got tsharkMetrics
+	var got networkMetricsMessage
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
 	}
