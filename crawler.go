@@ -206,7 +206,8 @@ func (s *cycleSummary) add(r appResult) {
 	}
 }
 
-// crawlFailureReason is the metric and log label of a failed path.
+// crawlFailureReason is the metric and log label of a path's outcome ("ok"
+// for nil).
 func crawlFailureReason(err error) string {
 	var perr *publishError
 	switch {
@@ -263,17 +264,10 @@ func (c *crawler) crawlApp(ctx context.Context, a app) appResult {
 }
 
 func (c *crawler) observe(pkg, path string, err error) {
-	c.metrics.apps.WithLabelValues(path, crawlOutcome(err)).Inc()
+	c.metrics.apps.WithLabelValues(path, crawlFailureReason(err)).Inc()
 	if err == nil {
 		c.metrics.lastSuccess.WithLabelValues(pkg, path).SetToCurrentTime()
 	}
-}
-
-func crawlOutcome(err error) string {
-	if err == nil {
-		return "ok"
-	}
-	return crawlFailureReason(err)
 }
 
 type crawlMetrics struct {

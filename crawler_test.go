@@ -37,7 +37,7 @@ func newCrawlFixture(t *testing.T, cfg crawlerConfig, tune func(*proxyPoolConfig
 	f := &crawlFixture{replay: newReplayPlayStore(t), apps: newAppStore(newTestPool(t)), reg: prometheus.NewRegistry()}
 	f.store = newTestPlayStore(t, f.replay.URL, tune)
 	f.broker, f.brokers = newTestBroker(t, t.TempDir())
-	f.pub, _ = newTestPublisher(t, f.brokers, testProducerSettings)
+	f.pub = newTestPublisher(t, f.brokers, testProducerSettings)
 	f.crawler = newCrawler(cfg, f.apps, f.store.client, f.pub, f.reg, testLogger(t))
 	return f
 }
@@ -50,7 +50,7 @@ func (f *crawlFixture) register(t *testing.T, pkg string, iranian bool) {
 }
 
 func testCrawlerConfig(workers, reviews int) crawlerConfig {
-	return crawlerConfig{Interval: time.Hour, Workers: workers, ReviewsPerApp: reviews, AppTimeout: time.Minute, Locales: defaultLocales()}
+	return crawlerConfig{Interval: time.Hour, Workers: workers, ReviewsPerApp: reviews, AppTimeout: time.Minute, Locales: testLocales}
 }
 
 // One cycle over 20 apps with mixed locales and three broken ones: every

@@ -65,7 +65,7 @@ func TestFaultBrokerOutageMidCycle(t *testing.T) {
 	// apart, and a send waits 2 s for confirmations.
 	settings := producerSettings{Acks: "all", Idempotent: true, Retries: 5, RetryBackoff: 100 * time.Millisecond,
 		RequestTimeout: time.Second, DeliveryTimeout: time.Second, AppRetryDelays: []time.Duration{300 * time.Millisecond, 300 * time.Millisecond}}
-	pub, _ := newTestPublisher(t, brokers, settings)
+	pub := newTestPublisher(t, brokers, settings)
 	failedClosed := func(topic string) float64 { return testutil.ToFloat64(pub.metrics.failedClosed.WithLabelValues(topic)) }
 
 	// One worker crawls the apps in registration order, so every app before

@@ -87,7 +87,7 @@ func analyzeCapture(ctx context.Context, path string, job pcapJob, stderr io.Wri
 		PackageName:        job.Package,
 		Scenario:           job.Scenario,
 		SourcePcapFilename: filepath.Base(path),
-		AnalyzedAt:         time.Now().UTC().Truncate(time.Microsecond),
+		AnalyzedAt:         messageTime(time.Now()),
 	}
 	res.fillNetworkMetrics(&msg)
 	return msg, nil

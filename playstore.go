@@ -100,10 +100,6 @@ type localeDefaults struct {
 	Iranian locale
 }
 
-func defaultLocales() localeDefaults {
-	return localeDefaults{Default: locale{"en", "us"}, Iranian: locale{"fa", "ir"}}
-}
-
 func (d localeDefaults) forApp(isIranianApp bool) locale {
 	if isIranianApp {
 		return d.Iranian

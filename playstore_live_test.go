@@ -44,7 +44,7 @@ func TestLivePlayStore(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	locales := defaultLocales()
+	locales := testLocales
 	for _, app := range []struct {
 		pkg     string
 		iranian bool

@@ -369,15 +369,9 @@ func framePayload(f []jsonValue, rpcid string) (jsonValue, error) {
 		return jsonValue(text), nil
 	}
 	if detail := f[5]; detail.present() {
-		return nil, fmt.Errorf("%w: %s answered %s", errRPCEntry, rpcid, truncateForLog(detail, 200))
+		return nil, fmt.Errorf("%w: %s answered %s", errRPCEntry, rpcid, truncate(string(detail), 200))
 	}
 	return nil, nil
-}
-func truncateForLog(b []byte, n int) string {
-	if len(b) <= n {
-		return string(b)
-	}
-	return string(b[:n]) + "..."
 }
 
 // parseReviewsPayload reads the reviews and the next-page token out of a

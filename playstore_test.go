@@ -313,7 +313,7 @@ func TestPlayClientPersianReviews(t *testing.T) {
 	rs := newReplayPlayStore(t)
 	rs.setApp("ir.example.chat", replayApp{Reviews: 20, Persian: true})
 	ts := newTestPlayStore(t, rs.URL, nil)
-	loc := defaultLocales().forApp(true)
+	loc := testLocales.forApp(true)
 	got, err := ts.client.Reviews(context.Background(), "ir.example.chat", loc.Lang, loc.Country, 1000)
 	if err != nil || len(got) != 20 {
 		t.Fatalf("%d reviews, %v", len(got), err)
@@ -331,14 +331,22 @@ func TestPlayClientPersianReviews(t *testing.T) {
 	}
 }
 
+// testLocales are the locale defaults of config.go.
+var testLocales = localeDefaults{Default: locale{"en", "us"}, Iranian: locale{"fa", "ir"}}
+
+// Iranian apps are read in Persian for Iran, the others in English for the
+// US, unless the configuration says otherwise.
 func TestPlayLocaleDefaults(t *testing.T) {
-	d := defaultLocales()
-	if d.forApp(false) != (locale{"en", "us"}) || d.forApp(true) != (locale{"fa", "ir"}) {
-		t.Fatalf("%v %v", d.forApp(false), d.forApp(true))
+	c, err := loadTestConfig(nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	custom := localeDefaults{Default: locale{"de", "de"}, Iranian: locale{"fa", "ir"}}
-	if custom.forApp(false) != (locale{"de", "de"}) {
-		t.Fatal(custom.forApp(false))
+	if c.Locales.forApp(false) != (locale{"en", "us"}) || c.Locales.forApp(true) != (locale{"fa", "ir"}) || c.Locales != testLocales {
+		t.Fatalf("%v %v", c.Locales.forApp(false), c.Locales.forApp(true))
+	}
+	c, err = loadTestConfig(map[string]string{"PLAYSTORE_LANG": "de", "PLAYSTORE_COUNTRY": "de"})
+	if err != nil || c.Locales.forApp(false) != (locale{"de", "de"}) || c.Locales.forApp(true) != (locale{"fa", "ir"}) {
+		t.Fatal(c.Locales, err)
 	}
 }
 

@@ -391,7 +391,7 @@ func (l *lease) Release(outcome leaseOutcome) {
 	case outcomeThrottled, outcomeFailed:
 		e.score *= p.cfg.FailureFactor
 		if l.probe || (e.benchedUntil.IsZero() && e.score < p.cfg.BenchThreshold) {
-			cooldown := min(p.cfg.BaseCooldown<<min(e.benches, 30), p.cfg.MaxCooldown)
+			cooldown := benchCooldown(p.cfg.BaseCooldown, p.cfg.MaxCooldown, e.benches)
 			e.benchedUntil = now.Add(cooldown)
 			e.benches++
 			p.log.Warn("egress benched", "proxy", e.name, "score", e.score, "cooldown", cooldown, "benches_in_a_row", e.benches)
@@ -411,4 +411,17 @@ func (l *lease) Release(outcome leaseOutcome) {
 	p.benched.WithLabelValues(e.name).Set(benched)
 	close(p.changed)
 	p.changed = make(chan struct{})
+}
+
+// benchCooldown is base doubled once per earlier bench in a row, at most
+// max; the doubling stops at max rather than overflow after hours of failure.
+func benchCooldown(base, max time.Duration, benches int) time.Duration {
+	d := base
+	for range benches {
+		if d >= max/2 {
+			return max
+		}
+		d *= 2
+	}
+	return min(d, max)
 }

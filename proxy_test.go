@@ -415,3 +415,15 @@ func TestProxyConfigErrorsHideCredentials(t *testing.T) {
 		t.Fatalf("metrics label %q", name)
 	}
 }
+
+// The cool-down doubles up to its cap and stays there, however long an
+// egress keeps failing.
+func TestProxyBenchCooldownDoublesToItsCap(t *testing.T) {
+	want := []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 16 * time.Minute, 30 * time.Minute}
+	for benches := range 100 {
+		got := benchCooldown(time.Minute, 30*time.Minute, benches)
+		if w := want[min(benches, len(want)-1)]; got != w {
+			t.Fatalf("cool-down after %d benches = %v, want %v", benches, got, w)
+		}
+	}
+}

@@ -107,7 +107,7 @@ func (e *publishError) Unwrap() error { return e.LastError }
 
 // PublishAppStats sends one app-stats message.
 func (p *publisher) PublishAppStats(ctx context.Context, m appStatsMessage) error {
-	return p.publishJSON(ctx, topicAppStats, m.PackageName, []any{m})
+	return p.publishJSON(ctx, topicAppStats, m.PackageName, m)
 }
 
 // PublishReviews sends one message per review of one app: the whole batch
@@ -127,19 +127,15 @@ func (p *publisher) PublishReviews(ctx context.Context, pkg string, ms []reviewM
 
 // PublishNetworkMetrics sends the analysis of one capture.
 func (p *publisher) PublishNetworkMetrics(ctx context.Context, m networkMetricsMessage) error {
-	return p.publishJSON(ctx, topicNetworkMetrics, m.PackageName, []any{m})
+	return p.publishJSON(ctx, topicNetworkMetrics, m.PackageName, m)
 }
 
-func (p *publisher) publishJSON(ctx context.Context, topic, key string, vs []any) error {
-	recs := make([]*kgo.Record, len(vs))
-	for i, v := range vs {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return fmt.Errorf("encode %s message for %s: %w", topic, key, err)
-		}
-		recs[i] = &kgo.Record{Topic: topic, Key: []byte(key), Value: b}
+func (p *publisher) publishJSON(ctx context.Context, topic, key string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s message for %s: %w", topic, key, err)
 	}
-	return p.send(ctx, topic, recs)
+	return p.send(ctx, topic, []*kgo.Record{{Topic: topic, Key: []byte(key), Value: b}})
 }
 
 // send produces recs and waits for each one's confirmation, resending the
@@ -148,6 +144,9 @@ func (p *publisher) publishJSON(ctx context.Context, topic, key string, vs []any
 // fails a whole buffered batch (other apps' records too) when the context of
 // its first record ends.
 func (p *publisher) send(ctx context.Context, topic string, recs []*kgo.Record) error {
+	if len(recs) == 0 {
+		return nil // nothing would ever confirm, and the wait would last its whole bound
+	}
 	total := len(recs)
 	pending := recs
 	for attempt := 0; ; attempt++ {
