@@ -88,6 +88,9 @@ var settings = []setting{
 			if v != "" {
 				c.PGListen, err = parseHostPort(v)
 			}
+			if err == nil && strings.HasSuffix(c.PGListen, ":0") {
+				err = errors.New("needs a fixed port: it also names the socket other commands connect to")
+			}
 			return
 		}},
 	{"PLAYWATCH_PG_USER", "postgres", "OS user that runs the managed PostgreSQL when playwatch runs as root",
@@ -236,10 +239,16 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, cf configFlags) (C
 	if c.Producer.Idempotent && c.Producer.Acks != "all" {
 		return Config{}, fmt.Errorf("KAFKA_IDEMPOTENT=true needs KAFKA_ACKS=all (got %q): set KAFKA_IDEMPOTENT=false to use it", c.Producer.Acks)
 	}
-	if !isLoopback(c.HTTPAddr) && c.RegistryToken == "" {
-		return Config{}, fmt.Errorf("PLAYWATCH_HTTP_ADDR=%q is not a loopback address and REGISTRY_TOKEN is empty: set REGISTRY_TOKEN so nobody else can change the registry", c.HTTPAddr)
-	}
 	return c, nil
+}
+
+// checkRegistryExposure refuses to serve registry writes to the network
+// without a token; only `run` with the registry role serves them.
+func (c Config) checkRegistryExposure() error {
+	if !isLoopback(c.HTTPAddr) && c.RegistryToken == "" {
+		return fmt.Errorf("PLAYWATCH_HTTP_ADDR=%q is not a loopback address and REGISTRY_TOKEN is empty: set REGISTRY_TOKEN so nobody else can change the registry", c.HTTPAddr)
+	}
+	return nil
 }
 
 // printSettings writes the table of environment variables for --help.

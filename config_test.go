@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -57,6 +59,7 @@ func TestConfigInvalidValuesNameTheVariable(t *testing.T) {
 		{"PLAYWATCH_BROKER_ADDR", "0.0.0.0:9092"},
 		{"PLAYWATCH_BROKER_FSYNC", "maybe"},
 		{"PLAYWATCH_PG_LISTEN", "5432"},
+		{"PLAYWATCH_PG_LISTEN", "127.0.0.1:0"},
 		{"KAFKA_TOPIC_PARTITIONS", "-1"},
 		{"KAFKA_TOPIC_PARTITIONS", "three"},
 		{"KAFKA_TOPIC_REPLICATION", "0"},
@@ -124,15 +127,29 @@ func TestConfigProducerSettings(t *testing.T) {
 	}
 }
 
+// The registry refuses to take writes from the network without a token;
+// commands that serve no registry do not care where it would listen.
 func TestConfigRefusesOpenRegistryWithoutToken(t *testing.T) {
-	_, err := loadTestConfig(map[string]string{"PLAYWATCH_HTTP_ADDR": "0.0.0.0:8080"})
-	if err == nil || !strings.Contains(err.Error(), "REGISTRY_TOKEN") || !strings.Contains(err.Error(), "PLAYWATCH_HTTP_ADDR") {
+	open := map[string]string{"PLAYWATCH_HTTP_ADDR": "0.0.0.0:8080"}
+	err := run(context.Background(), []string{"run"}, envFunc(open), io.Discard, io.Discard)
+	var uerr usageError
+	if !errors.As(err, &uerr) || !strings.Contains(err.Error(), "REGISTRY_TOKEN") || !strings.Contains(err.Error(), "PLAYWATCH_HTTP_ADDR") {
 		t.Fatalf("err = %v, want a refusal naming PLAYWATCH_HTTP_ADDR and REGISTRY_TOKEN", err)
 	}
-	if _, err := loadTestConfig(map[string]string{"PLAYWATCH_HTTP_ADDR": "0.0.0.0:8080", "REGISTRY_TOKEN": "s3cret"}); err != nil {
-		t.Fatalf("with a token: %v", err)
+	for _, tc := range []struct {
+		addr, token string
+		allowed     bool
+	}{{"0.0.0.0:8080", "s3cret", true}, {"[::1]:8080", "", true}, {"127.0.0.1:8080", "", true}, {"0.0.0.0:8080", "", false}} {
+		c, err := loadTestConfig(map[string]string{"PLAYWATCH_HTTP_ADDR": tc.addr, "REGISTRY_TOKEN": tc.token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.checkRegistryExposure() == nil; got != tc.allowed {
+			t.Errorf("%s with token %q: allowed = %v, want %v", tc.addr, tc.token, got, tc.allowed)
+		}
 	}
-	if _, err := loadTestConfig(map[string]string{"PLAYWATCH_HTTP_ADDR": "[::1]:8080"}); err != nil {
-		t.Fatalf("IPv6 loopback: %v", err)
+	if err := run(context.Background(), []string{"pcap", "--app", "a.b", "--scenario", "UPLOAD", "--dry-run", "testdata/pcap/resets.pcap"},
+		envFunc(open), io.Discard, io.Discard); err != nil {
+		t.Fatalf("pcap --dry-run with an open PLAYWATCH_HTTP_ADDR: %v", err)
 	}
 }

@@ -584,8 +584,8 @@ func (a *e2eAppliance) waitDrained() {
 func waitDrained(t testing.TB, pool *pgxpool.Pool, cl *kgo.Client, group string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, allTopics...)
+	cancel()
 	if err == nil {
 		err = ends.Error()
 	}
@@ -594,7 +594,7 @@ func waitDrained(t testing.TB, pool *pgxpool.Pool, cl *kgo.Client, group string)
 	}
 	waitFor(t, 60*time.Second, "the storage consumer to store every record", func() bool {
 		stored := map[string]map[int32]int64{}
-		rows, err := pool.Query(ctx, `SELECT topic, "partition", next_offset FROM consumer_offsets WHERE consumer_group = $1`, group)
+		rows, err := pool.Query(context.Background(), `SELECT topic, "partition", next_offset FROM consumer_offsets WHERE consumer_group = $1`, group)
 		if err != nil {
 			t.Fatalf("read consumer_offsets: %v", err)
 		}

@@ -199,6 +199,11 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stde
 	if err != nil {
 		return err
 	}
+	if slices.Contains(roles, "registry") {
+		if err := cl.cfg.checkRegistryExposure(); err != nil {
+			return usageError{err.Error()}
+		}
+	}
 	cfg, logger := cl.cfg, cl.logger
 	started := time.Now()
 	logger.Info("playwatch starting", "version", version, "roles", roles, "data_dir", cfg.DataDir)
@@ -536,25 +541,19 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 			be.onClose(func(context.Context) error { release(); return nil })
 		}
 	}
-	pool, stopDB, err := openDatabase(ctx, cfg, logger)
-	if err != nil {
+	if be.pool, err = openDatabase(ctx, cfg, logger, be); err != nil {
 		return nil, err
 	}
-	be.pool = pool
-	be.onClose(stopDB)
-	if err := migrate(ctx, pool, logger); err != nil {
+	if err := migrate(ctx, be.pool, logger); err != nil {
 		return nil, err
 	}
 	if !opts.broker {
 		return be, nil
 	}
-	brokers, stopBroker, err := openBroker(cfg, logger)
-	if err != nil {
+	if be.brokers, err = openBroker(cfg, logger, be); err != nil {
 		return nil, err
 	}
-	be.brokers = brokers
-	be.onClose(stopBroker)
-	be.kafka, err = kgo.NewClient(kgo.SeedBrokers(brokers...))
+	be.kafka, err = kgo.NewClient(kgo.SeedBrokers(be.brokers...))
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
@@ -599,51 +598,42 @@ func (be *backends) shutdown(ctx context.Context, timeout time.Duration) error {
 }
 
 // openDatabase connects to DATABASE_URL, or starts the managed cluster
-// when it is empty. stop closes the pool and stops a managed server.
-func openDatabase(ctx context.Context, cfg Config, logger *slog.Logger) (*pgxpool.Pool, func(context.Context) error, error) {
+// when it is empty; what it starts is stopped by be's shutdown.
+func openDatabase(ctx context.Context, cfg Config, logger *slog.Logger, be *backends) (*pgxpool.Pool, error) {
 	dsn := cfg.DatabaseURL
-	var pg *managedPostgres
 	if dsn == "" {
-		var err error
-		pg, err = startManagedPostgres(ctx, managedPostgresOptions{
+		pg, err := startManagedPostgres(ctx, managedPostgresOptions{
 			DataDir:  filepath.Join(cfg.DataDir, "postgres"),
 			Database: managedDatabase,
 			OSUser:   cfg.PGUser,
 			Listen:   cfg.PGListen,
 		}, logger)
 		if err != nil {
-			return nil, nil, fmt.Errorf("managed postgres: %w", err)
+			return nil, fmt.Errorf("managed postgres: %w", err)
 		}
+		be.onClose(pg.Stop)
 		dsn = pg.DSN()
-	}
-	stopPG := func(ctx context.Context) error {
-		if pg == nil {
-			return nil
-		}
-		return pg.Stop(ctx)
 	}
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, nil, errors.Join(fmt.Errorf("DATABASE_URL: %w", err), stopPG(ctx))
+		return nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err == nil {
-		err = pool.Ping(ctx)
-	}
 	if err != nil {
-		return nil, nil, errors.Join(fmt.Errorf("connect to postgres: %w", err), stopPG(ctx))
+		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
-	return pool, func(ctx context.Context) error {
-		pool.Close()
-		return stopPG(ctx)
-	}, nil
+	be.onClose(func(context.Context) error { pool.Close(); return nil })
+	if err := pool.Ping(ctx); err != nil {
+		return nil, fmt.Errorf("connect to postgres: %w", err)
+	}
+	return pool, nil
 }
 
 // openBroker returns the seed brokers of KAFKA_BROKERS, or starts the
-// embedded broker when it is empty.
-func openBroker(cfg Config, logger *slog.Logger) ([]string, func(context.Context) error, error) {
+// embedded broker when it is empty; it is stopped by be's shutdown.
+func openBroker(cfg Config, logger *slog.Logger, be *backends) ([]string, error) {
 	if len(cfg.KafkaBrokers) > 0 {
-		return cfg.KafkaBrokers, func(context.Context) error { return nil }, nil
+		return cfg.KafkaBrokers, nil
 	}
 	b, err := startEmbeddedBroker(embeddedBrokerOptions{
 		Addr:           cfg.BrokerAddr,
@@ -652,9 +642,10 @@ func openBroker(cfg Config, logger *slog.Logger) ([]string, func(context.Context
 		RetentionCheck: 5 * time.Minute,
 	}, logger)
 	if err != nil {
-		return nil, nil, fmt.Errorf("PLAYWATCH_BROKER_ADDR: %w", err)
+		return nil, fmt.Errorf("PLAYWATCH_BROKER_ADDR: %w", err)
 	}
-	return b.Addrs(), func(context.Context) error { b.Close(); return nil }, nil
+	be.onClose(func(context.Context) error { b.Close(); return nil })
+	return b.Addrs(), nil
 }
 
 // cmdDLQ is `playwatch dlq list|replay` (dlq.go).

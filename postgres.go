@@ -87,12 +87,10 @@ func startManagedPostgres(ctx context.Context, opts managedPostgresOptions, logg
 		return nil, err
 	}
 	if err := m.waitReady(ctx); err != nil {
-		m.Stop(context.Background())
-		return nil, err
+		return nil, errors.Join(err, m.stopAfterFailedStart(ctx))
 	}
 	if err := m.ensureDatabase(ctx); err != nil {
-		m.Stop(context.Background())
-		return nil, err
+		return nil, errors.Join(err, m.stopAfterFailedStart(ctx))
 	}
 	logger.Info("managed postgres ready", "data_dir", opts.DataDir, "socket_dir", m.socketDir,
 		"tcp", opts.Listen, "pid", m.cmd.Process.Pid, "took", time.Since(started).Round(time.Millisecond))
@@ -145,6 +143,14 @@ func (m *managedPostgres) Stop(ctx context.Context) error {
 		<-m.exited
 	}
 	return fmt.Errorf("managed postgres: fast shutdown did not finish in time, stopped immediately: %w", ctx.Err())
+}
+
+// stopAfterFailedStart stops a server whose start-up failed, within a bound
+// of its own: ctx may be what ended the start.
+func (m *managedPostgres) stopAfterFailedStart(ctx context.Context) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	return m.Stop(sctx)
 }
 
 // findPostgresBinDir finds a directory holding both initdb and postgres:
@@ -261,6 +267,11 @@ func (m *managedPostgres) initdb(ctx context.Context, binDir string, cred *sysca
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "initdb"), args...)
 	cmd.Dir = m.opts.DataDir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	// Interrupted, initdb removes what it wrote; killed, it would leave a
+	// PG_VERSION behind and the next start would take the half-made
+	// directory for a cluster.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
+	cmd.WaitDelay = 30 * time.Second
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("initdb %s: %w\n%s", m.opts.DataDir, err, bytes.TrimSpace(out))
 	}

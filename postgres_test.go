@@ -121,3 +121,23 @@ func TestPostgresSocketDirStaysShort(t *testing.T) {
 		t.Fatalf("short data dir: socket dir %q, want it beside the data dir", d)
 	}
 }
+
+// A first start interrupted during initdb leaves no half-made cluster: the
+// next start initialises the directory and runs.
+func TestManagedPostgresInterruptedInitdb(t *testing.T) {
+	opts := managedPostgresOptions{DataDir: filepath.Join(tempDataDir(t), "pg"), Database: "playwatch", OSUser: "postgres", NoFsync: true}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	if pg, err := startManagedPostgres(ctx, opts, testLogger(t)); err == nil {
+		pg.Stop(context.Background())
+		t.Skip("initdb finished within 300ms; nothing was interrupted")
+	}
+	pg, err := startManagedPostgres(context.Background(), opts, testLogger(t))
+	if err != nil {
+		t.Fatalf("start after an interrupted initdb: %v", err)
+	}
+	defer pg.Stop(context.Background())
+	if n := queryInt(t, pg.DSN(), "SELECT 1"); n != 1 {
+		t.Fatal(n)
+	}
+}

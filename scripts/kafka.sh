@@ -360,7 +360,8 @@ cmd_start() {
 		cmd_start_node "$dir" "$i"
 	done
 	for ((i = 1; i <= nodes; i++)); do
-		cmd_wait_node "$dir" "$i" || {
+		# A subshell: cmd_wait_node dies on failure, which would skip the stop.
+		(cmd_wait_node "$dir" "$i") || {
 			cmd_stop "$dir"
 			exit 1
 		}

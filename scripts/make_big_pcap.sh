@@ -27,11 +27,9 @@ SINK=$SRV
 ip netns exec $S timeout 120 python3 "$TOOLS/pwtraffic.py" server --mode source --addr 198.18.0.2 --port 5002 \
 	--bytes $PER_CONN --conns $CONNS --max-seconds 110 &
 SOURCE=$!
-PIDS+=("$SOURCE")
 wait_for 10 listening $S 5002
 client --mode upload --addr 198.18.0.2 --port 5001 --bytes $PER_CONN --conns $CONNS --stagger 0.2 --max-seconds 110 &
 UP=$!
-PIDS+=("$UP")
 client --mode download --addr 198.18.0.2 --port 5002 --conns $CONNS --stagger 0.2 --max-seconds 110
 wait "$UP"
 wait "$SINK" || true

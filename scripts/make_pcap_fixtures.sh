@@ -76,7 +76,6 @@ midstream() {
 	ip netns exec $C timeout 60 python3 "$TOOLS/pwtraffic.py" client --mode upload --addr $V4 --port 5006 \
 		--bytes 200000 --max-seconds 60 &
 	local cli=$!
-	PIDS+=("$cli")
 	wait_for 10 sh -c "ip netns exec $C ss -Htn state established '( dport = :5006 )' | grep -q ."
 	capture_start $C "$WORK/$1.pcap" tcpdump -i tap0 tcp
 	wait "$cli" || true

@@ -12,13 +12,19 @@ C=pwpcap_c_$$
 S=pwpcap_s_$$
 M=pwpcap_m_$$
 WORK=$(mktemp -d)
-PIDS=()
 
+# cleanup stops the background jobs of this shell that still run (a pid of
+# one already waited for may belong to another process by now) and removes
+# the namespaces.
 cleanup() {
-	local p
-	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-	PIDS=()
+	local running
+	running=$(jobs -pr)
+	if [ -n "$running" ]; then
+		# shellcheck disable=SC2086 # one word per pid
+		kill $running 2>/dev/null || true
+		# shellcheck disable=SC2086
+		wait $running 2>/dev/null || true
+	fi
 	for n in $C $S $M; do ip netns del "$n" 2>/dev/null || true; done
 }
 trap 'cleanup; rm -rf "$WORK"' EXIT
@@ -58,7 +64,6 @@ bridge_up() {
 	python3 "$TOOLS/pwbridge.py" --a $C:tap0 --b $S:tap0 --a2b "$1" --b2a "$2" "${mirror[@]}" \
 		--seed 7 --max-seconds 300 --ready-file "$WORK/bridge.ready" 2>"$WORK/bridge.log" &
 	BRIDGE=$!
-	PIDS+=("$BRIDGE")
 	wait_for 10 test -s "$WORK/bridge.ready"
 }
 
@@ -70,12 +75,10 @@ capture_start() {
 	if [ "$tool" = tcpdump ]; then
 		ip netns exec "$ns" tcpdump -n --immediate-mode -B 32768 -w "$file" "$@" 2>"$WORK/cap.log" &
 		CAP=$!
-		PIDS+=("$CAP")
 		wait_for 10 grep -q "listening on" "$WORK/cap.log"
 	else
 		ip netns exec "$ns" dumpcap -q -w "$file" "$@" 2>"$WORK/cap.log" &
 		CAP=$!
-		PIDS+=("$CAP")
 		wait_for 10 grep -q "Capturing on" "$WORK/cap.log"
 	fi
 }
@@ -116,7 +119,6 @@ server_start() {
 	port=$(echo "$@" | sed -n 's/.*--port \([0-9]*\).*/\1/p')
 	ip netns exec $S timeout 120 python3 "$TOOLS/pwtraffic.py" server "$@" &
 	SRV=$!
-	PIDS+=("$SRV")
 	wait_for 10 listening $S "$port"
 }
 
