@@ -464,6 +464,7 @@ type pcapAnalyzer struct {
 	lastKey   connKey
 	lastConn  *tcpConn
 	peakConns int
+	tablePeak int // most connections since conns was last built
 	lastSweep int64
 
 	counts tcpCounts
@@ -605,6 +606,7 @@ func (a *pcapAnalyzer) frame(record, offset int64, data []byte, wireLen int, now
 			c = newTCPConn()
 			a.conns[key] = c
 			a.peakConns = max(a.peakConns, len(a.conns))
+			a.tablePeak = max(a.tablePeak, len(a.conns))
 		}
 		a.lastKey, a.lastConn = key, c
 	}
@@ -642,12 +644,13 @@ func (a *pcapAnalyzer) sweep(now int64) {
 	}
 	// Go maps keep their buckets after deletes: rebuild a table that has
 	// shrunk a lot so memory follows the live connections down again.
-	if a.peakConns >= 1024 && len(a.conns) < a.peakConns/8 {
+	if a.tablePeak >= 1024 && len(a.conns) < a.tablePeak/8 {
 		m := make(map[connKey]*tcpConn, len(a.conns))
 		for k, c := range a.conns {
 			m[k] = c
 		}
 		a.conns = m
+		a.tablePeak = len(a.conns)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -737,5 +738,43 @@ func TestPcapUnackedCap(t *testing.T) {
 		if tsharkInstalled() {
 			assertMatchesTshark(t, res, runTsharkMetrics(t, path))
 		}
+	}
+}
+
+// A table that shrank a lot is rebuilt once, so memory follows the live
+// connections down; the sweeps after that leave it alone.
+func TestPcapConnectionTableRebuiltOnce(t *testing.T) {
+	a := newPcapAnalyzer()
+	for i := range 2000 {
+		c := newTCPConn()
+		c.lastSeen = int64(i % 2) // half idle for ever, half seen again below
+		a.conns[connKey{aLo: uint64(i), aPort: 1}] = c
+	}
+	a.peakConns, a.tablePeak = 2000, 2000
+	now := pcapIdleTimeout + 1
+	for _, c := range a.conns {
+		if c.lastSeen == 1 {
+			c.lastSeen = now
+		}
+	}
+	// 1000 live of 2000: not small enough for a rebuild.
+	before := reflect.ValueOf(a.conns).UnsafePointer()
+	a.sweep(now)
+	if len(a.conns) != 1000 || reflect.ValueOf(a.conns).UnsafePointer() != before {
+		t.Fatalf("%d connections, table rebuilt: %v", len(a.conns), reflect.ValueOf(a.conns).UnsafePointer() != before)
+	}
+	for k, c := range a.conns {
+		if k.aLo >= 200 {
+			c.lastSeen = 0
+		}
+	}
+	a.sweep(now)
+	rebuilt := reflect.ValueOf(a.conns).UnsafePointer()
+	if len(a.conns) != 100 || rebuilt == before {
+		t.Fatalf("%d connections left; rebuilt: %v", len(a.conns), rebuilt != before)
+	}
+	a.sweep(now + 1)
+	if reflect.ValueOf(a.conns).UnsafePointer() != rebuilt || a.peakConns != 2000 {
+		t.Fatalf("the table was rebuilt again by a sweep that dropped nothing (peak %d)", a.peakConns)
 	}
 }
