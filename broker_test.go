@@ -10,22 +10,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// produceSync writes n keyed records to topic and waits for their acks.
 func produceSync(t *testing.T, brokers []string, topic string, n int) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RequiredAcks(kgo.AllISRAcks()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	var recs []*kgo.Record
 	for i := range n {
 		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(fmt.Sprintf("k%d", i%5)), Value: []byte(fmt.Sprintf("v%d", i))})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatalf("produce: %v", err)
-	}
+	produce(t, brokers, recs...)
 }
 
 // consumeAll reads every record of topic from the start until n arrived.
@@ -95,19 +87,12 @@ func TestEmbeddedBrokerAppliesRetention(t *testing.T) {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	waitFor(t, 20*time.Second, "retention to move the log start offset to 10", func() bool {
 		starts, err := adm.ListStartOffsets(context.Background(), topicAppStats)
 		if err != nil {
 			t.Fatal(err)
 		}
 		o, _ := starts.Lookup(topicAppStats, 0)
-		if o.Offset == 10 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("log start offset is %d 20s after the records expired, want 10", o.Offset)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return o.Offset == 10
+	})
 }

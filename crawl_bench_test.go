@@ -47,7 +47,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -184,10 +183,10 @@ func (cb *crawlBench) run(b *testing.B, workers int, brokers []string, brokerPID
 	if want := b.N * cb.apps * benchResponsesPerApp; int(responses) != want {
 		b.Fatalf("%v Play Store responses, want %d", responses, want)
 	}
-	if got := topicRecords(b, brokers, topicAppStats); got != int64(b.N*cb.apps) {
+	if got := endOffsets(b, brokers, topicAppStats); got != int64(b.N*cb.apps) {
 		b.Fatalf("%d app-stats messages on the topic, want %d", got, b.N*cb.apps)
 	}
-	if got := topicRecords(b, brokers, topicReviews); got != int64(reviews) {
+	if got := endOffsets(b, brokers, topicReviews); got != int64(reviews) {
 		b.Fatalf("%d reviews messages on the topic, want %d", got, reviews)
 	}
 	checkFirstMessages(b, brokers)
@@ -244,7 +243,7 @@ func processCPU(b *testing.B, pid string) time.Duration {
 }
 
 // peakRSSMB reads VmHWM of /proc/<pid>/status, in MB.
-func peakRSSMB(b *testing.B, pid string) float64 {
+func peakRSSMB(b testing.TB, pid string) float64 {
 	status, err := os.ReadFile("/proc/" + pid + "/status")
 	if err != nil {
 		b.Fatal(err)
@@ -260,27 +259,6 @@ func peakRSSMB(b *testing.B, pid string) float64 {
 	}
 	b.Fatalf("no VmHWM in /proc/%s/status", pid)
 	return 0
-}
-
-// topicRecords counts the records on topic, over all partitions.
-func topicRecords(b *testing.B, brokers []string, topic string) int64 {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	offsets, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = offsets.Error()
-	}
-	if err != nil {
-		b.Fatalf("end offsets of %s: %v", topic, err)
-	}
-	var n int64
-	offsets.Each(func(o kadm.ListedOffset) { n += o.Offset })
-	return n
 }
 
 // checkFirstMessages reads the first message of each topic back and checks

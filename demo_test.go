@@ -64,7 +64,6 @@ func TestDemo(t *testing.T) {
 	}
 
 	fmt.Fprintln(out, "\n$ playwatch crawl --once    # beside the running appliance: uses its database and broker")
-	fmt.Fprintln(out, "  (the Play Store client spaces its requests a second apart)")
 	fmt.Fprint(out, indent(a.command("crawl", "--once")))
 	capture := filepath.Join("testdata", "pcap", "clean_upload.pcap")
 	fmt.Fprintf(out, "\n$ playwatch pcap --app %s --scenario UPLOAD %s\n", apps[0].pkg, capture)

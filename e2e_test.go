@@ -111,8 +111,7 @@ type e2eApp struct {
 
 const e2eReviewsPerApp = 200
 
-// The apps take 8 requests per cycle, and the Play Store client spaces the
-// requests of one egress a second apart: a cycle takes 7 s.
+// The apps of the scenario: 8 Play Store requests per cycle.
 var e2eApps = []e2eApp{
 	{pkg: "org.telegram.messenger", body: `{"package_name":"org.telegram.messenger","display_name":"Telegram","is_messaging_app":true}`,
 		title: "Telegram", listed: true, reviews: e2eReviewsPerApp}, // 300 on the store: two pages

@@ -4,15 +4,11 @@ package main
 // compared with what PostgreSQL holds, record by record.
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"maps"
-	"net/http"
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -41,32 +37,12 @@ func newRealTimePlayStore(t testing.TB, baseURL string) *testPlayStore {
 // scrapeMetric reads the sample name{labels} from base's /metrics; labels
 // are written as Prometheus prints them (sorted: `outcome="ok",path="stats"`).
 // A missing sample is 0.
-func scrapeMetric(t *testing.T, base, name, labels string) float64 {
+func scrapeMetric(t testing.TB, base, name, labels string) float64 {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatalf("scrape: %v", err)
-	}
-	defer resp.Body.Close()
-	want := name
 	if labels != "" {
-		want += "{" + labels + "}"
+		name += "{" + labels + "}"
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), want+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("metric %s: %v", want, err)
-			}
-			return f
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatalf("scrape: %v", err)
-	}
-	return 0
+	return scrapeMetrics(t, base)[name]
 }
 
 // topicTally is what the crawl topics hold: each app-stats record by

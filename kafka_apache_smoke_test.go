@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -214,9 +213,7 @@ func (c *produceRetryCounter) summary() string {
 }
 
 func TestApacheKafkaThreeNodeLeaderKill(t *testing.T) {
-	if os.Getenv("PLAYWATCH_FAULT_TESTS") != "1" {
-		t.Skip("fault test: set PLAYWATCH_FAULT_TESTS=1 (make test-faults)")
-	}
+	requireFaultSuite(t)
 	k := apacheKafkaCluster(t, 3)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
