@@ -555,14 +555,21 @@ func (p *packageIDs) forget() {
 }
 
 // resolve sets the app id of every row whose package is registered and
-// moves the other rows to the dead letters.
+// moves the other rows to the dead letters. It works on its own copy of the
+// ids it needs, so a forget by another writer meanwhile changes nothing.
 func (p *packageIDs) resolve(ctx context.Context, q querier, b *batchRows) error {
+	ids := map[string]int64{}
 	var unknown []string
-	asked := map[string]bool{}
+	seen := map[string]bool{}
 	p.mu.RLock()
 	note := func(pkg string) {
-		if _, ok := p.ids[pkg]; !ok && !asked[pkg] {
-			asked[pkg] = true
+		if seen[pkg] {
+			return
+		}
+		seen[pkg] = true
+		if id, ok := p.ids[pkg]; ok {
+			ids[pkg] = id
+		} else {
 			unknown = append(unknown, pkg)
 		}
 	}
@@ -582,24 +589,23 @@ func (p *packageIDs) resolve(ctx context.Context, q querier, b *batchRows) error
 		if err != nil {
 			return fmt.Errorf("look up package names: %w", err)
 		}
-		found := map[string]int64{}
 		var name string
 		var id int64
-		if _, err := pgx.ForEachRow(rows, []any{&name, &id}, func() error { found[name] = id; return nil }); err != nil {
+		if _, err := pgx.ForEachRow(rows, []any{&name, &id}, func() error { ids[name] = id; return nil }); err != nil {
 			return fmt.Errorf("look up package names: %w", err)
 		}
 		p.mu.Lock()
-		for name, id := range found {
-			p.ids[name] = id
+		for _, name := range unknown {
+			if id, ok := ids[name]; ok {
+				p.ids[name] = id
+			}
 		}
 		p.mu.Unlock()
 	}
 
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	b.stats = resolveRows(b.stats, p.ids, &b.dead)
-	b.reviews = resolveRows(b.reviews, p.ids, &b.dead)
-	b.metrics = resolveRows(b.metrics, p.ids, &b.dead)
+	b.stats = resolveRows(b.stats, ids, &b.dead)
+	b.reviews = resolveRows(b.reviews, ids, &b.dead)
+	b.metrics = resolveRows(b.metrics, ids, &b.dead)
 	return nil
 }
 

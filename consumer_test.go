@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -670,5 +671,39 @@ func TestConsumerRebalanceBetweenMembers(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT count(*) FROM dead_letter_events`); n != 0 {
 		t.Errorf("%d dead letters", n)
+	}
+}
+
+// forgettingQuerier empties the id cache as its query starts, as another
+// writer's data error does.
+type forgettingQuerier struct {
+	querier
+	ids *packageIDs
+}
+
+func (f forgettingQuerier) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	f.ids.forget()
+	return f.querier.Query(ctx, sql, args...)
+}
+
+// A cache cleared by another writer in the middle of resolving a batch does
+// not turn the batch's registered packages into dead letters.
+func TestConsumerPackageIDsSurviveConcurrentForget(t *testing.T) {
+	pool := newTestPool(t)
+	registerApps(t, pool, "com.example.cached", "com.example.fresh")
+	ids := &packageIDs{ids: map[string]int64{}}
+	warm := &batchRows{reviews: []reviewRow{{src: &kgo.Record{}, msg: reviewMessage{PackageName: "com.example.cached"}}}}
+	if err := ids.resolve(context.Background(), pool, warm); err != nil || len(warm.reviews) != 1 {
+		t.Fatalf("warm the cache: %v, %d rows", err, len(warm.reviews))
+	}
+	b := &batchRows{reviews: []reviewRow{
+		{src: &kgo.Record{}, msg: reviewMessage{PackageName: "com.example.cached"}},
+		{src: &kgo.Record{}, msg: reviewMessage{PackageName: "com.example.fresh"}},
+	}}
+	if err := ids.resolve(context.Background(), forgettingQuerier{pool, ids}, b); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.reviews) != 2 || len(b.dead) != 0 || b.reviews[0].appID == 0 || b.reviews[1].appID == 0 {
+		t.Fatalf("%d rows resolved, %d dead letters: %+v", len(b.reviews), len(b.dead), b.dead)
 	}
 }
