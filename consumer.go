@@ -143,7 +143,6 @@ func (c *storageConsumer) Run(ctx context.Context, cl groupClient) error {
 			}
 			cl.AllowRebalance()
 		}
-		c.commitCatchUp(ctx, cl)
 		var parts []partitionBatch
 		if parts, err = c.poll(ctx, cl); err != nil {
 			break
@@ -152,6 +151,7 @@ func (c *storageConsumer) Run(ctx context.Context, cl groupClient) error {
 			if err = finish(); err != nil {
 				break
 			}
+			c.commitCatchUp(ctx, cl)
 			cl.AllowRebalance()
 			continue
 		}
@@ -159,6 +159,10 @@ func (c *storageConsumer) Run(ctx context.Context, cl groupClient) error {
 		if err = finish(); err != nil {
 			break
 		}
+		// Nothing is in flight here, and the catch-up of a new assignment
+		// was queued before its first records were fetched: committing it
+		// now can never rewind a newer commit.
+		c.commitCatchUp(ctx, cl)
 		done := make(chan error, 1)
 		go func() { done <- c.process(ctx, cl, batch) }()
 		inflight = done
@@ -385,10 +389,8 @@ func (c *storageConsumer) storeShare(ctx context.Context, cl groupClient, share 
 		}
 		log("cannot store batch; fetching paused, retrying", "kind", kind.String(), "attempt", attempt,
 			"retry_in", delay.Round(time.Millisecond), "records", share.records, "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(delay):
+		if err := sleepOn(ctx, systemClock{}, delay); err != nil {
+			return err
 		}
 	}
 }
@@ -416,10 +418,8 @@ func (c *storageConsumer) resumeFromDatabase(ctx context.Context, offsets map[st
 		}
 		delay := retryDelay(attempt, c.opts.RetryMaxBackoff)
 		c.logger.Warn("cannot read the stored offsets of assigned partitions; retrying", "retry_in", delay.Round(time.Millisecond), "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(delay):
+		if err := sleepOn(ctx, systemClock{}, delay); err != nil {
+			return nil, err
 		}
 	}
 	var catchUp []*kgo.Record

@@ -37,7 +37,7 @@ func newConsumerMetrics(reg prometheus.Registerer) *consumerMetrics {
 		}, []string{"table"}),
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "playwatch_consumer_dead_letters_total",
-			Help: "Records written to dead_letter_events, by reason code.",
+			Help: "Records found dead (a dead_letter_events row, or one that already existed for that offset), by reason code.",
 		}, []string{"reason"}),
 		dbErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "playwatch_consumer_db_errors_total",
@@ -50,7 +50,7 @@ func newConsumerMetrics(reg prometheus.Registerer) *consumerMetrics {
 		}),
 		writeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "playwatch_consumer_batch_write_seconds",
-			Help:    "Time to write one batch transaction, from validation to COMMIT, retries excluded.",
+			Help:    "Time of the successful attempt at a batch transaction, from BEGIN to COMMIT.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 		}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
