@@ -283,10 +283,16 @@ func TestConsumerReviewUpsertRules(t *testing.T) {
 
 	produce(t, brokers,
 		rec(topicReviews, pkg, msgJSON(with(reviewFields(pkg, "r1", t2), "thumbs_up_count", 10, "content", "v2"))),
-		rec(topicReviews, pkg, msgJSON(with(reviewFields(pkg, "r1", t1.Add(-time.Hour)), "thumbs_up_count", 0, "content", "stale"))),
 		rec(topicReviews, pkg, msgJSON(with(reviewFields(pkg, "marker", t2)))),
 	)
-	waitFor(t, 20*time.Second, "the later records", func() bool { return count(t, pool, `SELECT count(*) FROM reviews`) == 2 })
+	waitFor(t, 20*time.Second, "v2", func() bool { return count(t, pool, `SELECT count(*) FROM reviews`) == 2 })
+	// The stale version comes in a later batch, so the upsert's guard, not
+	// the in-batch dedupe, has to keep v2.
+	produce(t, brokers,
+		rec(topicReviews, pkg, msgJSON(with(reviewFields(pkg, "r1", t1.Add(-time.Hour)), "thumbs_up_count", 0, "content", "stale"))),
+		rec(topicReviews, pkg, msgJSON(with(reviewFields(pkg, "marker2", t2)))),
+	)
+	waitFor(t, 20*time.Second, "the stale replay", func() bool { return count(t, pool, `SELECT count(*) FROM reviews`) == 3 })
 	got := readReviewRow(t, pool, "r1")
 	if got.thumbs != 10 || got.content != "v2" || !got.lastSynced.Equal(t2) {
 		t.Errorf("after v2 and a stale replay: thumbs %d content %q last_synced_at %s, want 10, v2, %s", got.thumbs, got.content, got.lastSynced, t2)
@@ -306,8 +312,8 @@ func TestConsumerReviewUpsertRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc = startTestConsumer(t, pool, brokers, withGroup(testConsumerOptions(), "replay"), consumerHooks{})
-	waitFor(t, 20*time.Second, "the replay", func() bool {
-		return metricValue(t, tc.reg, "playwatch_consumer_records_total", map[string]string{"topic": topicReviews}) == 4
+	waitFor(t, 20*time.Second, "the replay to store every record", func() bool {
+		return count(t, pool, `SELECT coalesce(sum(next_offset), 0) FROM consumer_offsets WHERE consumer_group = 'replay' AND topic = 'reviews'`) == 5
 	})
 	if again := readReviewRow(t, pool, "r1"); again.thumbs != got.thumbs || again.content != got.content ||
 		!again.lastSynced.Equal(got.lastSynced) || !again.firstSeen.Equal(got.firstSeen) || *again.sentiment != "POSITIVE" {
@@ -355,11 +361,19 @@ func TestStoreBatchKeepsNewestVersionInBatch(t *testing.T) {
 		t.Errorf("stored next offset %d, want 6", n)
 	}
 
-	// The same batch again (a zombie member, a replay): below the stored
-	// offset, nothing is written, and the offset does not move back.
-	out, err = store.storeBatch(context.Background(), parts, decodeRecords(recs[:2], 1<<20, time.Now()), false, nil)
-	if err != nil || out.rows != (rowCounts{}) {
-		t.Fatalf("second store of the same batch: %+v, %v; want nothing written", out.rows, err)
+	// An older batch again (a zombie member, a replay): below the stored
+	// offset nothing is written, even rows that are gone meanwhile, and the
+	// offset does not move back.
+	if _, err := pool.Exec(context.Background(), `DELETE FROM reviews`); err != nil {
+		t.Fatal(err)
+	}
+	old := []partitionBatch{{topicPartition: topicPartition{topicReviews, 0}, records: recs[:2]}}
+	out, err = store.storeBatch(context.Background(), old, decodeRecords(recs[:2], 1<<20, time.Now()), false, nil)
+	if err != nil || out.rows != (rowCounts{}) || count(t, pool, `SELECT count(*) FROM reviews`) != 0 {
+		t.Fatalf("second store of an older batch: %+v, %v; want nothing written", out.rows, err)
+	}
+	if n := count(t, pool, `SELECT next_offset FROM consumer_offsets WHERE consumer_group = 'g' AND topic = 'reviews' AND "partition" = 0`); n != 6 {
+		t.Errorf("stored next offset %d after an older batch, want it to stay 6", n)
 	}
 }
 
