@@ -605,7 +605,7 @@ func newTestPlayStore(t testing.TB, baseURL string, tune func(*proxyPoolConfig, 
 }
 
 // metricValue returns the value of a counter or gauge with the given labels, or
-// the sample count of a histogram.
+// the sample count of a histogram; 0 when it has no such sample yet.
 func metricValue(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
@@ -629,6 +629,17 @@ func metricValue(t testing.TB, reg *prometheus.Registry, name string, labels map
 				return float64(m.Histogram.GetSampleCount())
 			}
 		}
+	}
+	// No sample: 0 for a metric that exists (a vector nobody used yet), but a
+	// metric that was never registered is a broken test, not a zero.
+	descs := make(chan *prometheus.Desc)
+	go func() { reg.Describe(descs); close(descs) }()
+	registered := false
+	for d := range descs {
+		registered = registered || strings.Contains(d.String(), `fqName: "`+name+`"`)
+	}
+	if !registered {
+		t.Fatalf("no metric %s is registered", name)
 	}
 	return 0
 }
