@@ -34,13 +34,23 @@ func tsharkMetricsScript() string {
 	return filepath.Join("..", "shared", "pcap", "tools", "tshark_metrics.sh")
 }
 
+// requireTshark skips a test without tshark, except under CI=true, where
+// .ci/run installs it and its absence is a failure.
+func requireTshark(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("tshark"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("tshark is required under CI=true (.ci/run installs Debian's tshark)")
+		}
+		t.Skip("tshark not installed (Debian: apt-get install tshark)")
+	}
+}
+
 // runTsharkMetrics runs tshark_metrics.sh on path, or skips the test when
 // tshark or the script is not there.
 func runTsharkMetrics(t testing.TB, path string) networkMetricsMessage {
 	t.Helper()
-	if _, err := exec.LookPath("tshark"); err != nil {
-		t.Skip("tshark not installed")
-	}
+	requireTshark(t)
 	script := tsharkMetricsScript()
 	if _, err := os.Stat(script); err != nil {
 		t.Skipf("tshark_metrics.sh not found at %s (set PLAYWATCH_TSHARK_METRICS)", script)
@@ -241,9 +251,7 @@ func (f tsharkFlag) String() string { return fmt.Sprintf("frame %d %s", f.frame,
 // names its first frame. It needs tshark; the golden-file test covers the
 // totals without it.
 func TestPcapFramesMatchTshark(t *testing.T) {
-	if _, err := exec.LookPath("tshark"); err != nil {
-		t.Skip("tshark not installed")
-	}
+	requireTshark(t)
 	files, err := filepath.Glob("testdata/pcap/*.pcap*")
 	if err != nil {
 		t.Fatal(err)
