@@ -272,15 +272,11 @@ func (c *storageConsumer) prepare(parts []partitionBatch) preparedBatch {
 // then marks and commits the offsets in Kafka.
 func (c *storageConsumer) process(ctx context.Context, cl groupClient, batch preparedBatch) error {
 	errs := make([]error, len(batch.shares))
-	if len(batch.shares) == 1 {
-		errs[0] = c.storeShare(ctx, cl, batch.shares[0])
-	} else {
-		var wg sync.WaitGroup
-		for i, share := range batch.shares {
-			wg.Go(func() { errs[i] = c.storeShare(ctx, cl, share) })
-		}
-		wg.Wait()
+	var wg sync.WaitGroup
+	for i, share := range batch.shares {
+		wg.Go(func() { errs[i] = c.storeShare(ctx, cl, share) })
 	}
+	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
