@@ -62,11 +62,13 @@ var scriptedConversation = []synthSeg{
 	{0.070000, false, tcpRST | tcpACK, 5001, 1501, 0, 0}, // reset; a RST's zero window does not count
 }
 
-// scriptedWant is scriptedConversation's metrics without the byte totals.
-func scriptedWant() networkMetricsMessage {
+// scriptedWant is scriptedConversation's metrics in a file of wireBytes bytes.
+func scriptedWant(wireBytes int64) networkMetricsMessage {
 	rtt := 0.25
+	ratio := float64(wireBytes-700) / float64(wireBytes)
 	return networkMetricsMessage{RTTHandshake: &rtt, RetransmissionCount: 1, OutOfOrderCount: 1,
-		SpuriousRetransmissionCount: 1, ZeroWindowCount: 1, TCPResetCount: 1, BytesPayloadTotal: 700}
+		SpuriousRetransmissionCount: 1, ZeroWindowCount: 1, TCPResetCount: 1,
+		BytesTransferredTotal: wireBytes, BytesPayloadTotal: 700, OverheadRatio: &ratio}
 }
 
 // tcpBytes is a TCP header (20 bytes, or 32 with the timestamp option) and payload.
@@ -269,11 +271,7 @@ func TestPcapLinkTypes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := scriptedWant()
-			want.BytesTransferredTotal = wireBytes(recs)
-			ratio := float64(want.BytesTransferredTotal-want.BytesPayloadTotal) / float64(want.BytesTransferredTotal)
-			want.OverheadRatio = &ratio
-			assertMatchesTshark(t, res, want)
+			assertMatchesTshark(t, res, scriptedWant(wireBytes(recs)))
 			if res.Records != int64(len(recs)) || res.TCPSegments != int64(len(recs)) || len(res.Warnings) != 0 {
 				t.Errorf("records %d, segments %d, warnings %v", res.Records, res.TCPSegments, res.Warnings)
 			}
@@ -341,11 +339,7 @@ func TestPcapSnaplenCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := scriptedWant()
-	want.BytesTransferredTotal = wireBytes(recs)
-	ratio := float64(want.BytesTransferredTotal-want.BytesPayloadTotal) / float64(want.BytesTransferredTotal)
-	want.OverheadRatio = &ratio
-	assertMatchesTshark(t, res, want)
+	assertMatchesTshark(t, res, scriptedWant(wireBytes(recs)))
 	assertWarning(t, res, path, int64(len(recs)), errPcapTCPHeaderCut)
 }
 
@@ -516,11 +510,7 @@ func TestPcapngMixedAndUnknownLinkTypes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := scriptedWant()
-	want.BytesTransferredTotal = total
-	ratio := float64(total-700) / float64(total)
-	want.OverheadRatio = &ratio
-	assertMatchesTshark(t, res, want)
+	assertMatchesTshark(t, res, scriptedWant(total))
 	assertWarning(t, res, path, 1, errPcapLinkType)
 	if tsharkInstalled() {
 		assertMatchesTshark(t, res, runTsharkMetrics(t, path))
