@@ -4,7 +4,7 @@ VERSION  := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 30s
 
-.PHONY: build run demo test test-faults kafka-jars live bench fuzz vet clean
+.PHONY: build run demo test test-faults kafka-jars live bench fuzz vet cross clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o playwatch .
@@ -49,6 +49,16 @@ fuzz:
 	@for f in $$($(GO) test -list '^Fuzz' . | grep '^Fuzz'); do \
 		echo "== $$f"; \
 		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) . || exit 1; \
+	done
+
+# Builds and vets the binary for other systems, so a Linux-only call without
+# a build tag fails here and not on a developer's Mac.
+CROSS_TARGETS ?= darwin/arm64 darwin/amd64 freebsd/amd64 linux/arm64
+cross:
+	@for t in $(CROSS_TARGETS); do \
+		echo "== $$t"; \
+		GOOS=$${t%/*} GOARCH=$${t#*/} $(GO) build -o /dev/null . || exit 1; \
+		GOOS=$${t%/*} GOARCH=$${t#*/} $(GO) vet ./... || exit 1; \
 	done
 
 clean:

@@ -51,8 +51,7 @@ func startAppliance(t *testing.T, bin string, env map[string]string, logPath str
 		a.cmd.Env = append(a.cmd.Env, k+"="+v)
 	}
 	a.cmd.Stdout, a.cmd.Stderr = logFile, logFile
-	// The appliance dies with the test binary, whatever ends it.
-	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	a.cmd.SysProcAttr = childProcAttr(false)
 	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -400,7 +400,7 @@ func (k *apacheKafka) launch(id int32) error {
 	cmd.Env = k.env
 	cmd.Stdout = out
 	cmd.Stderr = out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = childProcAttr(true)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start node %d: %w", id, err)
 	}

@@ -376,9 +376,7 @@ func (m *managedPostgres) startServer(binDir string, cred *syscall.Credential) e
 	cmd.Dir = m.opts.DataDir
 	cmd.Stdout = m.stderr
 	cmd.Stderr = m.stderr
-	// Own process group: a Ctrl-C in the terminal reaches playwatch only, which
-	// stops the server last. Pdeathsig asks for a fast shutdown if playwatch dies.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGINT}
+	cmd.SysProcAttr = serverProcAttr(cred)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start postgres: %w", err)
 	}
