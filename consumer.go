@@ -25,6 +25,7 @@ type consumerOptions struct {
 	Writers         int           // batch transactions in flight at once, on disjoint partitions
 	MaxRecordBytes  int           // larger values are dead letters
 	RetryMaxBackoff time.Duration // cap of the wait between retries of a batch
+	Clock           clock         // retry waits, pause lengths, validation of timestamps
 }
 
 func consumerOptionsFrom(cfg Config) consumerOptions {
@@ -35,6 +36,7 @@ func consumerOptionsFrom(cfg Config) consumerOptions {
 		Writers:         cfg.ConsumerWriters,
 		MaxRecordBytes:  cfg.ConsumerMaxRecordBytes,
 		RetryMaxBackoff: cfg.ConsumerRetryMaxBackoff,
+		Clock:           systemClock{},
 	}
 }
 
@@ -60,6 +62,8 @@ type storageConsumer struct {
 	// rebalanceWaiting is set when a rebalance waits for the poll loop to
 	// hand back the records it holds (BlockRebalanceOnPoll).
 	rebalanceWaiting atomic.Bool
+
+	pause dbPause
 }
 
 // consumerHooks let tests stop the consumer at the two points where a crash
@@ -253,7 +257,7 @@ type preparedBatch struct {
 }
 
 func (c *storageConsumer) prepare(parts []partitionBatch) preparedBatch {
-	now := time.Now()
+	now := c.opts.Clock.Now()
 	batch := preparedBatch{parts: parts}
 	for _, share := range assignWriters(parts, c.opts.Writers) {
 		recs := share[0].records
@@ -280,9 +284,11 @@ func (c *storageConsumer) process(ctx context.Context, cl groupClient, batch pre
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	if changed, d := c.metrics.setPaused(false); changed {
+	if length, rest, ok := c.pause.end(c.opts.Clock.Now()); ok {
+		c.metrics.blocked(rest)
+		c.metrics.paused.Set(0)
 		cl.ResumeFetchTopics(allTopics...)
-		c.logger.Info("database takes batches again; fetching resumed", "paused_for", d.Round(time.Millisecond))
+		c.logger.Info("database takes batches again; fetching resumed", "paused_for", length.Round(time.Millisecond))
 	}
 	marks := map[string]map[int32]kgo.EpochOffset{}
 	for _, p := range batch.parts {
@@ -347,10 +353,10 @@ func (c *storageConsumer) storeShare(ctx context.Context, cl groupClient, share 
 	b := share.rows
 	narrow := false
 	for attempt := 1; ; attempt++ {
-		start := time.Now()
+		start := c.opts.Clock.Now()
 		out, err := c.store.storeBatch(ctx, share.parts, b, narrow, beforeCommit)
 		if err == nil {
-			c.metrics.writeSeconds.Observe(time.Since(start).Seconds())
+			c.metrics.writeSeconds.Observe(c.opts.Clock.Now().Sub(start).Seconds())
 			c.metrics.batchRecords.Observe(float64(share.records))
 			c.metrics.stored(out, b.newestTimes())
 			if len(out.dead) > 0 {
@@ -375,7 +381,8 @@ func (c *storageConsumer) storeShare(ctx context.Context, cl groupClient, share 
 			narrow = true
 			continue
 		}
-		if changed, _ := c.metrics.setPaused(true); changed {
+		if c.pause.begin(c.opts.Clock.Now()) {
+			c.metrics.paused.Set(1)
 			cl.PauseFetchTopics(allTopics...)
 		}
 		delay := retryDelay(attempt, c.opts.RetryMaxBackoff)
@@ -385,10 +392,57 @@ func (c *storageConsumer) storeShare(ctx context.Context, cl groupClient, share 
 		}
 		log("cannot store batch; fetching paused, retrying", "kind", kind.String(), "attempt", attempt,
 			"retry_in", delay.Round(time.Millisecond), "records", share.records, "err", err)
-		if err := sleepOn(ctx, systemClock{}, delay); err != nil {
+		if err := sleepOn(ctx, c.opts.Clock, delay); err != nil {
 			return err
 		}
+		c.metrics.blocked(c.pause.count(c.opts.Clock.Now()))
 	}
+}
+
+// dbPause is the consumer's wait for the database: fetching is paused from
+// the first failed attempt at a batch until a batch is stored again. Its
+// time is counted as it passes, so that blocked seconds grow during a long
+// outage rather than at its end.
+type dbPause struct {
+	mu      sync.Mutex
+	since   time.Time // zero while fetching runs
+	counted time.Time // the pause has been counted up to here
+}
+
+// begin starts a pause at now; false when one is already under way.
+func (p *dbPause) begin(now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.since.IsZero() {
+		return false
+	}
+	p.since, p.counted = now, now
+	return true
+}
+
+// count returns the time of the pause not counted yet.
+func (p *dbPause) count(now time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.since.IsZero() {
+		return 0
+	}
+	d := now.Sub(p.counted)
+	p.counted = now
+	return d
+}
+
+// end ends the pause under way: its whole length and the time not counted
+// yet; ok is false when there was none.
+func (p *dbPause) end(now time.Time) (length, uncounted time.Duration, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.since.IsZero() {
+		return 0, 0, false
+	}
+	length, uncounted = now.Sub(p.since), now.Sub(p.counted)
+	p.since, p.counted = time.Time{}, time.Time{}
+	return length, uncounted, true
 }
 
 // retryDelay is the wait before retry attempt n: 100ms doubling up to max,
@@ -414,7 +468,7 @@ func (c *storageConsumer) resumeFromDatabase(ctx context.Context, offsets map[st
 		}
 		delay := retryDelay(attempt, c.opts.RetryMaxBackoff)
 		c.logger.Warn("cannot read the stored offsets of assigned partitions; retrying", "retry_in", delay.Round(time.Millisecond), "err", err)
-		if err := sleepOn(ctx, systemClock{}, delay); err != nil {
+		if err := sleepOn(ctx, c.opts.Clock, delay); err != nil {
 			return nil, err
 		}
 	}

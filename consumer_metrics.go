@@ -9,7 +9,7 @@ import (
 )
 
 // consumerMetrics are the storage consumer's Prometheus metrics, plus the
-// state behind the ones computed at scrape time (freshness, blocked time).
+// newest stored times behind the freshness computed at scrape time.
 type consumerMetrics struct {
 	records      *prometheus.CounterVec
 	rows         *prometheus.CounterVec
@@ -18,11 +18,11 @@ type consumerMetrics struct {
 	batchRecords prometheus.Histogram
 	writeSeconds prometheus.Histogram
 	lag          *prometheus.GaugeVec
+	paused       prometheus.Gauge
+	blockedTotal prometheus.Counter
 
-	mu          sync.Mutex
-	newest      map[string]time.Time // newest stored crawled_at/analyzed_at by topic
-	pausedSince time.Time            // zero while not paused
-	blocked     time.Duration        // finished pauses
+	mu     sync.Mutex
+	newest map[string]time.Time // newest stored crawled_at/analyzed_at by topic
 }
 
 func newConsumerMetrics(reg prometheus.Registerer) *consumerMetrics {
@@ -57,6 +57,14 @@ func newConsumerMetrics(reg prometheus.Registerer) *consumerMetrics {
 			Name: "playwatch_consumer_lag_records",
 			Help: "Records in the partition after the last stored one, at the last fetch.",
 		}, []string{"topic", "partition"}),
+		paused: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "playwatch_consumer_paused",
+			Help: "1 while the consumer has paused fetching because the database cannot take its batch.",
+		}),
+		blockedTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "playwatch_consumer_db_blocked_seconds_total",
+			Help: "Time the consumer spent waiting for the database to take a batch (retrying transient errors).",
+		}),
 		newest: map[string]time.Time{},
 	}
 	for _, t := range allTopics {
@@ -71,30 +79,7 @@ func newConsumerMetrics(reg prometheus.Registerer) *consumerMetrics {
 	for k := range dbBlocked + 1 {
 		m.dbErrors.WithLabelValues(k.String())
 	}
-	reg.MustRegister(m.records, m.rows, m.deadLetters, m.dbErrors, m.batchRecords, m.writeSeconds, m.lag,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "playwatch_consumer_paused",
-			Help: "1 while the consumer has paused fetching because the database cannot take its batch.",
-		}, func() float64 {
-			m.mu.Lock()
-			defer m.mu.Unlock()
-			if m.pausedSince.IsZero() {
-				return 0
-			}
-			return 1
-		}),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "playwatch_consumer_db_blocked_seconds_total",
-			Help: "Time the consumer spent waiting for the database to take a batch (retrying transient errors).",
-		}, func() float64 {
-			m.mu.Lock()
-			defer m.mu.Unlock()
-			d := m.blocked
-			if !m.pausedSince.IsZero() {
-				d += time.Since(m.pausedSince)
-			}
-			return d.Seconds()
-		}),
+	reg.MustRegister(m.records, m.rows, m.deadLetters, m.dbErrors, m.batchRecords, m.writeSeconds, m.lag, m.paused, m.blockedTotal,
 		freshnessCollector{m},
 	)
 	return m
@@ -118,23 +103,8 @@ func (m *consumerMetrics) stored(out storeOutcome, newest map[string]time.Time) 
 	}
 }
 
-// setPaused records the start or the end of a wait for the database and
-// reports whether that changed anything.
-func (m *consumerMetrics) setPaused(paused bool) (changed bool, pausedFor time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	switch {
-	case paused && m.pausedSince.IsZero():
-		m.pausedSince = time.Now()
-		return true, 0
-	case !paused && !m.pausedSince.IsZero():
-		d := time.Since(m.pausedSince)
-		m.blocked += d
-		m.pausedSince = time.Time{}
-		return true, d
-	}
-	return false, 0
-}
+// blocked counts d as time spent waiting for the database.
+func (m *consumerMetrics) blocked(d time.Duration) { m.blockedTotal.Add(d.Seconds()) }
 
 func (m *consumerMetrics) setLag(tp topicPartition, lag int64) {
 	m.lag.WithLabelValues(tp.topic, strconv.Itoa(int(tp.partition))).Set(float64(max(lag, 0)))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ type testConsumer struct {
 
 func testConsumerOptions() consumerOptions {
 	return consumerOptions{Group: "playwatch-storage", MaxPollRecords: 500, Linger: 20 * time.Millisecond,
-		Writers: 1, MaxRecordBytes: 1 << 20, RetryMaxBackoff: 200 * time.Millisecond}
+		Writers: 1, MaxRecordBytes: 1 << 20, RetryMaxBackoff: 200 * time.Millisecond, Clock: systemClock{}}
 }
 
 func startTestConsumer(t testing.TB, pool *pgxpool.Pool, brokers []string, opts consumerOptions, hooks consumerHooks) *testConsumer {
@@ -552,6 +553,54 @@ func TestConsumerNarrowsUnexpectedDataErrors(t *testing.T) {
 	}
 	if v := metricValue(t, tc.reg, "playwatch_consumer_db_errors_total", map[string]string{"kind": "data"}); v < 1 {
 		t.Errorf("data errors metric = %v, want at least 1", v)
+	}
+}
+
+// The retry waits of a batch the database refuses run on the consumer's
+// clock: a fake one sees every wait, each within the backoff cap, and the
+// blocked seconds are the time that clock spent waiting.
+func TestConsumerRetryWaitsOnItsClock(t *testing.T) {
+	ctx := context.Background()
+	pool := newTestPool(t)
+	brokers := newConsumerTestBroker(t)
+	const pkg = "org.telegram.messenger"
+	registerApps(t, pool, pkg)
+	if _, err := pool.Exec(ctx, `ALTER TABLE reviews RENAME TO reviews_away`); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, brokers, rec(topicReviews, pkg, msgJSON(reviewFields(pkg, "r1", testCrawl))))
+	clk := newFakeClock(true)
+	done := make(chan struct{})
+	defer close(done)
+	go func() { // the fake clock's log of new timers must not fill up
+		for {
+			select {
+			case <-clk.created:
+			case <-done:
+				return
+			}
+		}
+	}()
+	opts := testConsumerOptions()
+	opts.Clock = clk
+	tc := startTestConsumer(t, pool, brokers, opts, consumerHooks{})
+	waitFor(t, 20*time.Second, "five retry waits", func() bool { return len(clk.allWaits()) >= 5 })
+	if _, err := pool.Exec(ctx, `ALTER TABLE reviews_away RENAME TO reviews`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the review", func() bool { return count(t, pool, `SELECT count(*) FROM reviews`) == 1 })
+	waitFor(t, 10*time.Second, "the consumer to resume", func() bool {
+		return metricValue(t, tc.reg, "playwatch_consumer_paused", nil) == 0
+	})
+	var waited time.Duration
+	for _, d := range clk.allWaits() {
+		if d <= 0 || d > opts.RetryMaxBackoff {
+			t.Errorf("retry wait %v, want within (0, %v]", d, opts.RetryMaxBackoff)
+		}
+		waited += d
+	}
+	if got := metricValue(t, tc.reg, "playwatch_consumer_db_blocked_seconds_total", nil); math.Abs(got-waited.Seconds()) > 1e-6 {
+		t.Errorf("blocked seconds = %v, want the %v the clock waited", got, waited)
 	}
 }
 

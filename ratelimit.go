@@ -8,40 +8,6 @@ import (
 	"time"
 )
 
-// clock is the time source of the rate limiter, the proxy pool and the retry
-// waits; tests inject a fake one to observe waits without sleeping.
-type clock interface {
-	Now() time.Time
-	// NewTimer returns a channel that receives once d has passed, and a
-	// function that stops the timer.
-	NewTimer(d time.Duration) (<-chan time.Time, func() bool)
-}
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
-
-func (systemClock) NewTimer(d time.Duration) (<-chan time.Time, func() bool) {
-	t := time.NewTimer(d)
-	return t.C, t.Stop
-}
-
-// sleepOn waits d on clk, or until ctx ends; it never starts a timer for a
-// non-positive d.
-func sleepOn(ctx context.Context, clk clock, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	c, stop := clk.NewTimer(d)
-	defer stop()
-	select {
-	case <-c:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // tokenBucket is a goroutine-safe token bucket: it holds up to `requests`
 // tokens and refills them evenly over `period`. A caller that finds it empty
 // reserves the next token and sleeps until it is due, plus a random extra of
