@@ -570,17 +570,6 @@ func TestConsumerRetryWaitsOnItsClock(t *testing.T) {
 	}
 	produce(t, brokers, rec(topicReviews, pkg, msgJSON(reviewFields(pkg, "r1", testCrawl))))
 	clk := newFakeClock(true)
-	done := make(chan struct{})
-	defer close(done)
-	go func() { // the fake clock's log of new timers must not fill up
-		for {
-			select {
-			case <-clk.created:
-			case <-done:
-				return
-			}
-		}
-	}()
 	opts := testConsumerOptions()
 	opts.Clock = clk
 	tc := startTestConsumer(t, pool, brokers, opts, consumerHooks{})

@@ -208,7 +208,7 @@ func TestCrawlTransientBrokerFaultIsAbsorbed(t *testing.T) {
 		f.register(t, fmt.Sprintf("com.example.app%d", i), false)
 	}
 	h := f.broker.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.NotEnoughReplicas, Count: -1})
-	f.pub.sleep = func(context.Context, time.Duration) error { h.Remove(); return nil }
+	f.pub.clock = onEveryWait(func(time.Duration) { h.Remove() })
 
 	sum, err := f.crawler.RunCycle(context.Background())
 	if err != nil || sum.StatsOK != 3 || sum.ReviewsOK != 3 || sum.Reviews != 450 {
@@ -244,12 +244,11 @@ func TestCrawlLongBrokerOutageFailsClosed(t *testing.T) {
 	// One worker crawls the apps in order: app0's two paths use up three
 	// waits each; the broker comes back at the next one (app1's first).
 	var waits atomic.Int32
-	f.pub.sleep = func(context.Context, time.Duration) error {
+	f.pub.clock = onEveryWait(func(time.Duration) {
 		if waits.Add(1) == 7 {
 			h.Remove()
 		}
-		return nil
-	}
+	})
 	sum, err := f.crawler.RunCycle(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -12,18 +12,28 @@ import (
 // local server runs at full speed while the waits stay observable.
 type fakeClock struct {
 	autoAdvance bool
+	// onTimer, when set, runs as each timer is created, before it fires:
+	// a test's chance to change the world during a wait.
+	onTimer func(d time.Duration)
 
 	mu      sync.Mutex
 	now     time.Time
 	timers  []*fakeTimer
 	waits   []time.Duration // every timer asked for, in order
-	created chan time.Duration
+	created chan time.Duration // timers created and not yet read by nextTimer; the first 1000 kept
 }
 
 type fakeTimer struct {
 	at   time.Time
 	c    chan time.Time
 	done bool
+}
+
+// onEveryWait is a clock whose timers fire at once, calling fn first.
+func onEveryWait(fn func(d time.Duration)) *fakeClock {
+	c := newFakeClock(true)
+	c.onTimer = fn
+	return c
 }
 
 func newFakeClock(autoAdvance bool) *fakeClock {
@@ -38,6 +48,9 @@ func (c *fakeClock) Now() time.Time {
 }
 
 func (c *fakeClock) NewTimer(d time.Duration) (<-chan time.Time, func() bool) {
+	if c.onTimer != nil {
+		c.onTimer(d)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := &fakeTimer{at: c.now.Add(d), c: make(chan time.Time, 1)}
@@ -49,7 +62,10 @@ func (c *fakeClock) NewTimer(d time.Duration) (<-chan time.Time, func() bool) {
 	} else {
 		c.timers = append(c.timers, t)
 	}
-	c.created <- d
+	select { // a test that never reads the log must not block on it
+	case c.created <- d:
+	default:
+	}
 	return t.c, func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()

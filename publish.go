@@ -74,15 +74,14 @@ type publisher struct {
 	// unconfirmed: not resent, and their send fails closed at once, so that
 	// a broker outage does not stall the cycle.
 	confirmWait time.Duration
-	sleep       func(context.Context, time.Duration) error
+	clock       clock // the waits before resends
 	metrics     *publishMetrics
 	logger      *slog.Logger
 }
 
 func newPublisher(p recordProducer, s producerSettings, reg prometheus.Registerer, logger *slog.Logger) *publisher {
-	sleep := func(ctx context.Context, d time.Duration) error { return sleepOn(ctx, systemClock{}, d) }
 	return &publisher{producer: p, delays: s.AppRetryDelays, confirmWait: s.DeliveryTimeout + s.RequestTimeout,
-		sleep: sleep, metrics: newPublishMetrics(reg), logger: logger}
+		clock: systemClock{}, metrics: newPublishMetrics(reg), logger: logger}
 }
 
 // errUnconfirmed is the last error of a send that has unconfirmed records.
@@ -167,7 +166,7 @@ func (p *publisher) send(ctx context.Context, topic string, recs []*kgo.Record) 
 		}
 		p.logger.Warn("records not confirmed; resending the residual", "topic", topic,
 			"key", string(failed[0].Key), "residual", len(failed), "of", total, "retry_in", p.delays[attempt], "err", lastErr)
-		if err := p.sleep(ctx, p.delays[attempt]); err != nil {
+		if err := sleepOn(ctx, p.clock, p.delays[attempt]); err != nil {
 			return &publishError{Topic: topic, Failed: len(failed), Total: total, Attempts: attempt + 1, LastError: errors.Join(lastErr, err)}
 		}
 		p.metrics.residualRetries.WithLabelValues(topic).Inc()

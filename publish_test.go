@@ -75,7 +75,7 @@ func TestPublishResidualRetryDeliversExactlyOnce(t *testing.T) {
 	h := b.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topicReviews,
 		Err: kerr.NotEnoughReplicas, Count: -1})
 	// The partition recovers while the publisher waits to resend.
-	p.sleep = func(context.Context, time.Duration) error { h.Remove(); return nil }
+	p.clock = onEveryWait(func(time.Duration) { h.Remove() })
 
 	if err := p.PublishReviews(context.Background(), "com.example.app", testReviews("com.example.app", 300)); err != nil {
 		t.Fatalf("publish: %v", err)
@@ -190,13 +190,12 @@ func TestPublishResendsOnlyTheResidual(t *testing.T) {
 	s.AppRetryDelays = []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second}
 	p := newPublisher(fp, s, prometheus.NewRegistry(), testLogger(t))
 	var waits []time.Duration
-	p.sleep = func(_ context.Context, d time.Duration) error {
+	p.clock = onEveryWait(func(d time.Duration) {
 		waits = append(waits, d)
 		fp.mu.Lock()
 		fp.sent = append(fp.sent, nil)
 		fp.mu.Unlock()
-		return nil
-	}
+	})
 	recs := make([]*kgo.Record, 100)
 	for i := range recs {
 		recs[i] = &kgo.Record{Topic: topicReviews, Value: []byte(fmt.Sprint(i))}
