@@ -19,7 +19,7 @@ type fakeClock struct {
 	mu      sync.Mutex
 	now     time.Time
 	timers  []*fakeTimer
-	waits   []time.Duration // every timer asked for, in order
+	waits   []time.Duration    // every timer asked for, in order
 	created chan time.Duration // timers created and not yet read by nextTimer; the first 1000 kept
 }
 
