@@ -138,13 +138,7 @@ var settings = []setting{
 	{"RATE_LIMIT_PERIOD", "60s", "the period of RATE_LIMIT_REQUESTS",
 		func(c *Config, v string) (err error) { c.RateLimitPeriod, err = parsePositiveDuration(v); return }},
 	{"EGRESS_MIN_GAP", "1s", "least time between the starts of two requests on one egress; 0s: none",
-		func(c *Config, v string) (err error) {
-			c.EgressMinGap, err = parseDurationUpTo(v, time.Hour)
-			if err == nil && c.EgressMinGap == 0 {
-				c.EgressMinGap = -1 // the pool reads 0 as "default"
-			}
-			return
-		}},
+		func(c *Config, v string) (err error) { c.EgressMinGap, err = parseDurationUpTo(v, time.Hour); return }},
 	{"EGRESS_MAX_IN_FLIGHT", "2", "requests in flight at once on one egress",
 		func(c *Config, v string) (err error) { c.EgressMaxInFlight, err = parseInt(v, 1, 1000); return }},
 	{"PLAYSTORE_LANG", "en", "language (hl) the store is read in",

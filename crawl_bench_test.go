@@ -96,11 +96,15 @@ func BenchmarkCrawlCycle(b *testing.B) {
 	// One Play Store client for every run: the replay server caches its
 	// answers per NID cookie, that is per client. The rate limit is lifted:
 	// no token bucket, no gap between requests, a slot for every worker.
-	proxies, err := newProxyPool(proxyPoolConfig{MinGap: -1, MaxInFlight: slices.Max(workerCounts)}, cb.storeReg, logger)
+	pc := defaultProxyPoolConfig()
+	pc.RateLimitRequests, pc.MinGap, pc.MaxInFlight = 0, 0, slices.Max(workerCounts)
+	proxies, err := newProxyPool(pc, cb.storeReg, logger)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if cb.store, err = newPlayStoreClient(playStoreConfig{BaseURL: replayURL}, proxies, cb.storeReg, logger); err != nil {
+	sc := defaultPlayStoreConfig()
+	sc.BaseURL = replayURL
+	if cb.store, err = newPlayStoreClient(sc, proxies, cb.storeReg, logger); err != nil {
 		b.Fatal(err)
 	}
 	// The warm-up reads every app once, publishing nothing, so that the

@@ -313,12 +313,16 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stde
 // newPlayStore builds the Play Store client with its egresses (PROXIES or
 // direct), each with its token bucket.
 func newPlayStore(cfg Config, reg prometheus.Registerer, logger *slog.Logger) (*playStoreClient, error) {
-	pool, err := newProxyPool(proxyPoolConfig{Proxies: cfg.Proxies, RateLimitRequests: cfg.RateLimitRequests,
-		RateLimitPeriod: cfg.RateLimitPeriod, MinGap: cfg.EgressMinGap, MaxInFlight: cfg.EgressMaxInFlight}, reg, logger)
+	pc := defaultProxyPoolConfig()
+	pc.Proxies, pc.RateLimitRequests, pc.RateLimitPeriod = cfg.Proxies, cfg.RateLimitRequests, cfg.RateLimitPeriod
+	pc.MinGap, pc.MaxInFlight = cfg.EgressMinGap, cfg.EgressMaxInFlight
+	pool, err := newProxyPool(pc, reg, logger)
 	if err != nil {
 		return nil, fmt.Errorf("PROXIES: %w", err)
 	}
-	client, err := newPlayStoreClient(playStoreConfig{BaseURL: cfg.PlayStoreURL}, pool, reg, logger)
+	sc := defaultPlayStoreConfig()
+	sc.BaseURL = cfg.PlayStoreURL
+	client, err := newPlayStoreClient(sc, pool, reg, logger)
 	if err != nil {
 		return nil, fmt.Errorf("PLAYSTORE_URL: %w", err)
 	}

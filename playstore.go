@@ -107,12 +107,12 @@ func (d localeDefaults) forApp(isIranianApp bool) locale {
 	return d.Default
 }
 
-// playStoreConfig tunes the client; zero fields take the defaults of
-// withDefaults. Tests shrink the backoff and inject Clock and Random.
+// playStoreConfig tunes the client. Start from defaultPlayStoreConfig;
+// tests shrink the backoff and inject Clock and Random.
 type playStoreConfig struct {
 	BaseURL     string        // config PLAYSTORE_URL
 	UserAgent   string        // a current desktop browser's
-	Retries     int           // retries of a transient error (3: four attempts); negative: none
+	Retries     int           // retries of a transient error (3: four attempts)
 	BackoffBase time.Duration // first retry wait, doubled on each (2 s)
 	BackoffCap  time.Duration // longest wait before jitter (30 s)
 	PageSize    int           // reviews per batchexecute call (150)
@@ -129,22 +129,19 @@ const (
 	sortNewest          = 2
 )
 
-func (c playStoreConfig) withDefaults() playStoreConfig {
-	setDefault(&c.BaseURL, defaultPlayStoreURL)
-	setDefault(&c.UserAgent, "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/138.0.0.0 Safari/537.36")
-	setDefault(&c.Retries, 3)
-	setDefault(&c.BackoffBase, 2*time.Second)
-	setDefault(&c.BackoffCap, 30*time.Second)
-	setDefault(&c.PageSize, 150)
-	setDefault(&c.ReviewsRPC, "UsvDTd")
-	setDefault(&c.MaxBody, 16<<20)
-	if c.Clock == nil {
-		c.Clock = systemClock{}
+func defaultPlayStoreConfig() playStoreConfig {
+	return playStoreConfig{
+		BaseURL:     defaultPlayStoreURL,
+		UserAgent:   "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/138.0.0.0 Safari/537.36",
+		Retries:     3,
+		BackoffBase: 2 * time.Second,
+		BackoffCap:  30 * time.Second,
+		PageSize:    150,
+		ReviewsRPC:  "UsvDTd",
+		MaxBody:     16 << 20,
+		Clock:       systemClock{},
+		Random:      rand.Float64,
 	}
-	if c.Random == nil {
-		c.Random = rand.Float64
-	}
-	return c
 }
 
 // playStoreClient reads app details and reviews from Google Play through the
@@ -160,7 +157,6 @@ type playStoreClient struct {
 
 // newPlayStoreClient registers its metrics on reg (never the global registry).
 func newPlayStoreClient(cfg playStoreConfig, pool *proxyPool, reg prometheus.Registerer, log *slog.Logger) (*playStoreClient, error) {
-	cfg = cfg.withDefaults()
 	base, err := url.Parse(strings.TrimRight(cfg.BaseURL, "/"))
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return nil, fmt.Errorf("base URL of the Play Store %q is not an http(s) URL", cfg.BaseURL)

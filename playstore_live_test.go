@@ -34,11 +34,11 @@ func TestLivePlayStore(t *testing.T) {
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	reg := prometheus.NewRegistry()
-	pool, err := newProxyPool(proxyPoolConfig{}, reg, log)
+	pool, err := newProxyPool(defaultProxyPoolConfig(), reg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := newPlayStoreClient(playStoreConfig{}, pool, reg, log)
+	client, err := newPlayStoreClient(defaultPlayStoreConfig(), pool, reg, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -588,8 +588,10 @@ type testPlayStore struct {
 func newTestPlayStore(t testing.TB, baseURL string, tune func(*proxyPoolConfig, *playStoreConfig)) *testPlayStore {
 	t.Helper()
 	ts := &testPlayStore{clock: newFakeClock(true), poolClock: newFakeClock(true), reg: prometheus.NewRegistry()}
-	poolCfg := proxyPoolConfig{MinGap: -1, Clock: ts.poolClock, Random: fixedRandom(0.5)}
-	clientCfg := playStoreConfig{BaseURL: baseURL, Clock: ts.clock, Random: fixedRandom(0.5)}
+	poolCfg := defaultProxyPoolConfig()
+	poolCfg.RateLimitRequests, poolCfg.MinGap, poolCfg.Clock, poolCfg.Random = 0, 0, ts.poolClock, fixedRandom(0.5)
+	clientCfg := defaultPlayStoreConfig()
+	clientCfg.BaseURL, clientCfg.Clock, clientCfg.Random = baseURL, ts.clock, fixedRandom(0.5)
 	if tune != nil {
 		tune(&poolCfg, &clientCfg)
 	}

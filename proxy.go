@@ -16,8 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// proxyPoolConfig tunes the egresses. Zero fields take the defaults of
-// withDefaults; tests shrink the durations and inject Clock and Random.
+// proxyPoolConfig tunes the egresses. Start from defaultProxyPoolConfig;
+// tests shrink the durations and inject Clock and Random.
 type proxyPoolConfig struct {
 	// Proxies are proxy URLs (config PROXIES); none means one direct egress.
 	Proxies []string
@@ -27,7 +27,7 @@ type proxyPoolConfig struct {
 	RateLimitPeriod   time.Duration
 
 	MaxInFlight    int           // concurrent requests per egress
-	MinGap         time.Duration // between request starts on one egress; negative: none
+	MinGap         time.Duration // between request starts on one egress; 0: none
 	BenchThreshold float64       // health score below which an egress is benched
 	SuccessStep    float64       // score added by a success (the score caps at 1)
 	FailureFactor  float64       // score multiplier on a 429, timeout or network error
@@ -42,31 +42,24 @@ type proxyPoolConfig struct {
 	Random func() float64
 }
 
-func (c proxyPoolConfig) withDefaults() proxyPoolConfig {
-	setDefault(&c.RateLimitPeriod, time.Minute)
-	setDefault(&c.MaxInFlight, 2)
-	setDefault(&c.MinGap, time.Second)
-	setDefault(&c.BenchThreshold, 0.3)
-	setDefault(&c.SuccessStep, 0.1)
-	setDefault(&c.FailureFactor, 0.5)
-	setDefault(&c.BaseCooldown, time.Minute)
-	setDefault(&c.MaxCooldown, 30*time.Minute)
-	setDefault(&c.ConnectTimeout, 10*time.Second)
-	setDefault(&c.HeaderTimeout, 20*time.Second)
-	setDefault(&c.RequestTimeout, 60*time.Second)
-	if c.Clock == nil {
-		c.Clock = systemClock{}
-	}
-	if c.Random == nil {
-		c.Random = rand.Float64
-	}
-	return c
-}
-
-func setDefault[T comparable](field *T, def T) {
-	var zero T
-	if *field == zero {
-		*field = def
+// defaultProxyPoolConfig is one direct egress with the settings' defaults
+// (RATE_LIMIT_*, EGRESS_*) and the health rules of the pool.
+func defaultProxyPoolConfig() proxyPoolConfig {
+	return proxyPoolConfig{
+		RateLimitRequests: 10,
+		RateLimitPeriod:   time.Minute,
+		MaxInFlight:       2,
+		MinGap:            time.Second,
+		BenchThreshold:    0.3,
+		SuccessStep:       0.1,
+		FailureFactor:     0.5,
+		BaseCooldown:      time.Minute,
+		MaxCooldown:       30 * time.Minute,
+		ConnectTimeout:    10 * time.Second,
+		HeaderTimeout:     20 * time.Second,
+		RequestTimeout:    60 * time.Second,
+		Clock:             systemClock{},
+		Random:            rand.Float64,
 	}
 }
 
@@ -129,7 +122,6 @@ type lease struct {
 
 // newProxyPool builds one egress per proxy, or a single direct one.
 func newProxyPool(cfg proxyPoolConfig, reg prometheus.Registerer, log *slog.Logger) (*proxyPool, error) {
-	cfg = cfg.withDefaults()
 	p := &proxyPool{
 		cfg:     cfg,
 		log:     log,

@@ -135,9 +135,9 @@ func TestProxyHealthBenchAndRecovery(t *testing.T) {
 	a.setStatus(http.StatusTooManyRequests)
 	clk := newFakeClock(false)
 	reg := prometheus.NewRegistry()
-	pool, err := newProxyPool(proxyPoolConfig{
-		Proxies: []string{a.URL, b.URL}, MaxInFlight: 1, MinGap: -1, Clock: clk,
-	}, reg, slog.New(slog.DiscardHandler))
+	cfg := defaultProxyPoolConfig()
+	cfg.Proxies, cfg.RateLimitRequests, cfg.MaxInFlight, cfg.MinGap, cfg.Clock = []string{a.URL, b.URL}, 0, 1, 0, clk
+	pool, err := newProxyPool(cfg, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,9 @@ func TestProxyInFlightLimitAndGap(t *testing.T) {
 
 func TestProxyGapAndSlotsExact(t *testing.T) {
 	clk := newFakeClock(false)
-	pool, err := newProxyPool(proxyPoolConfig{MaxInFlight: 2, MinGap: time.Second, Clock: clk}, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	cfg := defaultProxyPoolConfig()
+	cfg.RateLimitRequests, cfg.MaxInFlight, cfg.MinGap, cfg.Clock = 0, 2, time.Second, clk
+	pool, err := newProxyPool(cfg, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,11 +405,14 @@ func TestProxyDirectEgressKeepsItsCookie(t *testing.T) {
 
 func TestProxyConfigErrorsHideCredentials(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	_, err := newProxyPool(proxyPoolConfig{Proxies: []string{"ftp://user:secret@proxy.example:21"}}, reg, slog.New(slog.DiscardHandler))
+	cfg := defaultProxyPoolConfig()
+	cfg.Proxies = []string{"ftp://user:secret@proxy.example:21"}
+	_, err := newProxyPool(cfg, reg, slog.New(slog.DiscardHandler))
 	if err == nil || strings.Contains(err.Error(), "secret") {
 		t.Fatalf("error %v", err)
 	}
-	pool, err := newProxyPool(proxyPoolConfig{Proxies: []string{"http://user:secret@proxy.example:3128"}}, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	cfg.Proxies = []string{"http://user:secret@proxy.example:3128"}
+	pool, err := newProxyPool(cfg, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
