@@ -71,9 +71,9 @@ func (v jsonValue) elements() iter.Seq2[int, jsonValue] {
 }
 
 // index returns element i of an array, applying the rule for sparse protobuf
-// arrays (PROTOCOL.md §2.4): when the array is cut short, high fields live in
-// a trailing object keyed by field number (index+1). It reads no further than
-// element i.
+// arrays (docs/playstore-protocol.md §2.4): when the array is cut short, high
+// fields live in a trailing object keyed by field number (index+1). It reads
+// no further than element i.
 func (v jsonValue) index(i int) jsonValue {
 	pos, ok := v.firstElement()
 	for n := 0; ok && i >= 0; n++ {

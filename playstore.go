@@ -21,6 +21,7 @@ import (
 )
 
 // Errors of the Play Store client; callers test them with errors.Is/As.
+// docs/playstore-protocol.md §4.1 maps every answer to one of them.
 var (
 	// errNotFound: no listing for the package in this storefront (HTTP 404).
 	// Permanent: never retried.
@@ -252,7 +253,8 @@ func (c *playStoreClient) Reviews(ctx context.Context, pkg, lang, country string
 	return out[:min(n, len(out))], nil
 }
 
-// reviewsPage sends one batchexecute call (PROTOCOL.md §3.1-3.2).
+// reviewsPage sends one batchexecute call (docs/playstore-protocol.md §3.1,
+// answer read as in §3.2-3.4).
 func (c *playStoreClient) reviewsPage(ctx context.Context, route *egressRoute, pkg, lang, country, token string) (reviewsPage, error) {
 	var tok any // JSON null on the first page
 	if token != "" {
@@ -298,9 +300,10 @@ func (c *playStoreClient) setHeaders(req *http.Request, lang, country string) {
 }
 
 // call sends a request until it succeeds, fails permanently or runs out of
-// retries. Only transient errors are retried, after min(base·2^n, cap)·(0.5+rand),
-// or after Retry-After when the server asks for longer; a wait that would
-// outlive ctx's deadline is not started.
+// retries (docs/playstore-protocol.md §4.2). Only transient errors are
+// retried, after min(base·2^n, cap)·(0.5+rand), or after Retry-After when the
+// server asks for longer; a wait that would outlive ctx's deadline is not
+// started.
 func (c *playStoreClient) call(ctx context.Context, endpoint string, route *egressRoute, newRequest func(context.Context) (*http.Request, error), parse func(body []byte, at time.Time) error) error {
 	for attempt := 0; ; attempt++ {
 		err := c.attempt(ctx, endpoint, route, newRequest, parse)

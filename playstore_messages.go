@@ -6,7 +6,8 @@ import (
 	"unicode/utf8"
 )
 
-// appStatsFromDetails maps a details result to its app-stats message.
+// appStatsFromDetails maps a details result to its app-stats message
+// (docs/playstore-protocol.md §5.1).
 func appStatsFromDetails(d appDetails) appStatsMessage {
 	m := appStatsMessage{
 		PackageName:  d.PackageName,
@@ -28,7 +29,8 @@ func appStatsFromDetails(d appDetails) appStatsMessage {
 	return m
 }
 
-// reviewMessageFrom maps one review of pkg to its reviews message.
+// reviewMessageFrom maps one review of pkg to its reviews message
+// (docs/playstore-protocol.md §5.2).
 func reviewMessageFrom(pkg string, r review) reviewMessage {
 	m := reviewMessage{
 		PackageName: pkg,

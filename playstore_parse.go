@@ -10,7 +10,8 @@ import (
 	"time"
 )
 
-// appDetails is what the details page says about one app (PROTOCOL.md §2.5).
+// appDetails is what the details page says about one app
+// (docs/playstore-protocol.md §2.5).
 // Pointers are nullable: nil means the page did not carry the field.
 type appDetails struct {
 	PackageName string
@@ -53,7 +54,7 @@ type appDetails struct {
 	FetchedAt time.Time
 }
 
-// review is one record of a reviews page (PROTOCOL.md §3.5).
+// review is one record of a reviews page (docs/playstore-protocol.md §3.4).
 type review struct {
 	ReviewID      string
 	UserName      *string
@@ -77,7 +78,8 @@ type reviewsPage struct {
 }
 
 // parseError says which part of a response could not be read; Path names the
-// place in PROTOCOL.md terms, e.g. "Ws7gDc block [1][2][0][0] (title)".
+// place in the terms of docs/playstore-protocol.md (§2.3, §3.2), e.g.
+// "ds:5[1][2][0][0] (title)".
 type parseError struct {
 	Path   string
 	Detail string
@@ -108,7 +110,8 @@ func parseDetailsPage(page []byte) (appDetails, error) {
 }
 
 // findDetailsBlock returns the app message R (block[1][2]) and the key of its
-// block: among blocks routed to Ws7gDc, the one whose R[0][0] is a string.
+// block: among blocks routed to Ws7gDc, the one whose R[0][0] is a string
+// (docs/playstore-protocol.md §2.3).
 func findDetailsBlock(page []byte) (jsonValue, string, error) {
 	candidates := routedBlocks(page, detailsRPC)
 	if len(candidates) == 0 {
@@ -198,7 +201,8 @@ func cutQuoted(b []byte) (value, rest []byte, ok bool) {
 }
 
 // dataBlocks yields the key and raw JSON payload of every
-// `>AF_initDataCallback({key: 'ds:N', hash: 'H', data:<JSON>, sideChannel: {}});</script`.
+// `>AF_initDataCallback({key: 'ds:N', hash: 'H', data:<JSON>, sideChannel: {}});</script`
+// (docs/playstore-protocol.md §2.2).
 func dataBlocks(page []byte) iter.Seq2[string, []byte] {
 	marker := []byte(">AF_initDataCallback(")
 	return func(yield func(string, []byte) bool) {
@@ -242,7 +246,7 @@ func splitDataBlock(script []byte) (key string, data []byte, ok bool) {
 	return key, bytes.TrimSpace(script[d+len("data:") : e]), true
 }
 
-// readDetails reads the fields of PROTOCOL.md §2.5 from R.
+// readDetails reads the fields of docs/playstore-protocol.md §2.5 from R.
 func readDetails(r jsonValue, block string) (appDetails, error) {
 	title, ok := r.get(0, 0).str()
 	if !ok {
@@ -325,9 +329,9 @@ func developerID(link jsonValue) *string {
 }
 
 // parseBatchexecute returns the payload of the rpcid answer in a batchexecute
-// body, in either framing (PROTOCOL.md §3.3). A nil payload with a nil error
-// means the server answered "nothing" (no more reviews); a null payload with
-// an error entry is a transient backend error.
+// body, in either framing (docs/playstore-protocol.md §3.2). A nil payload
+// with a nil error means the server answered "nothing" (no more reviews); a
+// null payload with an error entry is a transient backend error.
 func parseBatchexecute(body []byte, rpcid string) (jsonValue, error) {
 	for rest := body; ; {
 		i := bytes.IndexByte(rest, '[')
@@ -375,8 +379,9 @@ func framePayload(f []jsonValue, rpcid string) (jsonValue, error) {
 }
 
 // parseReviewsPayload reads the reviews and the next-page token out of a
-// UsvDTd/oCPfdb payload: [[review...], [null, token], ...]. The reviews are
-// read while the list's end is sought, in one pass over the ~110 KB.
+// UsvDTd/oCPfdb payload: [[review...], [null, token], ...]
+// (docs/playstore-protocol.md §3.3). The reviews are read while the list's
+// end is sought, in one pass over the ~110 KB.
 func parseReviewsPayload(payload jsonValue) reviewsPage {
 	var page reviewsPage
 	i, ok := payload.firstElement()

@@ -208,7 +208,8 @@ func TestPlayParseReviewsFixtures(t *testing.T) {
 	}
 }
 
-// The 2026 details pages embed an oCPfdb reviews payload (PROTOCOL.md §6):
+// The 2026 details pages embed an oCPfdb reviews payload
+// (docs/playstore-protocol.md §3.6):
 // the same record parser must read it.
 func TestPlayParseEmbeddedReviews(t *testing.T) {
 	for name, want := range map[string]int{
