@@ -117,7 +117,6 @@ type playStoreConfig struct {
 	BackoffBase time.Duration // first retry wait, doubled on each (2 s)
 	BackoffCap  time.Duration // longest wait before jitter (30 s)
 	PageSize    int           // reviews per batchexecute call (150)
-	ReviewsRPC  string        // "UsvDTd"; "oCPfdb" works the same way
 	MaxBody     int64         // bytes read from one answer at most
 	Clock       clock
 	Random      func() float64
@@ -128,6 +127,10 @@ const (
 	defaultPlayStoreURL = "https://play.google.com"
 	defaultReviewCount  = 1000
 	sortNewest          = 2
+	// reviewsRPC is the batchexecute method the reviews request is built for
+	// (docs/playstore-protocol.md §3.1); the page's own oCPfdb takes other
+	// arguments.
+	reviewsRPC = "UsvDTd"
 )
 
 func defaultPlayStoreConfig() playStoreConfig {
@@ -138,7 +141,6 @@ func defaultPlayStoreConfig() playStoreConfig {
 		BackoffBase: 2 * time.Second,
 		BackoffCap:  30 * time.Second,
 		PageSize:    150,
-		ReviewsRPC:  "UsvDTd",
 		MaxBody:     16 << 20,
 		Clock:       systemClock{},
 		Random:      rand.Float64,
@@ -264,7 +266,7 @@ func (c *playStoreClient) reviewsPage(ctx context.Context, route *egressRoute, p
 	if err != nil {
 		return reviewsPage{}, fmt.Errorf("encoding reviews request: %w", err)
 	}
-	envelope, err := json.Marshal([][][]any{{{c.cfg.ReviewsRPC, string(args), nil, "generic"}}})
+	envelope, err := json.Marshal([][][]any{{{reviewsRPC, string(args), nil, "generic"}}})
 	if err != nil {
 		return reviewsPage{}, fmt.Errorf("encoding reviews request: %w", err)
 	}
@@ -281,7 +283,7 @@ func (c *playStoreClient) reviewsPage(ctx context.Context, route *egressRoute, p
 		}
 		return req, err
 	}, func(body []byte, at time.Time) error {
-		payload, err := parseBatchexecute(body, c.cfg.ReviewsRPC)
+		payload, err := parseBatchexecute(body, reviewsRPC)
 		if err != nil {
 			return err
 		}
