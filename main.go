@@ -80,6 +80,13 @@ Every command takes the flags listed below; 'playwatch COMMAND --help' shows its
 
 // run is the whole program; main only adds the process: signals, exit codes.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if err := runCommand(ctx, args, getenv, stdout, stderr); !errors.Is(err, errHelp) {
+		return err
+	}
+	return nil // a command's --help printed its usage
+}
+
+func runCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usageText)
 		return usageError{"no command given"}
@@ -186,9 +193,6 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stde
 	cl, err := parseCommandLine("run", "run [--roles LIST] [flags]", args, getenv, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&rolesFlag, "roles", strings.Join(allRoles, ","), "comma-separated roles to run: "+strings.Join(allRoles, ","))
 	})
-	if errors.Is(err, errHelp) {
-		return nil
-	}
 	if err != nil {
 		return err
 	}
@@ -360,9 +364,6 @@ func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, st
 	cl, err := parseCommandLine("crawl", "crawl [--once] [flags]", args, getenv, stderr, func(fs *flag.FlagSet) {
 		fs.BoolVar(&once, "once", false, "run one cycle, print its summary and exit (default: a cycle every CRAWL_INTERVAL)")
 	})
-	if errors.Is(err, errHelp) {
-		return nil
-	}
 	if err != nil {
 		return err
 	}
@@ -402,9 +403,6 @@ func cmdFetch(ctx context.Context, args []string, getenv func(string) string, st
 		fs.StringVar(&country, "country", "", "storefront country (gl); default PLAYSTORE_COUNTRY")
 		fs.IntVar(&n, "reviews", 0, "newest reviews to read; default REVIEWS_PER_APP")
 	})
-	if errors.Is(err, errHelp) {
-		return nil
-	}
 	if err != nil {
 		return err
 	}
@@ -445,9 +443,6 @@ func cmdFetch(ctx context.Context, args []string, getenv func(string) string, st
 
 func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	cl, err := parseCommandLine("migrate", "migrate [flags]", args, getenv, stderr, nil)
-	if errors.Is(err, errHelp) {
-		return nil
-	}
 	if err != nil {
 		return err
 	}
@@ -469,9 +464,6 @@ func cmdPcap(ctx context.Context, args []string, getenv func(string) string, std
 		fs.StringVar(&job.Scenario, "scenario", "", "UPLOAD or DOWNLOAD")
 		fs.BoolVar(&dryRun, "dry-run", false, "print the messages as JSON lines instead of publishing them")
 	})
-	if errors.Is(err, errHelp) {
-		return nil
-	}
 	if err != nil {
 		return err
 	}
@@ -661,9 +653,6 @@ func cmdDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 	sub := args[0]
 	var f dlqFlags
 	cl, err := parseCommandLine("dlq "+sub, dlqSynopsis(sub), args[1:], getenv, stderr, f.register(sub))
-	if errors.Is(err, errHelp) {
-		return nil
-	}
 	if err != nil {
 		return err
 	}
