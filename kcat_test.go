@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// kcatContract is every field of each topic's message contract (DESIGN.md)
+// kcatContract is every field of each topic's message contract (docs/design.md)
 // with its JSON kind; "time" is an RFC 3339 string with a zone.
 var kcatContract = map[string]map[string]string{
 	topicAppStats: {"package_name": "string", "title": "string", "genre": "string", "min_installs": "number", "score": "number",

@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 )
 
-// Topic names of the message contracts in DESIGN.md.
+// Topic names of the message contracts in docs/design.md.
 const (
 	topicAppStats       = "app-stats"
 	topicReviews        = "reviews"

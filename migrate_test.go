@@ -37,7 +37,7 @@ func TestParseMigrationsRejectsGaps(t *testing.T) {
 	}
 }
 
-// The schema has every column type, default and nullability of SCHEMA.md.
+// The schema has every column type, default and nullability of docs/schema.md.
 func TestSchemaColumnsMatchContract(t *testing.T) {
 	pool := newTestPool(t)
 	want := map[string]string{
@@ -126,7 +126,7 @@ func TestSchemaColumnsMatchContract(t *testing.T) {
 	if len(got) != len(want) {
 		for col := range got {
 			if _, ok := want[col]; !ok {
-				t.Errorf("column %s is not in SCHEMA.md", col)
+				t.Errorf("column %s is not in docs/schema.md", col)
 			}
 		}
 	}

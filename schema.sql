@@ -1,7 +1,7 @@
 -- playwatch schema. Each "-- migration N: name" line starts a migration; they
 -- run in order, each in its own transaction, and are recorded in
 -- storage_consumer_migrations. Never edit an applied migration: add one.
--- The five tables are the contract of SCHEMA.md.
+-- The five tables are the contract of docs/schema.md.
 
 -- migration 1: registry, stats, reviews, network metrics, dead letters
 CREATE TABLE apps_registry_application (
