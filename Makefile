@@ -38,8 +38,13 @@ live:
 kafka-jars:
 	scripts/kafka.sh fetch
 
+# deadcode (pinned) lists functions that no path from main reaches: code only
+# tests call is deleted, not kept for them.
+DEADCODE ?= golang.org/x/tools/cmd/deadcode@v0.52.0
 vet:
 	$(GO) vet ./...
+	@out=$$($(GO) run $(DEADCODE) ./...) || exit 1; \
+	if [ -n "$$out" ]; then echo "$$out"; echo "deadcode: these functions are unreachable from main; delete them"; exit 1; fi
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./...

@@ -123,15 +123,10 @@ func (v jsonValue) element(i int) (e jsonValue, next int, last, ok bool) {
 	return nil, 0, false, false
 }
 
-// fields splits the first len(dst) slots of an array into dst in one pass,
-// by the rule of index; absent slots are nil. Reading many slots of one
-// record this way scans it once instead of once per slot.
-func (v jsonValue) fields(dst []jsonValue) {
-	splitArray(v, 0, dst)
-}
-
-// splitArray is fields for the array at b[i]; it returns the offset after
-// the array.
+// splitArray splits the first len(dst) slots of the array at b[i] into dst
+// in one pass, by the rule of index; absent slots are nil. Reading many
+// slots of one record this way scans it once instead of once per slot. It
+// returns the offset after the array.
 func splitArray(b []byte, i int, dst []jsonValue) (int, bool) {
 	clear(dst)
 	var last jsonValue
@@ -234,15 +229,6 @@ func (v jsonValue) keys() []string {
 	var names []string
 	v.members(func(name string, _ jsonValue) { names = append(names, name) })
 	return names
-}
-
-// length counts the elements of an array (slots, including a trailing object).
-func (v jsonValue) length() int {
-	n := 0
-	for range v.elements() {
-		n++
-	}
-	return n
 }
 
 // str decodes a JSON string. Invalid UTF-8 and lone surrogates become U+FFFD,
