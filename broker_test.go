@@ -20,28 +20,6 @@ func produceSync(t *testing.T, brokers []string, topic string, n int) {
 	produce(t, brokers, recs...)
 }
 
-// consumeAll reads every record of topic from the start until n arrived.
-func consumeAll(t *testing.T, brokers []string, topic string, n int) []*kgo.Record {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var out []*kgo.Record
-	for len(out) < n {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			t.Fatalf("consumed %d of %d records: %v", len(out), n, err)
-		}
-		fs.EachError(func(tp string, p int32, err error) { t.Fatalf("fetch %s/%d: %v", tp, p, err) })
-		out = append(out, fs.Records()...)
-	}
-	return out
-}
-
 // What the embedded broker acknowledged survives a restart from its DataDir.
 func TestEmbeddedBrokerKeepsRecordsAcrossRestart(t *testing.T) {
 	dir := t.TempDir()

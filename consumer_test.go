@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -96,51 +95,6 @@ func newConsumerTestBroker(t testing.TB) []string {
 	return brokers
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
-}
-
-func registerApps(t testing.TB, pool *pgxpool.Pool, pkgs ...string) {
-	t.Helper()
-	for _, p := range pkgs {
-		if _, err := pool.Exec(context.Background(), `INSERT INTO apps_registry_application (package_name) VALUES ($1)`, p); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// produce writes records synchronously; values up to 4 MiB are accepted.
-func produce(t testing.TB, brokers []string, recs ...*kgo.Record) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerBatchMaxBytes(4<<20), kgo.ProducerLinger(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatalf("produce: %v", err)
-	}
-}
-
 // allowLargeRecords raises max.message.bytes of the topics to 4 MiB.
 func allowLargeRecords(t testing.TB, brokers []string) {
 	t.Helper()
@@ -164,15 +118,6 @@ func allowLargeRecords(t testing.TB, brokers []string) {
 	}
 }
 
-// Message builders: a map is marshalled, so tests can also break the types.
-func msgJSON(fields map[string]any) []byte {
-	b, err := json.Marshal(fields)
-	if err != nil {
-		panic(err)
-	}
-	return b
-}
-
 var testCrawl = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func reviewFields(pkg, id string, crawled time.Time) map[string]any {
@@ -191,25 +136,6 @@ func networkFields(pkg, id string) map[string]any {
 		"retransmission_count": 3, "out_of_order_count": 1, "spurious_retransmission_count": 0, "zero_window_count": 0,
 		"tcp_reset_count": 1, "bytes_transferred_total": 150000, "bytes_payload_total": 140000, "overhead_ratio": 0.0667,
 		"source_pcap_filename": "upload.pcap", "analyzed_at": testCrawl.Format(time.RFC3339)}
-}
-
-func rec(topic, key string, value []byte) *kgo.Record {
-	return &kgo.Record{Topic: topic, Key: []byte(key), Value: value}
-}
-
-func with(m map[string]any, kv ...any) map[string]any {
-	out := map[string]any{}
-	for k, v := range m {
-		out[k] = v
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		if kv[i+1] == deleteField {
-			delete(out, kv[i].(string))
-			continue
-		}
-		out[kv[i].(string)] = kv[i+1]
-	}
-	return out
 }
 
 // deleteField as a value in with() removes the field.

@@ -644,40 +644,6 @@ func (a *e2eAppliance) expectMetrics(want map[string]float64) {
 	}
 }
 
-// metricsText returns the body of /metrics.
-func metricsText(t testing.TB, base string) string {
-	t.Helper()
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("/metrics: %d %v", resp.StatusCode, err)
-	}
-	return string(body)
-}
-
-// scrapeMetrics reads /metrics into sample → value, the sample written as
-// Prometheus prints it: name{label="value",...}, labels in name order.
-func scrapeMetrics(t testing.TB, base string) map[string]float64 {
-	t.Helper()
-	out := map[string]float64{}
-	for line := range strings.Lines(metricsText(t, base)) {
-		if strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(strings.TrimSpace(line[i+1:]), 64)
-		if i < 0 || err != nil {
-			t.Fatalf("/metrics line %q", line)
-		}
-		out[line[:i]] = v
-	}
-	return out
-}
-
 // clearPlaywatchTopics deletes the playwatch topics from a cluster that
 // outlives one test, so that the scenario starts on empty topics even after
 // an earlier run of it in the same test binary (-count=2).

@@ -122,6 +122,3 @@ func (c *fakeClock) allWaits() []time.Duration {
 	defer c.mu.Unlock()
 	return append([]time.Duration(nil), c.waits...)
 }
-
-// fixedRandom is a "random" source that always answers v.
-func fixedRandom(v float64) func() float64 { return func() float64 { return v } }

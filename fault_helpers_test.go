@@ -14,8 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // requireFaultSuite skips a slow fault test outside `make test-faults`.
@@ -32,17 +30,6 @@ func newRealTimePlayStore(t testing.TB, baseURL string) *testPlayStore {
 	return newTestPlayStore(t, baseURL, func(p *proxyPoolConfig, c *playStoreConfig) {
 		p.Clock, c.Clock = systemClock{}, systemClock{}
 	})
-}
-
-// scrapeMetric reads the sample name{labels} from base's /metrics; labels
-// are written as Prometheus prints them (sorted: `outcome="ok",path="stats"`).
-// A missing sample is 0.
-func scrapeMetric(t testing.TB, base, name, labels string) float64 {
-	t.Helper()
-	if labels != "" {
-		name += "{" + labels + "}"
-	}
-	return scrapeMetrics(t, base)[name]
 }
 
 // topicTally is what the crawl topics hold: each app-stats record by
@@ -72,30 +59,6 @@ func duplicatedKeys(m map[string]int) []string {
 		}
 	}
 	return out
-}
-
-// endOffsets sums the end offsets of topics: every record the brokers acknowledged.
-func endOffsets(t testing.TB, brokers []string, topics ...string) int64 {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topics...)
-	if err != nil {
-		t.Fatalf("list end offsets: %v", err)
-	}
-	var sum int64
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err != nil {
-			t.Fatalf("end offset of %s/%d: %v", o.Topic, o.Partition, o.Err)
-		}
-		sum += o.Offset
-	})
-	return sum
 }
 
 // tallyTopics reads app-stats and reviews from the start to their end offsets.

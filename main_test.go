@@ -15,16 +15,6 @@ import (
 	"time"
 )
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // syncBuffer is a bytes.Buffer safe for the program's goroutines.
 type syncBuffer struct {
 	mu sync.Mutex
@@ -41,10 +31,6 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-func envFunc(env map[string]string) func(string) string {
-	return func(k string) string { return env[k] }
 }
 
 // startRun runs `playwatch run` in-process and waits for /readyz.
@@ -91,21 +77,6 @@ func startRun(t *testing.T, env map[string]string, args ...string) (base string,
 	}
 	t.Cleanup(func() { stop() })
 	return base, stop, logs
-}
-
-func httpDo(t *testing.T, method, url, body string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }
 
 // The appliance on its embedded defaults: managed Postgres, embedded broker,

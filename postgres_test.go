@@ -12,21 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// tempDataDir is a temp dir the postgres OS user can enter when tests run
-// as root.
-func tempDataDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "pwpg-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 func queryInt(t *testing.T, dsn, sql string) int {
 	t.Helper()
 	ctx := context.Background()

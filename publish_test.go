@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -148,12 +146,6 @@ func TestPublishCancelStopsRetryWait(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || time.Since(start) > 10*time.Second {
 		t.Fatalf("err = %v after %v, want context.Canceled well before the hour", err, time.Since(start))
 	}
-}
-
-func jsonUnmarshalStrict(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	return dec.Decode(v)
 }
 
 // flakyProducer confirms every record except the ones fail picks, and

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 )
 
 // replayFault is what the replay server answers instead of the real thing.
@@ -604,59 +603,6 @@ func newTestPlayStore(t testing.TB, baseURL string, tune func(*proxyPoolConfig, 
 		t.Fatal(err)
 	}
 	return ts
-}
-
-// metricValue returns the value of a counter or gauge with the given labels, or
-// the sample count of a histogram; 0 when it has no such sample yet.
-func metricValue(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if !metricHasLabels(m, labels) {
-				continue
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue()
-			case m.Gauge != nil:
-				return m.Gauge.GetValue()
-			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount())
-			}
-		}
-	}
-	// No sample: 0 for a metric that exists (a vector nobody used yet), but a
-	// metric that was never registered is a broken test, not a zero.
-	descs := make(chan *prometheus.Desc)
-	go func() { reg.Describe(descs); close(descs) }()
-	registered := false
-	for d := range descs {
-		registered = registered || strings.Contains(d.String(), `fqName: "`+name+`"`)
-	}
-	if !registered {
-		t.Fatalf("no metric %s is registered", name)
-	}
-	return 0
-}
-
-func metricHasLabels(m *dto.Metric, want map[string]string) bool {
-	n := 0
-	for _, l := range m.GetLabel() {
-		if v, ok := want[l.GetName()]; ok {
-			if v != l.GetValue() {
-				return false
-			}
-			n++
-		}
-	}
-	return n == len(want)
 }
 
 func requestsMetric(t testing.TB, ts *testPlayStore, outcome string) float64 {

@@ -1,0 +1,294 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Helpers shared by the tests of several files: waiting, counting rows,
+// producing and reading records, metrics, messages, free ports.
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// produce writes records synchronously; values up to 4 MiB are accepted.
+func produce(t testing.TB, brokers []string, recs ...*kgo.Record) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerBatchMaxBytes(4<<20), kgo.ProducerLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+}
+
+func registerApps(t testing.TB, pool *pgxpool.Pool, pkgs ...string) {
+	t.Helper()
+	for _, p := range pkgs {
+		if _, err := pool.Exec(context.Background(), `INSERT INTO apps_registry_application (package_name) VALUES ($1)`, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Message builders: a map is marshalled, so tests can also break the types.
+func msgJSON(fields map[string]any) []byte {
+	b, err := json.Marshal(fields)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func rec(topic, key string, value []byte) *kgo.Record {
+	return &kgo.Record{Topic: topic, Key: []byte(key), Value: value}
+}
+
+func with(m map[string]any, kv ...any) map[string]any {
+	out := map[string]any{}
+	for k, v := range m {
+		out[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] == deleteField {
+			delete(out, kv[i].(string))
+			continue
+		}
+		out[kv[i].(string)] = kv[i+1]
+	}
+	return out
+}
+
+// metricValue returns the value of a counter or gauge with the given labels, or
+// the sample count of a histogram; 0 when it has no such sample yet.
+func metricValue(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if !metricHasLabels(m, labels) {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	// No sample: 0 for a metric that exists (a vector nobody used yet), but a
+	// metric that was never registered is a broken test, not a zero.
+	descs := make(chan *prometheus.Desc)
+	go func() { reg.Describe(descs); close(descs) }()
+	registered := false
+	for d := range descs {
+		registered = registered || strings.Contains(d.String(), `fqName: "`+name+`"`)
+	}
+	if !registered {
+		t.Fatalf("no metric %s is registered", name)
+	}
+	return 0
+}
+
+func metricHasLabels(m *dto.Metric, want map[string]string) bool {
+	n := 0
+	for _, l := range m.GetLabel() {
+		if v, ok := want[l.GetName()]; ok {
+			if v != l.GetValue() {
+				return false
+			}
+			n++
+		}
+	}
+	return n == len(want)
+}
+
+// metricsText returns the body of /metrics.
+func metricsText(t testing.TB, base string) string {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %d %v", resp.StatusCode, err)
+	}
+	return string(body)
+}
+
+// scrapeMetrics reads /metrics into sample → value, the sample written as
+// Prometheus prints it: name{label="value",...}, labels in name order.
+func scrapeMetrics(t testing.TB, base string) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for line := range strings.Lines(metricsText(t, base)) {
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(strings.TrimSpace(line[i+1:]), 64)
+		if i < 0 || err != nil {
+			t.Fatalf("/metrics line %q", line)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+// scrapeMetric reads the sample name{labels} from base's /metrics; labels
+// are written as Prometheus prints them (sorted: `outcome="ok",path="stats"`).
+// A missing sample is 0.
+func scrapeMetric(t testing.TB, base, name, labels string) float64 {
+	t.Helper()
+	if labels != "" {
+		name += "{" + labels + "}"
+	}
+	return scrapeMetrics(t, base)[name]
+}
+
+// endOffsets sums the end offsets of topics: every record the brokers acknowledged.
+func endOffsets(t testing.TB, brokers []string, topics ...string) int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topics...)
+	if err != nil {
+		t.Fatalf("list end offsets: %v", err)
+	}
+	var sum int64
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			t.Fatalf("end offset of %s/%d: %v", o.Topic, o.Partition, o.Err)
+		}
+		sum += o.Offset
+	})
+	return sum
+}
+
+// consumeAll reads every record of topic from the start until n arrived.
+func consumeAll(t *testing.T, brokers []string, topic string, n int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("consumed %d of %d records: %v", len(out), n, err)
+		}
+		fs.EachError(func(tp string, p int32, err error) { t.Fatalf("fetch %s/%d: %v", tp, p, err) })
+		out = append(out, fs.Records()...)
+	}
+	return out
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func envFunc(env map[string]string) func(string) string {
+	return func(k string) string { return env[k] }
+}
+
+func httpDo(t *testing.T, method, url, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// tempDataDir is a temp dir the postgres OS user can enter when tests run
+// as root.
+func tempDataDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "pwpg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func jsonUnmarshalStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}
+
+// fixedRandom is a "random" source that always answers v.
+func fixedRandom(v float64) func() float64 { return func() float64 { return v } }
