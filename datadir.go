@@ -20,12 +20,12 @@ var errDataDirInUse = errors.New("data directory in use")
 // there is an orphan of a crashed run.
 func lockDataDir(dir string) (release func(), err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create data directory %s: %w", dir, err)
+		return nil, fmt.Errorf("create the data directory: %w", err)
 	}
 	path := filepath.Join(dir, "playwatch.lock")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, fmt.Errorf("lock the data directory: %w", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		b, _ := os.ReadFile(path)

@@ -499,7 +499,7 @@ func startE2EAppliance(t *testing.T, env map[string]string) *e2eAppliance {
 	a.start()
 	// The checks reach the database and broker the way a one-off command
 	// does: the appliance's own unless env names others.
-	cl, err := parseCommandLine("run", "run", nil, envFunc(env), io.Discard, nil)
+	cl, err := parseCommandLine("run", "run", nil, envFunc(env), io.Discard, io.Discard, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

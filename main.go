@@ -6,6 +6,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -18,6 +19,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -93,9 +95,9 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "run":
-		return cmdRun(ctx, rest, getenv, stderr)
+		return cmdRun(ctx, rest, getenv, stdout, stderr)
 	case "migrate":
-		return cmdMigrate(ctx, rest, getenv, stderr)
+		return cmdMigrate(ctx, rest, getenv, stdout, stderr)
 	case "pcap":
 		return cmdPcap(ctx, rest, getenv, stdout, stderr)
 	case "crawl":
@@ -128,8 +130,9 @@ type commandLine struct {
 
 // parseCommandLine parses a command's flags (its own, registered by
 // addFlags, plus one per config variable) and loads the config.
-// errHelp means --help was asked for and printed.
-func parseCommandLine(name, synopsis string, args []string, getenv func(string) string, stderr io.Writer, addFlags func(*flag.FlagSet)) (commandLine, error) {
+// errHelp means --help was asked for and its usage printed on stdout; a
+// wrong flag prints the usage on stderr.
+func parseCommandLine(name, synopsis string, args []string, getenv func(string) string, stdout, stderr io.Writer, addFlags func(*flag.FlagSet)) (commandLine, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	if addFlags != nil {
@@ -138,20 +141,23 @@ func parseCommandLine(name, synopsis string, args []string, getenv func(string) 
 	own := map[string]bool{}
 	fs.VisitAll(func(f *flag.Flag) { own[f.Name] = true })
 	cf := bindConfigFlags(fs)
+	var usage bytes.Buffer
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: playwatch %s\n", synopsis)
+		fmt.Fprintf(&usage, "Usage: playwatch %s\n", synopsis)
 		fs.VisitAll(func(f *flag.Flag) {
 			if own[f.Name] {
-				fmt.Fprintf(stderr, "  --%s\t%s (default %q)\n", f.Name, f.Usage, f.DefValue)
+				fmt.Fprintf(&usage, "  --%s\t%s%s\n", f.Name, f.Usage, flagDefault(f))
 			}
 		})
-		fmt.Fprintln(stderr)
-		printSettings(stderr)
+		fmt.Fprintln(&usage)
+		printSettings(&usage)
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			_, _ = usage.WriteTo(stdout)
 			return commandLine{}, errHelp
 		}
+		_, _ = usage.WriteTo(stderr)
 		return commandLine{}, usageError{err.Error()}
 	}
 	cfg, err := loadConfig(getenv, fs, cf)
@@ -162,6 +168,27 @@ func parseCommandLine(name, synopsis string, args []string, getenv func(string) 
 }
 
 var errHelp = errors.New("help shown")
+
+// flagDefault is the " (default …)" of a flag's usage line: nothing for a
+// zero default, a string quoted, a boolean or a number as it is.
+func flagDefault(f *flag.Flag) string {
+	switch v := f.DefValue; {
+	case v == "" || v == "0" || v == "false":
+		return ""
+	case isBoolFlag(f.Value):
+		return " (default " + v + ")"
+	default:
+		if _, err := strconv.ParseFloat(v, 64); err == nil {
+			return " (default " + v + ")"
+		}
+		return fmt.Sprintf(" (default %q)", v)
+	}
+}
+
+func isBoolFlag(v flag.Value) bool {
+	b, ok := v.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
 
 func newLogger(cfg Config, w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
@@ -188,9 +215,9 @@ func parseRoles(s string) ([]string, error) {
 	return roles, nil
 }
 
-func cmdRun(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var rolesFlag string
-	cl, err := parseCommandLine("run", "run [--roles LIST] [flags]", args, getenv, stderr, func(fs *flag.FlagSet) {
+	cl, err := parseCommandLine("run", "run [--roles LIST] [flags]", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&rolesFlag, "roles", strings.Join(allRoles, ","), "comma-separated roles to run: "+strings.Join(allRoles, ","))
 	})
 	if err != nil {
@@ -361,7 +388,7 @@ func crawlerConfigOf(cfg Config) crawlerConfig {
 
 func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	var once bool
-	cl, err := parseCommandLine("crawl", "crawl [--once] [flags]", args, getenv, stderr, func(fs *flag.FlagSet) {
+	cl, err := parseCommandLine("crawl", "crawl [--once] [flags]", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
 		fs.BoolVar(&once, "once", false, "run one cycle, print its summary and exit (default: a cycle every CRAWL_INTERVAL)")
 	})
 	if err != nil {
@@ -398,7 +425,7 @@ func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, st
 func cmdFetch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var lang, country string
 	var n int
-	cl, err := parseCommandLine("fetch", "fetch [--lang L --country C] [--reviews N] PACKAGE", args, getenv, stderr, func(fs *flag.FlagSet) {
+	cl, err := parseCommandLine("fetch", "fetch [--lang L --country C] [--reviews N] PACKAGE", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&lang, "lang", "", "language (hl); default PLAYSTORE_LANG")
 		fs.StringVar(&country, "country", "", "storefront country (gl); default PLAYSTORE_COUNTRY")
 		fs.IntVar(&n, "reviews", 0, "newest reviews to read; default REVIEWS_PER_APP")
@@ -441,8 +468,8 @@ func cmdFetch(ctx context.Context, args []string, getenv func(string) string, st
 	return fetchApp(ctx, store, pkg, loc, n, stdout)
 }
 
-func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	cl, err := parseCommandLine("migrate", "migrate [flags]", args, getenv, stderr, nil)
+func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cl, err := parseCommandLine("migrate", "migrate [flags]", args, getenv, stdout, stderr, nil)
 	if err != nil {
 		return err
 	}
@@ -459,7 +486,7 @@ func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, 
 func cmdPcap(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	var job pcapJob
 	var dryRun bool
-	cl, err := parseCommandLine("pcap", "pcap --app PACKAGE --scenario UPLOAD|DOWNLOAD [--dry-run] FILE...", args, getenv, stderr, func(fs *flag.FlagSet) {
+	cl, err := parseCommandLine("pcap", "pcap --app PACKAGE --scenario UPLOAD|DOWNLOAD [--dry-run] FILE...", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&job.Package, "app", "", "package name of the app the captures belong to (must be registered unless --dry-run)")
 		fs.StringVar(&job.Scenario, "scenario", "", "UPLOAD or DOWNLOAD")
 		fs.BoolVar(&dryRun, "dry-run", false, "print the messages as JSON lines instead of publishing them")
@@ -646,13 +673,17 @@ func openBroker(cfg Config, logger *slog.Logger, be *backends) ([]string, error)
 
 // cmdDLQ is `playwatch dlq list|replay` (dlq.go).
 func cmdDLQ(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && slices.Contains([]string{"help", "-h", "-help", "--help"}, args[0]) {
+		fmt.Fprint(stdout, dlqUsage)
+		return nil
+	}
 	if len(args) == 0 || (args[0] != "list" && args[0] != "replay") {
 		fmt.Fprint(stderr, dlqUsage)
 		return usageError{"dlq needs a subcommand: list or replay"}
 	}
 	sub := args[0]
 	var f dlqFlags
-	cl, err := parseCommandLine("dlq "+sub, dlqSynopsis(sub), args[1:], getenv, stderr, f.register(sub))
+	cl, err := parseCommandLine("dlq "+sub, dlqSynopsis(sub), args[1:], getenv, stdout, stderr, f.register(sub))
 	if err != nil {
 		return err
 	}

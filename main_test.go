@@ -141,13 +141,34 @@ func TestRunCommandLine(t *testing.T) {
 			t.Errorf("--help does not list %s", s.env)
 		}
 	}
+	// Every command's --help is its usage on stdout, and no error.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--help"}, "--roles\tcomma-separated roles"},
+		{[]string{"crawl", "-h"}, "--once\trun one cycle, print its summary and exit (default: a cycle every CRAWL_INTERVAL)\n"},
+		{[]string{"fetch", "--help"}, "--reviews\tnewest reviews to read; default REVIEWS_PER_APP\n"},
+		{[]string{"migrate", "--help"}, "Usage: playwatch migrate"},
+		{[]string{"pcap", "--help"}, "--dry-run\tprint the messages as JSON lines instead of publishing them\n"},
+		{[]string{"dlq", "--help"}, "playwatch dlq replay"},
+		{[]string{"dlq", "list", "--help"}, "Usage: playwatch dlq list"},
+		{[]string{"dlq", "replay", "--help"}, "Usage: playwatch dlq replay"},
+	} {
+		out.Reset()
+		errOut.Reset()
+		if err := run(context.Background(), c.args, envFunc(nil), &out, &errOut); err != nil {
+			t.Errorf("%q: %v", c.args, err)
+		}
+		if !strings.Contains(out.String(), c.want) || errOut.Len() > 0 {
+			t.Errorf("%q: stdout has no %q, or stderr is not empty:\nstdout:\n%s\nstderr:\n%s", c.args, c.want, out.String(), errOut.String())
+		}
+	}
+	errOut.Reset()
+	if err := run(context.Background(), []string{"run", "--no-such-flag"}, envFunc(nil), &out, &errOut); err == nil || !strings.Contains(errOut.String(), "Usage: playwatch run") {
+		t.Errorf("a wrong flag: err %v, usage on stderr:\n%s", err, errOut.String())
+	}
 	out.Reset()
-	if err := run(context.Background(), []string{"run", "--help"}, envFunc(nil), &out, &errOut); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(errOut.String(), "--roles") || !strings.Contains(errOut.String(), "PLAYWATCH_HTTP_ADDR") {
-		t.Errorf("run --help:\n%s", errOut.String())
-	}
 	if err := run(context.Background(), []string{"version"}, envFunc(nil), &out, &errOut); err != nil || !strings.Contains(out.String(), "playwatch") {
 		t.Errorf("version: %v %q", err, out.String())
 	}
