@@ -359,7 +359,7 @@ func (c *playStoreClient) attempt(ctx context.Context, endpoint string, route *e
 	err = c.exchange(ctx, l, newRequest, parse)
 	c.latency.WithLabelValues(endpoint).Observe(c.cfg.Clock.Now().Sub(start).Seconds())
 	c.requests.WithLabelValues(errorReason(err), l.Name()).Inc()
-	l.Release(leaseOutcomeOf(ctx, err))
+	l.Release(leaseOutcomeOf(ctx, err), err)
 	return err
 }
 

@@ -87,6 +87,7 @@ type egress struct {
 	lastLeased   uint64    // lease sequence number: spreads work over equal egresses
 	benchedUntil time.Time // zero while in service
 	benches      int       // benches in a row; the cool-down doubles with each
+	benchCause   error     // the failure that benched it, for whoever waits
 	probing      bool      // the one lease allowed after a cool-down is out
 	// warm: an answer came back, so the jar holds Google's NID cookie.
 	// Until then one request at a time, or concurrent first answers would
@@ -246,16 +247,34 @@ func (p *proxyPool) AcquireSame(ctx context.Context, prev *egress) (*lease, erro
 			p.mu.Unlock()
 			l := &lease{pool: p, egress: e, probe: probe}
 			if err := p.pace(ctx, e); err != nil {
-				l.Release(outcomeNeutral)
+				l.Release(outcomeNeutral, nil)
 				return nil, err
 			}
 			return l, nil
 		}
 		p.mu.Unlock()
 		if err := p.waitForChange(ctx, changed, wakeAt.Sub(now)); err != nil {
-			return nil, err
+			return nil, p.benchedError(err)
 		}
 	}
+}
+
+// benchedError adds to err, the end of a wait for an egress, what benched
+// the egresses that are benched: the cause a caller wants to read, where
+// err alone says only that its time ran out.
+func (p *proxyPool) benchedError(err error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var benched []string
+	for _, e := range p.egresses {
+		if !e.benchedUntil.IsZero() && e.benchCause != nil {
+			benched = append(benched, fmt.Sprintf("%s benched until %s after: %v", e.name, e.benchedUntil.Format(time.TimeOnly), e.benchCause))
+		}
+	}
+	if len(benched) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w (%s)", err, strings.Join(benched, "; "))
 }
 
 // pick chooses an egress; with none free it returns the time the next bench
@@ -352,7 +371,7 @@ func (l *lease) Name() string { return l.egress.name }
 
 // Release returns the lease and scores the egress by the request's outcome.
 // Releasing twice is a no-op.
-func (l *lease) Release(outcome leaseOutcome) {
+func (l *lease) Release(outcome leaseOutcome, cause error) {
 	p, e := l.pool, l.egress
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -371,7 +390,7 @@ func (l *lease) Release(outcome leaseOutcome) {
 		if l.probe {
 			// Back in service halfway to full health: failing again soon
 			// benches it for twice as long.
-			e.benchedUntil = time.Time{}
+			e.benchedUntil, e.benchCause = time.Time{}, nil
 			e.score = (p.cfg.BenchThreshold + 1) / 2
 			p.log.Info("egress back in service", "proxy", e.name)
 		} else {
@@ -385,6 +404,7 @@ func (l *lease) Release(outcome leaseOutcome) {
 		if l.probe || (e.benchedUntil.IsZero() && e.score < p.cfg.BenchThreshold) {
 			cooldown := benchCooldown(p.cfg.BaseCooldown, p.cfg.MaxCooldown, e.benches)
 			e.benchedUntil = now.Add(cooldown)
+			e.benchCause = cause
 			e.benches++
 			p.log.Warn("egress benched", "proxy", e.name, "score", e.score, "cooldown", cooldown, "benches_in_a_row", e.benches)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -147,7 +148,7 @@ func TestProxyHealthBenchAndRecovery(t *testing.T) {
 	}
 	egressOf := map[string]*forwardProxy{a.host(): a, b.host(): b}
 	use := func(l *lease) string {
-		l.Release(getThrough(t, l, rs.URL))
+		l.Release(getThrough(t, l, rs.URL), nil)
 		return egressOf[l.Name()].name
 	}
 
@@ -184,11 +185,11 @@ func TestProxyHealthBenchAndRecovery(t *testing.T) {
 	if d := clk.nextTimer(t); d != time.Minute {
 		t.Fatalf("waiting %v, want until the 1m cool-down ends", d)
 	}
-	lb.Release(outcomeOK)
+	lb.Release(outcomeOK, nil)
 	if l := <-got; l.Name() != b.host() {
 		t.Fatalf("woken with %s", l.Name())
 	} else {
-		defer l.Release(outcomeOK)
+		defer l.Release(outcomeOK, nil)
 	}
 
 	// After the cool-down, a is probed once; still 429: benched for twice as long.
@@ -328,7 +329,7 @@ func TestProxyGapAndSlotsExact(t *testing.T) {
 	acquire()
 	clk.noTimer(t)
 	notYet()
-	cold.Release(outcomeOK)
+	cold.Release(outcomeOK, nil)
 	if d := clk.nextTimer(t); d != time.Second {
 		t.Fatalf("second request waits %v, want the 1s gap", d)
 	}
@@ -345,15 +346,15 @@ func TestProxyGapAndSlotsExact(t *testing.T) {
 	acquire()
 	clk.noTimer(t)
 	notYet()
-	first.Release(outcomeOK)
+	first.Release(outcomeOK, nil)
 	if d := clk.nextTimer(t); d != time.Second {
 		t.Fatalf("fourth request waits %v for its gap, want 1s", d)
 	}
 	clk.Advance(time.Second)
 	third := <-acquired
-	second.Release(outcomeOK)
-	third.Release(outcomeOK)
-	third.Release(outcomeOK) // a second release is a no-op
+	second.Release(outcomeOK, nil)
+	third.Release(outcomeOK, nil)
+	third.Release(outcomeOK, nil) // a second release is a no-op
 	if e := pool.egresses[0]; e.inFlight != 0 {
 		t.Fatalf("in flight %d after all releases", e.inFlight)
 	}
@@ -430,5 +431,31 @@ func TestProxyBenchCooldownDoublesToItsCap(t *testing.T) {
 		if w := want[min(benches, len(want)-1)]; got != w {
 			t.Fatalf("cool-down after %d benches = %v, want %v", benches, got, w)
 		}
+	}
+}
+
+// A request that waits for a benched egress until its time runs out says
+// what benched it (here: nothing listens where the store should be), not
+// only that the deadline passed.
+func TestProxyWaitNamesWhatBenchedTheEgress(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ts := newTestPlayStore(t, "http://"+addr, func(p *proxyPoolConfig, c *playStoreConfig) {
+		p.Clock = systemClock{}
+		p.FailureFactor = 0.1 // the first failure benches the egress
+		c.Retries = 0
+	})
+	if _, err := ts.client.Details(context.Background(), "com.example.app", "en", "us"); !errors.Is(err, errNetwork) {
+		t.Fatalf("details: %v, want a network error", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err = ts.client.Reviews(ctx, "com.example.app", "en", "us", 10)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "direct benched until") || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("reviews: %v, want the deadline and the connection error that benched the direct egress", err)
 	}
 }
