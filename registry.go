@@ -26,7 +26,17 @@ const (
 	maxListLimit     = 500
 )
 
-func (api *registryAPI) register(mux *http.ServeMux) {
+// routeMux is what register needs of an *http.ServeMux; a test passes a
+// recorder to compare the routes with the OpenAPI document.
+type routeMux interface {
+	HandleFunc(pattern string, handler func(http.ResponseWriter, *http.Request))
+}
+
+// register adds the registry's routes. A pattern without a method answers
+// the methods its path does not serve with 405.
+func (api *registryAPI) register(mux routeMux) {
+	mux.HandleFunc("GET /api/v1/openapi.json", serveOpenAPI)
+	mux.HandleFunc("/api/v1/openapi.json", methodNotAllowed("GET"))
 	mux.HandleFunc("POST /api/v1/apps", api.requireToken(api.create))
 	mux.HandleFunc("GET /api/v1/apps", api.list)
 	mux.HandleFunc("GET /api/v1/apps/{package_name}", api.get)
