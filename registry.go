@@ -2,7 +2,6 @@ package main
 
 import (
 	"crypto/subtle"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -122,8 +121,7 @@ func (api *registryAPI) list(w http.ResponseWriter, r *http.Request) {
 	resp := listAppsResponse{Apps: apps}
 	if len(apps) > limit {
 		resp.Apps = apps[:limit]
-		c := base64.RawURLEncoding.EncodeToString([]byte(apps[limit-1].PackageName))
-		resp.NextCursor = &c
+		resp.NextCursor = &apps[limit-1].PackageName
 	}
 	writeJSON(w, http.StatusOK, resp)
 }
@@ -165,11 +163,12 @@ func parseListQuery(r *http.Request) (appFilter, error) {
 			}
 			f.Limit = n
 		case "cursor":
-			b, err := base64.RawURLEncoding.DecodeString(v)
-			if err != nil || validatePackageName(string(b)) != nil {
-				return f, fmt.Errorf("cursor %q is not one this API returned", v)
+			// The package name to list after; any valid one will do, so the
+			// OpenAPI document can say exactly which cursors are accepted.
+			if validatePackageName(v) != nil {
+				return f, fmt.Errorf("cursor %q is not a package name, as next_cursor gives", v)
 			}
-			f.After = string(b)
+			f.After = v
 		default:
 			return f, fmt.Errorf("unknown query parameter %q (known: active, messaging, iranian, limit, cursor)", key)
 		}
