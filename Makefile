@@ -4,7 +4,7 @@ VERSION  := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 30s
 
-.PHONY: build run demo test test-faults kafka-jars live bench fuzz vet cross clean
+.PHONY: build run demo test test-api test-faults kafka-jars live bench fuzz vet cross clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o playwatch .
@@ -21,6 +21,12 @@ demo:
 test: vet
 	@scripts/kafka.sh check || true
 	$(GO) test -count=1 -timeout 15m ./...
+
+# schemathesis (in a venv under .cache/schemathesis) fuzzes the registry API
+# of a running appliance against api/openapi.json; scripts/test_api.sh says
+# how. Skipped where it cannot be installed, except with CI=true.
+test-api:
+	GO=$(GO) scripts/test_api.sh
 
 # The slow fault suite (fault_*_test.go): a three-node Apache Kafka cluster
 # losing a leader mid-cycle, outages of the broker and of PostgreSQL, the

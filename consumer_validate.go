@@ -376,18 +376,3 @@ func parseUUID(s string) ([16]byte, bool) {
 	}
 	return id, true
 }
-
-// truncateForReason keeps a quoted bad value short in a dead letter's reason.
-func truncateForReason(s string) string { return truncate(s, 64) }
-
-// truncate cuts s to at most maxBytes at a character boundary.
-func truncate(s string, maxBytes int) string {
-	if len(s) <= maxBytes {
-		return s
-	}
-	cut := maxBytes
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}

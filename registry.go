@@ -2,19 +2,14 @@ package main
 
 import (
 	"crypto/subtle"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 )
 
 // registryAPI serves the app registry: create, list, get, update and soft
@@ -26,12 +21,21 @@ type registryAPI struct {
 }
 
 const (
-	maxBodyBytes     = 64 << 10
 	defaultListLimit = 100
 	maxListLimit     = 500
 )
 
-func (api *registryAPI) register(mux *http.ServeMux) {
+// routeMux is what register needs of an *http.ServeMux; a test passes a
+// recorder to compare the routes with the OpenAPI document.
+type routeMux interface {
+	HandleFunc(pattern string, handler func(http.ResponseWriter, *http.Request))
+}
+
+// register adds the registry's routes. A pattern without a method answers
+// the methods its path does not serve with 405.
+func (api *registryAPI) register(mux routeMux) {
+	mux.HandleFunc("GET /api/v1/openapi.json", serveOpenAPI)
+	mux.HandleFunc("/api/v1/openapi.json", methodNotAllowed("GET"))
 	mux.HandleFunc("POST /api/v1/apps", api.requireToken(api.create))
 	mux.HandleFunc("GET /api/v1/apps", api.list)
 	mux.HandleFunc("GET /api/v1/apps/{package_name}", api.get)
@@ -53,36 +57,6 @@ func (api *registryAPI) requireToken(next http.HandlerFunc) http.HandlerFunc {
 		}
 		next(w, r)
 	}
-}
-
-// packageNamePattern is Android's rule for application ids: at least two
-// segments, each starting with a letter, then letters, digits or underscores.
-var packageNamePattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)+$`)
-
-func validatePackageName(pkg string) error {
-	if len(pkg) > 255 {
-		return fmt.Errorf("package_name is longer than 255 characters")
-	}
-	if !packageNamePattern.MatchString(pkg) {
-		return fmt.Errorf("package_name %q is not an Android package name (segments of letters, digits and _, each starting with a letter, at least two, separated by dots)", pkg)
-	}
-	return nil
-}
-
-// validateText checks an optional text field against its column.
-func validateText(field string, v *string, maxChars int) error {
-	if v == nil {
-		return nil
-	}
-	switch {
-	case !utf8.ValidString(*v):
-		return fmt.Errorf("%s is not valid UTF-8", field)
-	case strings.ContainsRune(*v, 0):
-		return fmt.Errorf("%s contains a NUL character", field)
-	case utf8.RuneCountInString(*v) > maxChars:
-		return fmt.Errorf("%s is longer than %d characters", field, maxChars)
-	}
-	return nil
 }
 
 type createAppRequest struct {
@@ -147,8 +121,7 @@ func (api *registryAPI) list(w http.ResponseWriter, r *http.Request) {
 	resp := listAppsResponse{Apps: apps}
 	if len(apps) > limit {
 		resp.Apps = apps[:limit]
-		c := base64.RawURLEncoding.EncodeToString([]byte(apps[limit-1].PackageName))
-		resp.NextCursor = &c
+		resp.NextCursor = &apps[limit-1].PackageName
 	}
 	writeJSON(w, http.StatusOK, resp)
 }
@@ -190,11 +163,12 @@ func parseListQuery(r *http.Request) (appFilter, error) {
 			}
 			f.Limit = n
 		case "cursor":
-			b, err := base64.RawURLEncoding.DecodeString(v)
-			if err != nil || validatePackageName(string(b)) != nil {
-				return f, fmt.Errorf("cursor %q is not one this API returned", v)
+			// The package name to list after; any valid one will do, so the
+			// OpenAPI document can say exactly which cursors are accepted.
+			if validatePackageName(v) != nil {
+				return f, fmt.Errorf("cursor %q is not a package name, as next_cursor gives", v)
 			}
-			f.After = string(b)
+			f.After = v
 		default:
 			return f, fmt.Errorf("unknown query parameter %q (known: active, messaging, iranian, limit, cursor)", key)
 		}
@@ -337,69 +311,7 @@ func pathPackage(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return pkg, true
 }
 
-// decodeBody reads one JSON value of at most maxBodyBytes into dst, refusing
-// unknown fields; on failure it has written the 4xx answer.
-func decodeBody(w http.ResponseWriter, r *http.Request, dst any) bool {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		// curl -d sends form encoding by default; the body is read as JSON anyway.
-		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json") && mt != "application/x-www-form-urlencoded") {
-			writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q is not JSON: send application/json", ct))
-			return false
-		}
-	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(dst)
-	if err == nil && dec.Decode(new(json.RawMessage)) != io.EOF {
-		err = errors.New("the body holds more than one JSON value")
-	}
-	var maxErr *http.MaxBytesError
-	var typeErr *json.UnmarshalTypeError
-	var syntaxErr *json.SyntaxError
-	switch {
-	case err == nil:
-		return true
-	case errors.As(err, &maxErr):
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", maxBodyBytes))
-	case errors.Is(err, io.EOF):
-		writeError(w, http.StatusBadRequest, "the body is empty: send a JSON object")
-	case errors.As(err, &typeErr) && typeErr.Field != "":
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s has the wrong type: got a JSON %s", typeErr.Field, typeErr.Value))
-	case errors.As(err, &typeErr):
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("the body must be a JSON object, not a JSON %s", typeErr.Value))
-	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
-		writeError(w, http.StatusBadRequest, "the body is not valid JSON: "+err.Error())
-	default:
-		writeError(w, http.StatusBadRequest, "bad body: "+strings.TrimPrefix(err.Error(), "json: "))
-	}
-	return false
-}
-
 func (api *registryAPI) internalError(w http.ResponseWriter, r *http.Request, err error) {
 	api.logger.Error("registry request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	writeError(w, http.StatusInternalServerError, "internal error; see the server log")
-}
-
-func methodNotAllowed(allow string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Allow", allow)
-		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed here; allowed: %s", r.Method, allow))
-	}
-}
-
-type errorResponse struct {
-	Error string `json:"error"`
-}
-
-func writeError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, errorResponse{Error: msg})
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
 }

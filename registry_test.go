@@ -208,6 +208,27 @@ func TestRegistryListFiltersAndPages(t *testing.T) {
 	}
 }
 
+// The cursor is the package name to list after, so every string the OpenAPI
+// document allows for it (a package name) is accepted, registered or not.
+func TestRegistryListCursorIsAPackageName(t *testing.T) {
+	f := newRegistryFixture(t, "")
+	for _, pkg := range []string{"a.one", "b.two", "c.three"} {
+		if r := f.do(t, "POST", "/api/v1/apps", `{"package_name":"`+pkg+`"}`); r.code != 201 {
+			t.Fatalf("%s: %d %s", pkg, r.code, r.body)
+		}
+	}
+	names, next := listPackages(t, f, "?limit=1")
+	if strings.Join(names, ",") != "a.one" || next == nil || *next != "a.one" {
+		t.Fatalf("first page %v, next_cursor %v; want [a.one] and a.one", names, next)
+	}
+	if names, _ := listPackages(t, f, "?cursor=a.one"); strings.Join(names, ",") != "b.two,c.three" {
+		t.Fatalf("after a.one: %v", names)
+	}
+	if names, _ := listPackages(t, f, "?cursor=b.unregistered_z"); strings.Join(names, ",") != "c.three" {
+		t.Fatalf("after b.unregistered_z: %v", names)
+	}
+}
+
 func TestRegistryRequiresTokenForWrites(t *testing.T) {
 	f := newRegistryFixture(t, "s3cret")
 	body := `{"package_name":"com.example.app"}`

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// validateText checks an optional text field against its column.
+func validateText(field string, v *string, maxChars int) error {
+	if v == nil {
+		return nil
+	}
+	switch {
+	case !utf8.ValidString(*v):
+		return fmt.Errorf("%s is not valid UTF-8", field)
+	case strings.ContainsRune(*v, 0):
+		return fmt.Errorf("%s contains a NUL character", field)
+	case utf8.RuneCountInString(*v) > maxChars:
+		return fmt.Errorf("%s is longer than %d characters", field, maxChars)
+	}
+	return nil
+}
+
+// truncateForReason keeps a quoted bad value short in a dead letter's reason.
+func truncateForReason(s string) string { return truncate(s, 64) }
+
+// truncate cuts s to at most maxBytes at a character boundary.
+func truncate(s string, maxBytes int) string {
+	if len(s) <= maxBytes {
+		return s
+	}
+	cut := maxBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
