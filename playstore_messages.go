@@ -1,9 +1,7 @@
 package main
 
 import (
-	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // appStatsFromDetails maps a details result to its app-stats message
@@ -51,43 +49,4 @@ func reviewMessageFrom(pkg string, r review) reviewMessage {
 // that a message and the row stored from it carry the same instant.
 func messageTime(t time.Time) time.Time {
 	return t.UTC().Truncate(time.Microsecond)
-}
-
-func cleanTextPtr(s *string) *string {
-	if s == nil {
-		return nil
-	}
-	c := cleanText(*s)
-	return &c
-}
-
-// cleanText drops C0 and C1 control characters except \n, \r and \t (U+0000
-// is rejected by PostgreSQL text and jsonb; the rest is noise) and replaces
-// invalid UTF-8 with U+FFFD.
-func cleanText(s string) string {
-	if !needsCleaning(s) {
-		return s
-	}
-	return strings.Map(func(r rune) rune {
-		if isStrippedControl(r) {
-			return -1
-		}
-		return r
-	}, strings.ToValidUTF8(s, "\uFFFD"))
-}
-
-func needsCleaning(s string) bool {
-	for _, r := range s {
-		if r == utf8.RuneError || isStrippedControl(r) {
-			return true
-		}
-	}
-	return false
-}
-
-func isStrippedControl(r rune) bool {
-	if r == '\n' || r == '\r' || r == '\t' {
-		return false
-	}
-	return r < 0x20 || (r >= 0x7f && r <= 0x9f)
 }

@@ -36,3 +36,42 @@ func truncate(s string, maxBytes int) string {
 	}
 	return s[:cut] + "…"
 }
+
+func cleanTextPtr(s *string) *string {
+	if s == nil {
+		return nil
+	}
+	c := cleanText(*s)
+	return &c
+}
+
+// cleanText drops C0 and C1 control characters except \n, \r and \t (U+0000
+// is rejected by PostgreSQL text and jsonb; the rest is noise) and replaces
+// invalid UTF-8 with U+FFFD.
+func cleanText(s string) string {
+	if !needsCleaning(s) {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if isStrippedControl(r) {
+			return -1
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD"))
+}
+
+func needsCleaning(s string) bool {
+	for _, r := range s {
+		if r == utf8.RuneError || isStrippedControl(r) {
+			return true
+		}
+	}
+	return false
+}
+
+func isStrippedControl(r rune) bool {
+	if r == '\n' || r == '\r' || r == '\t' {
+		return false
+	}
+	return r < 0x20 || (r >= 0x7f && r <= 0x9f)
+}
