@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,18 +25,28 @@ func decodeBody(w http.ResponseWriter, r *http.Request, dst any) bool {
 			return false
 		}
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(dst)
-	if err == nil && dec.Decode(new(json.RawMessage)) != io.EOF {
-		err = errors.New("the body holds more than one JSON value")
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err == nil {
+		// encoding/json would store both as U+FFFD without a word.
+		err = checkJSONText(body)
+	}
+	if err == nil {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(dst)
+		if err == nil && dec.Decode(new(json.RawMessage)) != io.EOF {
+			err = errors.New("the body holds more than one JSON value")
+		}
 	}
 	var maxErr *http.MaxBytesError
+	var textErr *jsonTextError
 	var typeErr *json.UnmarshalTypeError
 	var syntaxErr *json.SyntaxError
 	switch {
 	case err == nil:
 		return true
+	case errors.As(err, &textErr):
+		writeError(w, http.StatusBadRequest, err.Error())
 	case errors.As(err, &maxErr):
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", maxBodyBytes))
 	case errors.Is(err, io.EOF):

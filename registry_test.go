@@ -253,6 +253,16 @@ func TestRegistryRequiresTokenForWrites(t *testing.T) {
 }
 
 // Every bad request gets its 4xx with a JSON error, and changes nothing.
+// A surrogate pair escape is one character, and an escaped backslash before
+// a u is no escape at all: both are stored as sent.
+func TestRegistryStoresEscapedText(t *testing.T) {
+	f := newRegistryFixture(t, "")
+	r := f.do(t, "POST", "/api/v1/apps", `{"package_name":"com.example.app","display_name":"ok \ud83d\ude00","category":"a\\ud800"}`)
+	if r.code != 201 || !strings.Contains(r.body, `"display_name":"ok 😀"`) || !strings.Contains(r.body, `"category":"a\\ud800"`) {
+		t.Fatalf("%d %s", r.code, r.body)
+	}
+}
+
 func TestRegistryRejectsBadRequests(t *testing.T) {
 	f := newRegistryFixture(t, "")
 	if r := f.do(t, "POST", "/api/v1/apps", `{"package_name":"com.example.app"}`); r.code != 201 {
@@ -287,6 +297,12 @@ func TestRegistryRejectsBadRequests(t *testing.T) {
 		{"display name too long", "POST", "/api/v1/apps", `{"package_name":"com.x.y","display_name":"` + strings.Repeat("é", 256) + `"}`, nil, 400},
 		{"category too long", "POST", "/api/v1/apps", `{"package_name":"com.x.y","category":"` + strings.Repeat("c", 101) + `"}`, nil, 400},
 		{"NUL in name", "POST", "/api/v1/apps", `{"package_name":"com.x.y","display_name":"a\u0000b"}`, nil, 400},
+		{"invalid UTF-8", "POST", "/api/v1/apps", "{\"package_name\":\"com.x.y\",\"display_name\":\"a\xffb\"}", nil, 400},
+		{"lone high surrogate", "POST", "/api/v1/apps", `{"package_name":"com.x.y","display_name":"a\ud83db"}`, nil, 400},
+		{"lone low surrogate", "POST", "/api/v1/apps", `{"package_name":"com.x.y","category":"\ude00"}`, nil, 400},
+		{"reversed surrogate pair", "POST", "/api/v1/apps", `{"package_name":"com.x.y","category":"\ude00\ud83d"}`, nil, 400},
+		{"invalid UTF-8 in a patch", "PATCH", "/api/v1/apps/com.example.app", "{\"display_name\":\"\xc3\"}", nil, 400},
+		{"lone surrogate in a patch", "PATCH", "/api/v1/apps/com.example.app", `{"display_name":"\udfff"}`, nil, 400},
 		{"body over 64 KiB", "POST", "/api/v1/apps", big, nil, 413},
 		{"xml", "POST", "/api/v1/apps", `<app/>`, []string{"Content-Type", "application/xml"}, 415},
 		{"text plain", "POST", "/api/v1/apps", `{"package_name":"com.x.y"}`, []string{"Content-Type", "text/plain"}, 415},
@@ -350,6 +366,11 @@ func TestHealthReadyAndMetrics(t *testing.T) {
 	}
 	if r := f.do(t, "GET", "/readyz", ""); r.code != 200 || !strings.Contains(r.body, `"database":"ok"`) {
 		t.Fatalf("readyz: %d %s", r.code, r.body)
+	}
+	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+		if r := f.do(t, "POST", p, ""); r.code != http.StatusMethodNotAllowed || r.header.Get("Allow") != "GET" {
+			t.Errorf("POST %s: %d, Allow %q, want 405 with Allow: GET", p, r.code, r.header.Get("Allow"))
+		}
 	}
 	f.do(t, "POST", "/api/v1/apps", `{"package_name":"com.example.app"}`)
 	f.do(t, "POST", "/api/v1/apps", `{"package_name":"com.example.app"}`)

@@ -36,6 +36,10 @@ func newHTTPHandler(reg *prometheus.Registry, hm *httpMetrics, api *registryAPI,
 		writeJSON(w, code, map[string]any{"status": status, "checks": results})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	// Without these the catch-all below would answer another method with 404.
+	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+		mux.HandleFunc(p, methodNotAllowed("GET"))
+	}
 	if api != nil {
 		api.register(mux)
 	}

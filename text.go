@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -74,4 +76,55 @@ func isStrippedControl(r rune) bool {
 		return false
 	}
 	return r < 0x20 || (r >= 0x7f && r <= 0x9f)
+}
+
+// jsonTextError is text in a JSON document that is not Unicode: invalid
+// UTF-8, or a \u escape of half a UTF-16 surrogate pair.
+type jsonTextError struct {
+	offset int
+	what   string
+}
+
+func (e *jsonTextError) Error() string {
+	return fmt.Sprintf("the body holds %s at byte %d: send UTF-8 text", e.what, e.offset)
+}
+
+// checkJSONText finds what encoding/json would silently turn into U+FFFD.
+// A backslash occurs only inside strings in valid JSON, so a byte scan
+// finds every escape; anything else malformed is left to the decoder.
+func checkJSONText(b []byte) error {
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size == 1 {
+			return &jsonTextError{i, "invalid UTF-8"}
+		}
+		if r != '\\' {
+			i += size
+			continue
+		}
+		hi, ok := unicodeEscape(b[i:])
+		if !ok {
+			i += 2 // \" \\ and the other one-letter escapes
+			continue
+		}
+		if !utf16.IsSurrogate(hi) {
+			i += 6
+			continue
+		}
+		if lo, ok := unicodeEscape(b[i+6:]); ok && hi < 0xdc00 && lo >= 0xdc00 && lo <= 0xdfff {
+			i += 12
+			continue
+		}
+		return &jsonTextError{i, fmt.Sprintf("a lone surrogate \\u%04x", hi)}
+	}
+	return nil
+}
+
+// unicodeEscape reads the \uXXXX escape at the start of b.
+func unicodeEscape(b []byte) (rune, bool) {
+	if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(b[2:6]), 16, 16)
+	return rune(v), err == nil
 }
