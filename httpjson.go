@@ -8,21 +8,25 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"strings"
 )
 
 // maxBodyBytes bounds a request body; a larger one is answered with 413.
 const maxBodyBytes = 64 << 10
 
-// decodeBody reads one JSON value of at most maxBodyBytes into dst, refusing
-// unknown fields; on failure it has written the 4xx answer.
-func decodeBody(w http.ResponseWriter, r *http.Request, dst any) bool {
+// decodeBody reads a body of at most maxBodyBytes that is one JSON object
+// and returns its members by name. Names are matched exactly by the callers
+// (encoding/json would match them in any case), and a name given twice is
+// refused (encoding/json would let the last one win). On failure it has
+// written the 4xx answer.
+func decodeBody(w http.ResponseWriter, r *http.Request) (map[string]json.RawMessage, bool) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		// curl -d sends form encoding by default; the body is read as JSON anyway.
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json") && mt != "application/x-www-form-urlencoded") {
 			writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q is not JSON: send application/json", ct))
-			return false
+			return nil, false
 		}
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
@@ -30,29 +34,26 @@ func decodeBody(w http.ResponseWriter, r *http.Request, dst any) bool {
 		// encoding/json would store both as U+FFFD without a word.
 		err = checkJSONText(body)
 	}
+	var members map[string]json.RawMessage
 	if err == nil {
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		err = dec.Decode(dst)
-		if err == nil && dec.Decode(new(json.RawMessage)) != io.EOF {
-			err = errors.New("the body holds more than one JSON value")
-		}
+		members, err = objectMembers(body)
 	}
 	var maxErr *http.MaxBytesError
 	var textErr *jsonTextError
+	var memberErr *jsonMemberError
 	var typeErr *json.UnmarshalTypeError
 	var syntaxErr *json.SyntaxError
 	switch {
 	case err == nil:
-		return true
-	case errors.As(err, &textErr):
+		return members, true
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		writeError(w, http.StatusRequestTimeout, "the body arrived too slowly")
+	case errors.As(err, &textErr), errors.As(err, &memberErr):
 		writeError(w, http.StatusBadRequest, err.Error())
 	case errors.As(err, &maxErr):
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", maxBodyBytes))
 	case errors.Is(err, io.EOF):
 		writeError(w, http.StatusBadRequest, "the body is empty: send a JSON object")
-	case errors.As(err, &typeErr) && typeErr.Field != "":
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s has the wrong type: got a JSON %s", typeErr.Field, typeErr.Value))
 	case errors.As(err, &typeErr):
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("the body must be a JSON object, not a JSON %s", typeErr.Value))
 	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
@@ -60,7 +61,46 @@ func decodeBody(w http.ResponseWriter, r *http.Request, dst any) bool {
 	default:
 		writeError(w, http.StatusBadRequest, "bad body: "+strings.TrimPrefix(err.Error(), "json: "))
 	}
-	return false
+	return nil, false
+}
+
+// jsonMemberError is an object member given twice.
+type jsonMemberError struct{ name string }
+
+func (e *jsonMemberError) Error() string { return fmt.Sprintf("%s is given twice", e.name) }
+
+// objectMembers splits a JSON document that is one object into its members.
+func objectMembers(body []byte) (map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var members map[string]json.RawMessage
+	if err := dec.Decode(&members); err != nil {
+		return nil, err
+	}
+	if dec.More() || dec.Decode(new(json.RawMessage)) != io.EOF {
+		return nil, errors.New("the body holds more than one JSON value")
+	}
+	if members == nil { // the body was null
+		return nil, &json.UnmarshalTypeError{Value: "null"}
+	}
+	// The map kept the last of repeated names; walk the tokens for them.
+	dec = json.NewDecoder(bytes.NewReader(body))
+	_, _ = dec.Token() // {
+	seen := make(map[string]bool, len(members))
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		name, _ := t.(string)
+		if seen[name] {
+			return nil, &jsonMemberError{name}
+		}
+		seen[name] = true
+		if err := dec.Decode(new(json.RawMessage)); err != nil {
+			return nil, err
+		}
+	}
+	return members, nil
 }
 
 func methodNotAllowed(allow string) http.HandlerFunc {

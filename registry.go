@@ -59,28 +59,13 @@ func (api *registryAPI) requireToken(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-type createAppRequest struct {
-	PackageName    *string `json:"package_name"`
-	DisplayName    *string `json:"display_name"`
-	Category       *string `json:"category"`
-	IsMessagingApp *bool   `json:"is_messaging_app"`
-	IsIranianApp   *bool   `json:"is_iranian_app"`
-}
-
 func (api *registryAPI) create(w http.ResponseWriter, r *http.Request) {
-	var req createAppRequest
-	if !decodeBody(w, r, &req) {
+	members, ok := decodeBody(w, r)
+	if !ok {
 		return
 	}
-	if req.PackageName == nil {
-		writeError(w, http.StatusBadRequest, "package_name is required")
-		return
-	}
-	n := newApp{PackageName: *req.PackageName, DisplayName: req.DisplayName, Category: req.Category,
-		IsMessagingApp: req.IsMessagingApp != nil && *req.IsMessagingApp,
-		IsIranianApp:   req.IsIranianApp != nil && *req.IsIranianApp}
-	if err := errors.Join(validatePackageName(n.PackageName),
-		validateText("display_name", n.DisplayName, 255), validateText("category", n.Category, 100)); err != nil {
+	n, err := parseCreate(members)
+	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -218,8 +203,8 @@ func (api *registryAPI) update(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var raw map[string]json.RawMessage
-	if !decodeBody(w, r, &raw) {
+	raw, ok := decodeBody(w, r)
+	if !ok {
 		return
 	}
 	p, err := parsePatch(raw)
@@ -229,6 +214,46 @@ func (api *registryAPI) update(w http.ResponseWriter, r *http.Request) {
 	}
 	a, err := api.store.Update(r.Context(), pkg, p)
 	api.writeApp(w, r, pkg, a, err)
+}
+
+// parseCreate reads a POST body: package_name is required, null for a
+// display name or category is the same as leaving it out.
+func parseCreate(members map[string]json.RawMessage) (newApp, error) {
+	var n newApp
+	var pkg *string
+	for field, v := range members {
+		isNull := string(v) == "null"
+		var err error
+		switch field {
+		case "package_name":
+			err = decodeField(field, v, &pkg, "a string")
+			if err == nil && pkg == nil {
+				err = errors.New("package_name must be a string, not null")
+			}
+		case "display_name":
+			if !isNull {
+				err = errors.Join(decodeField(field, v, &n.DisplayName, "a string or null"), validateText(field, n.DisplayName, 255))
+			}
+		case "category":
+			if !isNull {
+				err = errors.Join(decodeField(field, v, &n.Category, "a string or null"), validateText(field, n.Category, 100))
+			}
+		case "is_messaging_app":
+			err = decodeBoolInto(field, v, isNull, &n.IsMessagingApp)
+		case "is_iranian_app":
+			err = decodeBoolInto(field, v, isNull, &n.IsIranianApp)
+		default:
+			err = fmt.Errorf("unknown field %q (known: package_name, display_name, category, is_messaging_app, is_iranian_app)", field)
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	if pkg == nil {
+		return n, errors.New("package_name is required")
+	}
+	n.PackageName = *pkg
+	return n, validatePackageName(n.PackageName)
 }
 
 // parsePatch reads a PATCH body: only the named fields change, and null
@@ -284,6 +309,16 @@ func decodeBool(field string, v json.RawMessage, isNull bool, dst **bool) error 
 		return fmt.Errorf("%s must be true or false, not null", field)
 	}
 	return decodeField(field, v, dst, "true or false")
+}
+
+// decodeBoolInto is decodeBool for a field that is not optional once given.
+func decodeBoolInto(field string, v json.RawMessage, isNull bool, dst *bool) error {
+	var b *bool
+	if err := decodeBool(field, v, isNull, &b); err != nil {
+		return err
+	}
+	*dst = *b
+	return nil
 }
 
 func (api *registryAPI) delete(w http.ResponseWriter, r *http.Request) {

@@ -24,17 +24,23 @@ func FuzzRegistryBodies(f *testing.F) {
 		req := httptest.NewRequest("POST", "/api/v1/apps", strings.NewReader(body))
 		req.Header.Set("Content-Type", contentType)
 		rec := httptest.NewRecorder()
-		var c createAppRequest
-		if !decodeBody(rec, req, &c) {
+		if members, ok := decodeBody(rec, req); !ok {
 			check(rec)
-		} else if c.PackageName != nil {
-			_ = validatePackageName(*c.PackageName)
+		} else if n, err := parseCreate(members); err == nil {
+			if validatePackageName(n.PackageName) != nil {
+				t.Fatalf("create accepted package %q", n.PackageName)
+			}
+			for _, s := range []*string{n.DisplayName, n.Category} {
+				if s != nil && validateText("field", s, 255) != nil {
+					t.Fatalf("create accepted text %q", *s)
+				}
+			}
 		}
 
 		req = httptest.NewRequest("PATCH", "/api/v1/apps/a.b", strings.NewReader(body))
 		rec = httptest.NewRecorder()
-		var raw map[string]json.RawMessage
-		if !decodeBody(rec, req, &raw) {
+		raw, ok := decodeBody(rec, req)
+		if !ok {
 			check(rec)
 			return
 		}

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -297,6 +301,16 @@ func TestRegistryRejectsBadRequests(t *testing.T) {
 		{"display name too long", "POST", "/api/v1/apps", `{"package_name":"com.x.y","display_name":"` + strings.Repeat("é", 256) + `"}`, nil, 400},
 		{"category too long", "POST", "/api/v1/apps", `{"package_name":"com.x.y","category":"` + strings.Repeat("c", 101) + `"}`, nil, 400},
 		{"NUL in name", "POST", "/api/v1/apps", `{"package_name":"com.x.y","display_name":"a\u0000b"}`, nil, 400},
+		{"repeated key", "POST", "/api/v1/apps", `{"package_name":"com.x.y","package_name":"com.x.z"}`, nil, 400},
+		{"key in another case", "POST", "/api/v1/apps", `{"Package_Name":"com.x.y"}`, nil, 400},
+		{"unknown key", "POST", "/api/v1/apps", `{"package_name":"com.x.y","colour":"red"}`, nil, 400},
+		{"null boolean", "POST", "/api/v1/apps", `{"package_name":"com.x.y","is_messaging_app":null}`, nil, 400},
+		{"null package", "POST", "/api/v1/apps", `{"package_name":null}`, nil, 400},
+		{"null body", "POST", "/api/v1/apps", `null`, nil, 400},
+		{"two objects", "POST", "/api/v1/apps", `{"package_name":"com.x.y"} {}`, nil, 400},
+		{"repeated key in a patch", "PATCH", "/api/v1/apps/com.example.app", `{"display_name":"a","display_name":"b"}`, nil, 400},
+		{"key in another case in a patch", "PATCH", "/api/v1/apps/com.example.app", `{"Display_Name":"a"}`, nil, 400},
+		{"null boolean in a patch", "PATCH", "/api/v1/apps/com.example.app", `{"is_active":null}`, nil, 400},
 		{"invalid UTF-8", "POST", "/api/v1/apps", "{\"package_name\":\"com.x.y\",\"display_name\":\"a\xffb\"}", nil, 400},
 		{"lone high surrogate", "POST", "/api/v1/apps", `{"package_name":"com.x.y","display_name":"a\ud83db"}`, nil, 400},
 		{"lone low surrogate", "POST", "/api/v1/apps", `{"package_name":"com.x.y","category":"\ude00"}`, nil, 400},
@@ -393,5 +407,56 @@ func TestHealthReadyAndMetrics(t *testing.T) {
 	f.pool.Close()
 	if r := f.do(t, "GET", "/readyz", ""); r.code != 503 || !strings.Contains(r.body, "not ready") {
 		t.Fatalf("readyz with the database gone: %d %s", r.code, r.body)
+	}
+}
+
+// A refusal names what was wrong: the repeated key, the null boolean.
+func TestRegistryRefusalsNameTheField(t *testing.T) {
+	f := newRegistryFixture(t, "")
+	for _, c := range []struct{ method, path, body, want string }{
+		{"POST", "/api/v1/apps", `{"package_name":"a.b","package_name":"c.d"}`, "package_name is given twice"},
+		{"POST", "/api/v1/apps", `{"package_name":"a.b","is_iranian_app":null}`, "is_iranian_app must be true or false, not null"},
+		{"PATCH", "/api/v1/apps/a.b", `{"is_messaging_app":null}`, "is_messaging_app must be true or false, not null"},
+		{"PATCH", "/api/v1/apps/a.b", `{"is_active":true,"is_active":false}`, "is_active is given twice"},
+	} {
+		if r := f.do(t, c.method, c.path, c.body); r.code != 400 || !strings.Contains(r.body, c.want) {
+			t.Errorf("%s %s: %d %s, want 400 naming %q", c.method, c.body, r.code, r.body, c.want)
+		}
+	}
+	if n := count(t, f.pool, `SELECT count(*) FROM apps_registry_application`); n != 0 {
+		t.Errorf("%d apps registered by refused requests", n)
+	}
+}
+
+// A body that does not arrive within the server's read timeout is a 408
+// with a short message, not a 400 quoting socket addresses.
+func TestRegistrySlowBodyIs408(t *testing.T) {
+	pool := newTestPool(t)
+	reg := newMetricsRegistry("test")
+	api := &registryAPI{store: newAppStore(pool), logger: testLogger(t)}
+	srv := newHTTPServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, nil))
+	srv.ReadTimeout = 300 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Headers at once, then a third of the promised body and silence.
+	fmt.Fprint(conn, "POST /api/v1/apps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 60\r\n\r\n{\"package_name\":")
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), "the body arrived too slowly") || strings.Contains(string(body), "127.0.0.1") {
+		t.Fatalf("%d %s, want 408 without socket addresses", resp.StatusCode, body)
 	}
 }
