@@ -5,9 +5,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -221,11 +221,6 @@ func writeTemp(t *testing.T, name string, data []byte) string {
 	return p
 }
 
-func tsharkInstalled() bool {
-	_, err := exec.LookPath("tshark")
-	return err == nil
-}
-
 // TestPcapLinkTypes: the scripted conversation over every link type the
 // analyzer reads, in both byte orders and both resolutions, checked against
 // the hand-worked metrics and, where tshark is installed, against tshark.
@@ -275,9 +270,7 @@ func TestPcapLinkTypes(t *testing.T) {
 			if res.Records != int64(len(recs)) || res.TCPSegments != int64(len(recs)) || len(res.Warnings) != 0 {
 				t.Errorf("records %d, segments %d, warnings %v", res.Records, res.TCPSegments, res.Warnings)
 			}
-			if tsharkInstalled() {
-				assertMatchesTshark(t, res, runTsharkMetrics(t, path))
-			}
+			compareWithTshark(t, res, path)
 		})
 	}
 }
@@ -318,9 +311,7 @@ func TestPcapNotAnalysed(t *testing.T) {
 		t.Errorf("segments %d payload %d bytes %d; want 2, %d, %d", res.TCPSegments, res.BytesPayloadTotal,
 			res.BytesTransferredTotal, 2*seg.payload, wireBytes(recs))
 	}
-	if tsharkInstalled() {
-		assertMatchesTshark(t, res, runTsharkMetrics(t, path))
-	}
+	compareWithTshark(t, res, path)
 }
 
 // TestPcapSnaplenCut: a frame cut inside the TCP options is still analysed
@@ -512,9 +503,7 @@ func TestPcapngMixedAndUnknownLinkTypes(t *testing.T) {
 	}
 	assertMatchesTshark(t, res, scriptedWant(total))
 	assertWarning(t, res, path, 1, errPcapLinkType)
-	if tsharkInstalled() {
-		assertMatchesTshark(t, res, runTsharkMetrics(t, path))
-	}
+	compareWithTshark(t, res, path)
 }
 
 // shortConnection is a complete connection on client port p starting at t0:
@@ -583,9 +572,7 @@ func TestPcapKeepsClosedConnectionWhileQuiet(t *testing.T) {
 	if res.RetransmissionCount != 1 || res.PeakConnections != 1 {
 		t.Errorf("retransmissions %d, peak connections %d; want 1, 1", res.RetransmissionCount, res.PeakConnections)
 	}
-	if tsharkInstalled() {
-		assertMatchesTshark(t, res, runTsharkMetrics(t, path))
-	}
+	compareWithTshark(t, res, path)
 }
 
 // handshakeAt is a handshake with the SYN at t0 and the final ACK irtt later.
@@ -690,9 +677,7 @@ func TestPcapAnalysisEdgeCases(t *testing.T) {
 			if got != c.want {
 				t.Errorf("got %+v, want %+v", got, c.want)
 			}
-			if tsharkInstalled() {
-				assertMatchesTshark(t, res, runTsharkMetrics(t, path))
-			}
+			compareWithTshark(t, res, path)
 		})
 	}
 }
@@ -702,32 +687,32 @@ func TestPcapAnalysisEdgeCases(t *testing.T) {
 // retransmission is not one (METRICS.md §4 step 6).
 func TestPcapUnackedCap(t *testing.T) {
 	for _, n := range []int{9999, 10000} {
-		var recs []pcapRecord
-		add := func(s synthSeg) {
-			recs = append(recs, pcapRecord{t: unixNano(s.t), data: ethernet(0x0800, v4Conn.segmentIP(s))})
-		}
-		seq := uint32(1000)
-		for i := range n {
-			add(synthSeg{float64(i) * 0.001, true, tcpACK, seq, 5000, 502, 10})
-			seq += 10
-		}
-		add(synthSeg{float64(n) * 0.001, true, tcpACK | tcpFIN, seq, 5000, 502, 0})
-		add(synthSeg{float64(n)*0.001 + 1, true, tcpACK | tcpFIN, seq, 5000, 502, 0})
-		path := writeTemp(t, "oneway.pcap", classicPcap(binary.LittleEndian, false, 1, recs))
-		res, err := analyzePcapFile(context.Background(), path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := int64(1) // the FIN took a sequence number: its second copy is a retransmission
-		if n == 10000 {
-			want = 0
-		}
-		if res.RetransmissionCount != want {
-			t.Errorf("%d segments: %d retransmissions, want %d", n, res.RetransmissionCount, want)
-		}
-		if tsharkInstalled() {
-			assertMatchesTshark(t, res, runTsharkMetrics(t, path))
-		}
+		t.Run(fmt.Sprintf("%d_segments", n), func(t *testing.T) {
+			var recs []pcapRecord
+			add := func(s synthSeg) {
+				recs = append(recs, pcapRecord{t: unixNano(s.t), data: ethernet(0x0800, v4Conn.segmentIP(s))})
+			}
+			seq := uint32(1000)
+			for i := range n {
+				add(synthSeg{float64(i) * 0.001, true, tcpACK, seq, 5000, 502, 10})
+				seq += 10
+			}
+			add(synthSeg{float64(n) * 0.001, true, tcpACK | tcpFIN, seq, 5000, 502, 0})
+			add(synthSeg{float64(n)*0.001 + 1, true, tcpACK | tcpFIN, seq, 5000, 502, 0})
+			path := writeTemp(t, "oneway.pcap", classicPcap(binary.LittleEndian, false, 1, recs))
+			res, err := analyzePcapFile(context.Background(), path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := int64(1) // the FIN took a sequence number: its second copy is a retransmission
+			if n == 10000 {
+				want = 0
+			}
+			if res.RetransmissionCount != want {
+				t.Errorf("%d segments: %d retransmissions, want %d", n, res.RetransmissionCount, want)
+			}
+			compareWithTshark(t, res, path)
+		})
 	}
 }
 
