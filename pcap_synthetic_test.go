@@ -45,7 +45,7 @@ var (
 )
 
 // scriptedConversation has one packet of each kind the counts depend on, so
-// its expected metrics can be worked out by hand from METRICS.md §4:
+// its expected metrics can be worked out by hand from docs/pcap-metrics.md §6:
 var scriptedConversation = []synthSeg{
 	{0.000000, true, tcpSYN, 1000, 0, 65535, 0},
 	{0.000250, false, tcpSYN | tcpACK, 5000, 1001, 65535, 0}, // rtt_handshake 0.25 ms
@@ -347,8 +347,9 @@ func assertWarning(t *testing.T, res pcapResult, file string, record int64, sent
 	t.Errorf("no %q warning in %v", sentinel, res.Warnings)
 }
 
-// TestPcapFragments: TCP in IP fragments is out of scope (METRICS.md §10):
-// the fragments count in bytes and are named in a warning.
+// TestPcapFragments: TCP in IP fragments is out of scope
+// (docs/pcap-metrics.md §13): the fragments count in bytes and are named in
+// a warning.
 func TestPcapFragments(t *testing.T) {
 	recs := scriptedRecords(v4Conn, func(ip []byte) []byte { return ethernet(0x0800, ip) })
 	first := len(recs) + 1
@@ -585,9 +586,9 @@ func handshakeAt(t0, synAck, irtt float64) []synthSeg {
 }
 
 // TestPcapAnalysisEdgeCases: conversations aimed at single rules of
-// METRICS.md §4 that the real captures may not reach (each rule was seen to
-// go untested by mutating it). Expected counts are worked out by hand; with
-// tshark installed, tshark must agree too.
+// docs/pcap-metrics.md §6 that the real captures may not reach (each rule
+// was seen to go untested by mutating it). Expected counts are worked out by
+// hand; with tshark installed, tshark must agree too.
 func TestPcapAnalysisEdgeCases(t *testing.T) {
 	type counts struct{ retrans, ooo, spurious, zw int64 }
 	cases := []struct {
@@ -684,7 +685,7 @@ func TestPcapAnalysisEdgeCases(t *testing.T) {
 
 // TestPcapUnackedCap: in a one-directional capture the list of unACKed
 // ranges fills up; at 10000 a FIN no longer takes a sequence number, so its
-// retransmission is not one (METRICS.md §4 step 6).
+// retransmission is not one (docs/pcap-metrics.md §6 step 6).
 func TestPcapUnackedCap(t *testing.T) {
 	for _, n := range []int{9999, 10000} {
 		t.Run(fmt.Sprintf("%d_segments", n), func(t *testing.T) {

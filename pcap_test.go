@@ -267,7 +267,7 @@ func captureFormat(t *testing.T, path string) ([]layers.LinkType, bool) {
 	return []layers.LinkType{r.LinkType()}, r.Resolution() == gopacket.TimestampResolutionNanosecond
 }
 
-// tsharkFlag is one frame tshark flags, as METRICS.md §9 lists them.
+// tsharkFlag is one frame tshark flags, as docs/pcap-metrics.md §11 lists them.
 type tsharkFlag struct {
 	frame int64
 	kind  string
@@ -276,9 +276,9 @@ type tsharkFlag struct {
 func (f tsharkFlag) String() string { return fmt.Sprintf("frame %d %s", f.frame, f.kind) }
 
 // TestPcapFramesMatchTshark compares, frame by frame, which packets the
-// analyzer flags with what tshark flags (METRICS.md §9), so a disagreement
-// names its first frame. It needs tshark; the golden-file test covers the
-// totals without it.
+// analyzer flags with what tshark flags (docs/pcap-metrics.md §11), so a
+// disagreement names its first frame. It needs tshark; the golden-file test
+// covers the totals without it.
 func TestPcapFramesMatchTshark(t *testing.T) {
 	requireTshark(t)
 	files, err := filepath.Glob("testdata/pcap/*.pcap*")

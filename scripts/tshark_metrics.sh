@@ -2,8 +2,9 @@
 # tshark_metrics.sh FILE - the nine metrics of a network-metrics message for
 # one capture, computed from tshark's own TCP analysis instead of playwatch's,
 # printed as a single JSON object with the message's field names. The tests
-# and scripts/make_pcap_fixtures.sh use it as the independent reference; the
-# mapping from each metric to tshark fields is docs/pcap-metrics.md §1 and §11.
+# and scripts/make_pcap_fixtures.sh use it as the independent reference. Which
+# tshark fields each metric comes from: docs/pcap-metrics.md §1 (the metrics)
+# and docs/pcap-metrics.md §11 (this script).
 #
 # tshark reads the file once. It runs with an empty configuration directory,
 # so a personal Wireshark profile cannot change the analysis, and with the
