@@ -2,9 +2,10 @@
 """impair_bridge.py - a two-port Ethernet bridge that impairs what it forwards.
 
 The capture scripts need lossy, slow and reordering links between two network
-namespaces, and this kernel has no tc netem. So the two namespaces each get a
-TAP device, and this process is the wire between them: every frame read from
-one TAP is written to the other, after the impairments of that direction.
+namespaces, and tc netem is missing from some kernels (the one the committed
+captures were made on among them). So the two namespaces each get a
+TAP device, and this process is the wire between them: it carries each frame
+across to the other TAP, subject to the impairments of its direction.
 
   impair_bridge.py --client NS:TAP --server NS:TAP
                    [--to-server SPEC] [--to-client SPEC] [--mirror NS:TAP:VLAN]
@@ -35,7 +36,7 @@ Kernel timing still differs from run to run.
 
 The process writes its PID to --ready-file once the TAPs are attached, and
 stops after --max-seconds or on SIGINT/SIGTERM, printing per-direction counts
-on stderr. It only reads and writes the TAP devices it is given.
+on stderr. It touches no device other than the TAPs named on its command line.
 """
 import argparse
 import ctypes
