@@ -120,7 +120,7 @@ func appendJSONTime(b []byte, t time.Time) ([]byte, error) {
 }
 
 // networkMetricsMessage is the analysis of one capture file (topic
-// network-metrics, key = package_name). Field meanings: shared/pcap/METRICS.md.
+// network-metrics, key = package_name). Field meanings: docs/pcap-metrics.md §1.
 type networkMetricsMessage struct {
 	AnalysisID                  string    `json:"analysis_id"`
 	PackageName                 string    `json:"package_name"`

@@ -19,7 +19,7 @@ import (
 )
 
 // The pcap analyzer turns one capture file into the nine TCP metrics of
-// shared/pcap/METRICS.md, with the numbers tshark 4.0.17 gives for the same
+// docs/pcap-metrics.md, with the numbers tshark 4.0.17 gives for the same
 // file. The file is streamed: memory grows with the connections alive at one
 // time, never with the size of the file.
 
@@ -543,7 +543,7 @@ func (a *pcapAnalyzer) frame(record, offset int64, data []byte, wireLen int, now
 	// The IP header that carries TCP is the last one decoded: DecodeLayers
 	// overwrites a layer decoded twice (IP in IP), as tshark analyses the
 	// innermost TCP. ICMP is not decoded, so TCP quoted in an ICMP error is
-	// never reached (METRICS.md §3).
+	// never reached (docs/pcap-metrics.md §4).
 	var ipLayer, last gopacket.LayerType
 	tcp := false
 	for _, t := range l.decoded {
@@ -679,7 +679,7 @@ func (a *pcapAnalyzer) result(name string) pcapResult {
 	return r
 }
 
-// tcpCounts are the per-flag counters of METRICS.md §5.
+// tcpCounts are the per-flag counters of docs/pcap-metrics.md §7.
 type tcpCounts struct {
 	retrans, fastRetrans, spurious, outOfOrder, zeroWindow, resets int64
 }

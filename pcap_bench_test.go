@@ -22,7 +22,7 @@ import (
 //	go test -run '^$' -bench Pcap -benchmem .
 //
 // BenchmarkPcapBaseline is the floor: a bare gopacket loop over the same
-// file. BenchmarkPcapVsTshark runs tshark_metrics.sh on it, checks that the
+// file. BenchmarkPcapVsTshark runs scripts/tshark_metrics.sh on it, checks that the
 // analyzer's nine numbers are tshark's, and reports both speed ratios.
 
 const benchPcapDefault = ".cache/pcap/big.pcap"
@@ -104,16 +104,13 @@ func BenchmarkPcapAnalyze(b *testing.B) {
 	b.ReportMetric(float64(res.Records), "records/op")
 }
 
-// BenchmarkPcapVsTshark times tshark_metrics.sh on the capture (the
+// BenchmarkPcapVsTshark times scripts/tshark_metrics.sh on the capture (the
 // reported MB/s are tshark's), checks the analyzer against its numbers, and
 // reports the analyzer's speed-up over tshark and its time relative to the
 // bare baseline loop, each measured once in this run.
 func BenchmarkPcapVsTshark(b *testing.B) {
 	path, size := benchPcap(b)
-	if _, err := exec.LookPath("tshark"); err != nil {
-		b.Skip("tshark not installed")
-	}
-	script := tsharkMetricsScript()
+	script := requireTsharkMetrics(b)
 	b.SetBytes(size)
 	var out []byte
 	start := time.Now()

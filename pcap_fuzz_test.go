@@ -183,7 +183,8 @@ func FuzzTCPAnalysis(f *testing.F) {
 	})
 }
 
-// referenceUnacked is METRICS.md §4 step 6's list, done the obvious way.
+// referenceUnacked is the list of docs/pcap-metrics.md §6 step 6, done the
+// obvious way.
 type referenceUnacked []uint32
 
 func (r *referenceUnacked) push(end uint32) { *r = append(*r, end) }

@@ -5,9 +5,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -45,7 +45,7 @@ var (
 )
 
 // scriptedConversation has one packet of each kind the counts depend on, so
-// its expected metrics can be worked out by hand from METRICS.md §4:
+// its expected metrics can be worked out by hand from docs/pcap-metrics.md §6:
 var scriptedConversation = []synthSeg{
 	{0.000000, true, tcpSYN, 1000, 0, 65535, 0},
 	{0.000250, false, tcpSYN | tcpACK, 5000, 1001, 65535, 0}, // rtt_handshake 0.25 ms
@@ -221,11 +221,6 @@ func writeTemp(t *testing.T, name string, data []byte) string {
 	return p
 }
 
-func tsharkInstalled() bool {
-	_, err := exec.LookPath("tshark")
-	return err == nil
-}
-
 // TestPcapLinkTypes: the scripted conversation over every link type the
 // analyzer reads, in both byte orders and both resolutions, checked against
 // the hand-worked metrics and, where tshark is installed, against tshark.
@@ -275,9 +270,7 @@ func TestPcapLinkTypes(t *testing.T) {
 			if res.Records != int64(len(recs)) || res.TCPSegments != int64(len(recs)) || len(res.Warnings) != 0 {
 				t.Errorf("records %d, segments %d, warnings %v", res.Records, res.TCPSegments, res.Warnings)
 			}
-			if tsharkInstalled() {
-				assertMatchesTshark(t, res, runTsharkMetrics(t, path))
-			}
+			compareWithTshark(t, res, path)
 		})
 	}
 }
@@ -318,9 +311,7 @@ func TestPcapNotAnalysed(t *testing.T) {
 		t.Errorf("segments %d payload %d bytes %d; want 2, %d, %d", res.TCPSegments, res.BytesPayloadTotal,
 			res.BytesTransferredTotal, 2*seg.payload, wireBytes(recs))
 	}
-	if tsharkInstalled() {
-		assertMatchesTshark(t, res, runTsharkMetrics(t, path))
-	}
+	compareWithTshark(t, res, path)
 }
 
 // TestPcapSnaplenCut: a frame cut inside the TCP options is still analysed
@@ -356,8 +347,9 @@ func assertWarning(t *testing.T, res pcapResult, file string, record int64, sent
 	t.Errorf("no %q warning in %v", sentinel, res.Warnings)
 }
 
-// TestPcapFragments: TCP in IP fragments is out of scope (METRICS.md §10):
-// the fragments count in bytes and are named in a warning.
+// TestPcapFragments: TCP in IP fragments is out of scope
+// (docs/pcap-metrics.md §13): the fragments count in bytes and are named in
+// a warning.
 func TestPcapFragments(t *testing.T) {
 	recs := scriptedRecords(v4Conn, func(ip []byte) []byte { return ethernet(0x0800, ip) })
 	first := len(recs) + 1
@@ -512,9 +504,7 @@ func TestPcapngMixedAndUnknownLinkTypes(t *testing.T) {
 	}
 	assertMatchesTshark(t, res, scriptedWant(total))
 	assertWarning(t, res, path, 1, errPcapLinkType)
-	if tsharkInstalled() {
-		assertMatchesTshark(t, res, runTsharkMetrics(t, path))
-	}
+	compareWithTshark(t, res, path)
 }
 
 // shortConnection is a complete connection on client port p starting at t0:
@@ -583,9 +573,7 @@ func TestPcapKeepsClosedConnectionWhileQuiet(t *testing.T) {
 	if res.RetransmissionCount != 1 || res.PeakConnections != 1 {
 		t.Errorf("retransmissions %d, peak connections %d; want 1, 1", res.RetransmissionCount, res.PeakConnections)
 	}
-	if tsharkInstalled() {
-		assertMatchesTshark(t, res, runTsharkMetrics(t, path))
-	}
+	compareWithTshark(t, res, path)
 }
 
 // handshakeAt is a handshake with the SYN at t0 and the final ACK irtt later.
@@ -598,9 +586,9 @@ func handshakeAt(t0, synAck, irtt float64) []synthSeg {
 }
 
 // TestPcapAnalysisEdgeCases: conversations aimed at single rules of
-// METRICS.md §4 that the real captures may not reach (each rule was seen to
-// go untested by mutating it). Expected counts are worked out by hand; with
-// tshark installed, tshark must agree too.
+// docs/pcap-metrics.md §6 that the real captures may not reach (each rule
+// was seen to go untested by mutating it). Expected counts are worked out by
+// hand; with tshark installed, tshark must agree too.
 func TestPcapAnalysisEdgeCases(t *testing.T) {
 	type counts struct{ retrans, ooo, spurious, zw int64 }
 	cases := []struct {
@@ -690,44 +678,42 @@ func TestPcapAnalysisEdgeCases(t *testing.T) {
 			if got != c.want {
 				t.Errorf("got %+v, want %+v", got, c.want)
 			}
-			if tsharkInstalled() {
-				assertMatchesTshark(t, res, runTsharkMetrics(t, path))
-			}
+			compareWithTshark(t, res, path)
 		})
 	}
 }
 
 // TestPcapUnackedCap: in a one-directional capture the list of unACKed
 // ranges fills up; at 10000 a FIN no longer takes a sequence number, so its
-// retransmission is not one (METRICS.md §4 step 6).
+// retransmission is not one (docs/pcap-metrics.md §6 step 6).
 func TestPcapUnackedCap(t *testing.T) {
 	for _, n := range []int{9999, 10000} {
-		var recs []pcapRecord
-		add := func(s synthSeg) {
-			recs = append(recs, pcapRecord{t: unixNano(s.t), data: ethernet(0x0800, v4Conn.segmentIP(s))})
-		}
-		seq := uint32(1000)
-		for i := range n {
-			add(synthSeg{float64(i) * 0.001, true, tcpACK, seq, 5000, 502, 10})
-			seq += 10
-		}
-		add(synthSeg{float64(n) * 0.001, true, tcpACK | tcpFIN, seq, 5000, 502, 0})
-		add(synthSeg{float64(n)*0.001 + 1, true, tcpACK | tcpFIN, seq, 5000, 502, 0})
-		path := writeTemp(t, "oneway.pcap", classicPcap(binary.LittleEndian, false, 1, recs))
-		res, err := analyzePcapFile(context.Background(), path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := int64(1) // the FIN took a sequence number: its second copy is a retransmission
-		if n == 10000 {
-			want = 0
-		}
-		if res.RetransmissionCount != want {
-			t.Errorf("%d segments: %d retransmissions, want %d", n, res.RetransmissionCount, want)
-		}
-		if tsharkInstalled() {
-			assertMatchesTshark(t, res, runTsharkMetrics(t, path))
-		}
+		t.Run(fmt.Sprintf("%d_segments", n), func(t *testing.T) {
+			var recs []pcapRecord
+			add := func(s synthSeg) {
+				recs = append(recs, pcapRecord{t: unixNano(s.t), data: ethernet(0x0800, v4Conn.segmentIP(s))})
+			}
+			seq := uint32(1000)
+			for i := range n {
+				add(synthSeg{float64(i) * 0.001, true, tcpACK, seq, 5000, 502, 10})
+				seq += 10
+			}
+			add(synthSeg{float64(n) * 0.001, true, tcpACK | tcpFIN, seq, 5000, 502, 0})
+			add(synthSeg{float64(n)*0.001 + 1, true, tcpACK | tcpFIN, seq, 5000, 502, 0})
+			path := writeTemp(t, "oneway.pcap", classicPcap(binary.LittleEndian, false, 1, recs))
+			res, err := analyzePcapFile(context.Background(), path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := int64(1) // the FIN took a sequence number: its second copy is a retransmission
+			if n == 10000 {
+				want = 0
+			}
+			if res.RetransmissionCount != want {
+				t.Errorf("%d segments: %d retransmissions, want %d", n, res.RetransmissionCount, want)
+			}
+			compareWithTshark(t, res, path)
+		})
 	}
 }
 

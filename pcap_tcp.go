@@ -1,10 +1,10 @@
 package main
 
-// The per-connection TCP analysis of shared/pcap/METRICS.md §4 and §7: the
-// state machine of tshark 4.0.17's tcp_analyze_sequence_number(), step by
-// step, and the handshake RTT.
+// The per-connection TCP analysis: the state machine of tshark 4.0.17's
+// tcp_analyze_sequence_number(), step by step (docs/pcap-metrics.md §6), and
+// the handshake RTT (docs/pcap-metrics.md §8).
 
-// tcpAnalysisFlags are the analysis flags a packet gets (METRICS.md §4).
+// tcpAnalysisFlags are the analysis flags a packet gets (docs/pcap-metrics.md §6).
 type tcpAnalysisFlags uint16
 
 const (
@@ -48,8 +48,9 @@ type tcpDirection struct {
 	unacked         unackedEnds
 }
 
-// tcpConn is one connection: two directions, the iRTT bookkeeping of §4
-// step 7 and the handshake sample of §7. dir[0] is sent by the lower endpoint.
+// tcpConn is one connection: two directions, the iRTT bookkeeping of
+// docs/pcap-metrics.md §6 step 7 and the handshake sample of
+// docs/pcap-metrics.md §8. dir[0] is sent by the lower endpoint.
 type tcpConn struct {
 	dir      [2]tcpDirection
 	tsMRUSyn uint64
@@ -76,8 +77,8 @@ func (c *tcpConn) closed() bool {
 	return c.rstSeen || c.dir[0].finSeen && c.dir[1].finSeen
 }
 
-// analyze runs steps 1-7 of METRICS.md §4 for one packet sent in direction
-// dir at time now (ns) and returns its flags.
+// analyze runs steps 1-7 of docs/pcap-metrics.md §6 for one packet sent in
+// direction dir at time now (ns) and returns its flags.
 func (c *tcpConn) analyze(dir int, s *tcpSegment, now uint64) tcpAnalysisFlags {
 	fwd, rev := &c.dir[dir], &c.dir[1-dir]
 	syn := s.flags&tcpSYN != 0
@@ -195,9 +196,9 @@ func (c *tcpConn) analyze(dir int, s *tcpSegment, now uint64) tcpAnalysisFlags {
 	return flags
 }
 
-// handshake keeps the connection's SYN -> SYN-ACK sample (METRICS.md §7):
-// the first SYN, then the first SYN-ACK from its destination that ACKs it.
-// Each sample is added once to *sum (ns) and *n.
+// handshake keeps the connection's SYN -> SYN-ACK sample
+// (docs/pcap-metrics.md §8): the first SYN, then the first SYN-ACK from its
+// destination that ACKs it. Each sample is added once to *sum (ns) and *n.
 func (c *tcpConn) handshake(dir int, s *tcpSegment, now int64, sum, n *int64) {
 	syn := s.flags&tcpSYN != 0
 	ack := s.flags&tcpACK != 0
@@ -211,10 +212,10 @@ func (c *tcpConn) handshake(dir int, s *tcpSegment, now int64, sum, n *int64) {
 	}
 }
 
-// unackedEnds is the list of [start, end) ranges of METRICS.md §4 step 6,
-// reduced to what the metrics depend on: how many there are. An ACK drops
-// every range whose end is not after it, whatever its start, so only the
-// ends are kept, as a queue s[head:].
+// unackedEnds is the list of [start, end) ranges of docs/pcap-metrics.md §6
+// step 6, reduced to what the metrics depend on: how many there are. An ACK
+// drops every range whose end is not after it, whatever its start, so only
+// the ends are kept, as a queue s[head:].
 //
 // The ends usually arrive in order. While they do (sorted) and lie within
 // 2^30 of the first, the ends an ACK removes are a run at the front or the

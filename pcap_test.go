@@ -24,46 +24,72 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 )
 
-// tsharkMetricsScript is the shared tool that writes the nine metrics of a
-// capture as the fields of a network-metrics message; PLAYWATCH_TSHARK_METRICS overrides
-// where it is looked for.
+// tsharkMetricsScript is scripts/tshark_metrics.sh, which writes tshark's
+// nine metrics of a capture as the fields of a network-metrics message;
+// PLAYWATCH_TSHARK_METRICS points at another one.
 func tsharkMetricsScript() string {
 	if p := os.Getenv("PLAYWATCH_TSHARK_METRICS"); p != "" {
 		return p
 	}
-	return filepath.Join("..", "shared", "pcap", "tools", "tshark_metrics.sh")
+	return filepath.Join("scripts", "tshark_metrics.sh")
 }
 
-// requireTshark skips a test without tshark, except under CI=true, where
-// .ci/run installs it and its absence is a failure.
+// skipOrFailWithoutTshark skips the test with msg, except under CI=true,
+// where .ci/run installs tshark and the checkout has the script, so what is
+// missing is a failure.
+func skipOrFailWithoutTshark(t testing.TB, msg string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg + " (required under CI=true)")
+	}
+	t.Skip(msg)
+}
+
+// requireTshark stops a test that needs tshark when it is not installed.
 func requireTshark(t testing.TB) {
 	t.Helper()
 	if _, err := exec.LookPath("tshark"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("tshark is required under CI=true (.ci/run installs Debian's tshark)")
-		}
-		t.Skip("tshark not installed (Debian: apt-get install tshark)")
+		skipOrFailWithoutTshark(t, "tshark not installed (Debian: apt-get install tshark)")
 	}
 }
 
-// runTsharkMetrics runs tshark_metrics.sh on path, or skips the test when
-// tshark or the script is not there.
-func runTsharkMetrics(t testing.TB, path string) networkMetricsMessage {
+// requireTsharkMetrics is requireTshark plus the script; it returns the script.
+func requireTsharkMetrics(t testing.TB) string {
 	t.Helper()
 	requireTshark(t)
 	script := tsharkMetricsScript()
 	if _, err := os.Stat(script); err != nil {
-		t.Skipf("tshark_metrics.sh not found at %s (set PLAYWATCH_TSHARK_METRICS)", script)
+		skipOrFailWithoutTshark(t, fmt.Sprintf("tshark metrics script: %v (set PLAYWATCH_TSHARK_METRICS)", err))
 	}
+	return script
+}
+
+// runTsharkMetrics runs the tshark metrics script on path.
+func runTsharkMetrics(t testing.TB, path string) networkMetricsMessage {
+	t.Helper()
+	script := requireTsharkMetrics(t)
 	out, err := exec.Command(script, path).Output()
 	if err != nil {
-		t.Fatalf("%s %s: %v", script, path, err)
+		var stderr []byte
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("%s %s: %v\n%s", script, path, err, stderr)
 	}
 	var m networkMetricsMessage
 	if err := json.Unmarshal(out, &m); err != nil {
 		t.Fatalf("tshark metrics %q: %v", out, err)
 	}
 	return m
+}
+
+// compareWithTshark checks res against tshark's metrics for path in a
+// subtest "tshark", so that without tshark only the comparison is skipped.
+func compareWithTshark(t *testing.T, res pcapResult, path string) {
+	t.Helper()
+	t.Run("tshark", func(t *testing.T) {
+		assertMatchesTshark(t, res, runTsharkMetrics(t, path))
+	})
 }
 
 // assertMatchesTshark compares a result with tshark's numbers.
@@ -189,7 +215,10 @@ func TestPcapFixturesMatchTshark(t *testing.T) {
 			for _, w := range res.Warnings {
 				t.Errorf("warning: %v", w)
 			}
-			assertMatchesTshark(t, res, loadGolden(t, path))
+			golden := loadGolden(t, path)
+			assertMatchesTshark(t, res, golden)
+			// make_pcap_fixtures.sh writes the golden file with the script.
+			t.Run("tshark", func(t *testing.T) { assertMetricsEqual(t, runTsharkMetrics(t, path), golden) })
 			lts, nano := captureFormat(t, path)
 			if !slices.Equal(lts, pcapFixtures[name].linkTypes) || nano != pcapFixtures[name].nano {
 				t.Errorf("capture has link types %v, ns=%v; want %v, ns=%v", lts, nano, pcapFixtures[name].linkTypes, pcapFixtures[name].nano)
@@ -238,7 +267,7 @@ func captureFormat(t *testing.T, path string) ([]layers.LinkType, bool) {
 	return []layers.LinkType{r.LinkType()}, r.Resolution() == gopacket.TimestampResolutionNanosecond
 }
 
-// tsharkFlag is one frame tshark flags, as METRICS.md §9 lists them.
+// tsharkFlag is one frame tshark flags, as docs/pcap-metrics.md §11 lists them.
 type tsharkFlag struct {
 	frame int64
 	kind  string
@@ -247,9 +276,9 @@ type tsharkFlag struct {
 func (f tsharkFlag) String() string { return fmt.Sprintf("frame %d %s", f.frame, f.kind) }
 
 // TestPcapFramesMatchTshark compares, frame by frame, which packets the
-// analyzer flags with what tshark flags (METRICS.md §9), so a disagreement
-// names its first frame. It needs tshark; the golden-file test covers the
-// totals without it.
+// analyzer flags with what tshark flags (docs/pcap-metrics.md §11), so a
+// disagreement names its first frame. It needs tshark; the golden-file test
+// covers the totals without it.
 func TestPcapFramesMatchTshark(t *testing.T) {
 	requireTshark(t)
 	files, err := filepath.Glob("testdata/pcap/*.pcap*")

@@ -1,7 +1,7 @@
 #!/bin/bash
 # make_big_pcap.sh [MB] - makes the benchmark capture (default about 300 MB) of
-# real kernel TCP between two network namespaces through the impairment
-# bridge (0.5 % loss, some reordering), captured at the sender with tcpdump,
+# real kernel TCP between two network namespaces joined by impair_bridge.py
+# (0.5 % loss, some reordering), captured at the client with tcpdump,
 # in .cache/pcap/big.pcap, and tshark's metrics for it in big.tshark.json
 # next to it. Not committed: run it once before `go test -bench Pcap`.
 set -euo pipefail
@@ -24,8 +24,7 @@ capture_start $C "$WORK/big.pcap" tcpdump -i tap0 tcp
 # half uploads, half downloads, in parallel connections
 server_start --mode sink --addr 198.18.0.2 --port 5001 --conns $CONNS --max-seconds 110
 SINK=$SRV
-ip netns exec $S timeout 120 python3 "$TOOLS/pwtraffic.py" server --mode source --addr 198.18.0.2 --port 5002 \
-	--bytes $PER_CONN --conns $CONNS --max-seconds 110 &
+ip netns exec $S "${TRAFFIC[@]}" server --mode source --addr 198.18.0.2 --port 5002 --bytes $PER_CONN --conns $CONNS --max-seconds 110 &
 SOURCE=$!
 wait_for 10 listening $S 5002
 client --mode upload --addr 198.18.0.2 --port 5001 --bytes $PER_CONN --conns $CONNS --stagger 0.2 --max-seconds 110 &
@@ -39,5 +38,5 @@ bridge_stop
 cleanup
 mv "$WORK/big.pcap" "$OUT/big.pcap"
 echo "tshark on $(du -h "$OUT/big.pcap" | cut -f1)..." >&2
-time "$TOOLS/tshark_metrics.sh" "$OUT/big.pcap" >"$OUT/big.tshark.json"
+time "$SCRIPTS/tshark_metrics.sh" "$OUT/big.pcap" >"$OUT/big.tshark.json"
 cat "$OUT/big.tshark.json"

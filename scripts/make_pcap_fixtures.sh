@@ -1,16 +1,18 @@
 #!/bin/bash
 # make_pcap_fixtures.sh [NAME...] - remakes the real-TCP captures in
 # testdata/pcap/ (all of them, or only the NAMEs given) and, for each, the
-# golden file NAME.tshark.json written by shared/pcap/tools/tshark_metrics.sh.
-# Runs as root: kernel TCP between two network namespaces through the
-# impairment bridge (see shared/pcap/tools/README.md). Kernel timing differs
-# between runs, so a remade capture has new numbers; its golden file is
-# remade with it.
+# golden file NAME.tshark.json that scripts/tshark_metrics.sh prints for it.
+# PCAP_FIXTURES_DIR writes them elsewhere (to try a change without touching
+# the committed files).
+# Runs as root: kernel TCP between two network namespaces joined by
+# impair_bridge.py (scripts/pcap_netns.sh, docs/pcap-metrics.md §12). Kernel
+# timing differs between runs, so a remade capture has new numbers; its
+# golden file is remade with it.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/pcap_netns.sh
 . "$ROOT/scripts/pcap_netns.sh"
-OUT=$ROOT/testdata/pcap
+OUT=${PCAP_FIXTURES_DIR:-$ROOT/testdata/pcap}
 mkdir -p "$OUT"
 
 V4=198.18.0.2
@@ -28,9 +30,9 @@ download() { # BYTES [CONNS]
 	server_wait
 }
 
-# fixture NAME A2B B2A CAPTURE_NS TOOL CAPTURE_ARGS -- TRAFFIC...
+# fixture NAME TO_SERVER TO_CLIENT CAPTURE_NS TOOL CAPTURE_ARGS -- COMMAND...
 fixture() {
-	local name=$1 a2b=$2 b2a=$3 ns=$4 tool=$5; shift 5
+	local name=$1 to_server=$2 to_client=$3 ns=$4 tool=$5; shift 5
 	local capargs=()
 	while [ "$1" != -- ]; do capargs+=("$1"); shift; done
 	shift
@@ -39,14 +41,14 @@ fixture() {
 	[ "$ns" = "$M" ] && mirror=100
 	echo "== $name" >&2
 	netns_up ${mirror:+mirror}
-	bridge_up "$a2b" "$b2a" $mirror
+	bridge_up "$to_server" "$to_client" $mirror
 	capture_start "$ns" "$WORK/$name.$ext" "$tool" "${capargs[@]}"
 	"$@"
 	capture_stop "$tool"
 	bridge_stop
 	cleanup
 	cp "$WORK/$name.$ext" "$OUT/$name.$ext"
-	"$TOOLS/tshark_metrics.sh" "$OUT/$name.$ext" >"$OUT/$name.tshark.json"
+	"$SCRIPTS/tshark_metrics.sh" "$OUT/$name.$ext" >"$OUT/$name.tshark.json"
 	cat "$OUT/$name.tshark.json" >&2
 }
 
@@ -73,8 +75,7 @@ slow_reader() {
 # has no handshake (and the analysis no iRTT).
 midstream() {
 	server_start --mode sink --addr $V4 --port 5006 --max-seconds 60
-	ip netns exec $C timeout 60 python3 "$TOOLS/pwtraffic.py" client --mode upload --addr $V4 --port 5006 \
-		--bytes 200000 --max-seconds 60 &
+	ip netns exec $C "${TRAFFIC[@]}" client --mode upload --addr $V4 --port 5006 --bytes 200000 --max-seconds 60 &
 	local cli=$!
 	wait_for 10 sh -c "ip netns exec $C ss -Htn state established '( dport = :5006 )' | grep -q ."
 	capture_start $C "$WORK/$1.pcap" tcpdump -i tap0 tcp
@@ -108,7 +109,7 @@ all() {
 	midstream_fixture midstream_loss rate=4,qlimit=30,delay=1,loss=5 delay=1
 }
 
-# midstream_fixture NAME A2B B2A
+# midstream_fixture NAME TO_SERVER TO_CLIENT
 midstream_fixture() {
 	echo "== $1" >&2
 	netns_up
@@ -118,7 +119,7 @@ midstream_fixture() {
 	bridge_stop
 	cleanup
 	cp "$WORK/$1.pcap" "$OUT/$1.pcap"
-	"$TOOLS/tshark_metrics.sh" "$OUT/$1.pcap" >"$OUT/$1.tshark.json"
+	"$SCRIPTS/tshark_metrics.sh" "$OUT/$1.pcap" >"$OUT/$1.tshark.json"
 	cat "$OUT/$1.tshark.json" >&2
 }
 

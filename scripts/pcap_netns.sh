@@ -1,12 +1,12 @@
 # shellcheck shell=bash
 # pcap_netns.sh - helpers sourced by make_pcap_fixtures.sh and make_big_pcap.sh:
-# two network namespaces joined by the impairment bridge of shared/pcap/tools,
-# real kernel TCP between them, and a capture taken in one of them.
+# two network namespaces whose TAP devices are joined by impair_bridge.py
+# (the link, with its impairments), tcp_traffic.py's kernel TCP between them,
+# and a capture taken in one of them (docs/pcap-metrics.md §12).
 # Needs root, iproute2, tcpdump, dumpcap and python3. Every process started
 # here is recorded and stopped by its PID; the namespaces are deleted on exit.
 
-TOOLS=${PWPCAP_TOOLS:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/shared/pcap/tools}
-[ -f "$TOOLS/pwbridge.py" ] || { echo "pwbridge.py not found in $TOOLS (set PWPCAP_TOOLS)" >&2; exit 1; }
+SCRIPTS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 C=pwpcap_c_$$
 S=pwpcap_s_$$
@@ -56,13 +56,15 @@ netns_up() {
 	for n in $C $S ${1:+$M}; do ip -n "$n" link set tap0 up; done
 }
 
-# bridge_up A2B B2A [MIRROR_VID]: the impairment bridge between the two TAPs.
+# bridge_up TO_SERVER TO_CLIENT [MIRROR_VID]: impair_bridge.py between the two
+# TAPs, one impairment spec per direction; with MIRROR_VID, a VLAN-tagged copy
+# of the server's link goes to the TAP in $M.
 bridge_up() {
 	local mirror=()
 	[ -z "${3:-}" ] || mirror=(--mirror "$M:tap0:$3")
 	rm -f "$WORK/bridge.ready"
-	python3 "$TOOLS/pwbridge.py" --a $C:tap0 --b $S:tap0 --a2b "$1" --b2a "$2" "${mirror[@]}" \
-		--seed 7 --max-seconds 300 --ready-file "$WORK/bridge.ready" 2>"$WORK/bridge.log" &
+	python3 "$SCRIPTS/impair_bridge.py" --client $C:tap0 --server $S:tap0 --to-server "$1" --to-client "$2" \
+		"${mirror[@]}" --seed 7 --max-seconds 300 --ready-file "$WORK/bridge.ready" 2>"$WORK/bridge.log" &
 	BRIDGE=$!
 	wait_for 10 test -s "$WORK/bridge.ready"
 }
@@ -113,20 +115,26 @@ listening() {
 	ip netns exec "$1" ss -Hltn "sport = :$2" | grep -q .
 }
 
-# server_start ARGS...: pwtraffic server in $S, waits until it listens on --port.
+# TRAFFIC runs tcp_traffic.py, bounded by timeout too. It goes straight after
+# `ip netns exec NS` (which execs it), so that $! of a background run is the
+# process itself and killing it stops the Python process.
+TRAFFIC=(timeout 130 python3 "$SCRIPTS/tcp_traffic.py")
+
+# server_start ARGS...: tcp_traffic.py server in $S (pid in SRV), returns once
+# it listens on --port.
 server_start() {
 	local port
 	port=$(echo "$@" | sed -n 's/.*--port \([0-9]*\).*/\1/p')
-	ip netns exec $S timeout 120 python3 "$TOOLS/pwtraffic.py" server "$@" &
+	ip netns exec $S "${TRAFFIC[@]}" server "$@" &
 	SRV=$!
 	wait_for 10 listening $S "$port"
 }
 
-# client ARGS...: pwtraffic client in $C, in the foreground.
+# client ARGS...: tcp_traffic.py client in $C, in the foreground.
 client() {
-	ip netns exec $C timeout 120 python3 "$TOOLS/pwtraffic.py" client "$@"
+	ip netns exec $C "${TRAFFIC[@]}" client "$@"
 }
 
 server_wait() {
-	wait "$SRV" || true
+	wait "$SRV"
 }
