@@ -47,6 +47,7 @@ type Config struct {
 	CrawlInterval     time.Duration
 	CrawlWorkers      int
 	CrawlAppTimeout   time.Duration
+	CrawlNewAppCheck  time.Duration
 
 	// Storage consumer (consumer.go).
 	ConsumerGroup           string
@@ -157,6 +158,8 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.CrawlWorkers, err = parseInt(v, 1, 1000); return }},
 	{"CRAWL_APP_TIMEOUT", "15m", "longest time spent reading one app's listing and reviews",
 		func(c *Config, v string) (err error) { c.CrawlAppTimeout, err = parsePositiveDuration(v); return }},
+	{"CRAWL_NEW_APP_CHECK", "30s", "how often the crawler looks for apps registered or reactivated since its cycle began, and crawls them at once",
+		func(c *Config, v string) (err error) { c.CrawlNewAppCheck, err = parsePositiveDuration(v); return }},
 	{"LOG_LEVEL", "info", "debug, info, warn or error",
 		func(c *Config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
 	{"LOG_FORMAT", "text", "text or json",

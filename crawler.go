@@ -36,6 +36,7 @@ type crawlerConfig struct {
 	Workers       int           // CRAWL_WORKERS
 	ReviewsPerApp int           // REVIEWS_PER_APP
 	AppTimeout    time.Duration // CRAWL_APP_TIMEOUT: reading one app, both paths
+	NewAppCheck   time.Duration // CRAWL_NEW_APP_CHECK: between looks for apps new since the cycle began
 	Locales       localeDefaults
 }
 
@@ -50,6 +51,11 @@ type crawler struct {
 	pub     crawlPublisher
 	metrics *crawlMetrics
 	logger  *slog.Logger
+
+	// crawled are the apps of the current cycle, and those crawled early
+	// since it began; nil until the first cycle has listed its apps.
+	crawledMu sync.Mutex
+	crawled   map[string]bool
 }
 
 func newCrawler(cfg crawlerConfig, apps activeAppLister, store storeReader, pub crawlPublisher, reg prometheus.Registerer, logger *slog.Logger) *crawler {
@@ -93,12 +99,52 @@ func (s cycleSummary) String() string {
 // Run runs a cycle now and then one every Interval until ctx ends. Cycles
 // never overlap: one that outlasts the interval is followed at once by the
 // next, and the overrun is logged and counted.
+//
+// Between the cycles' starts, every NewAppCheck it crawls the apps that
+// became active since the cycle began (registered or reactivated), so that
+// a new app has data within a minute, not within the hour; the next cycle
+// crawls it with all the others.
 func (c *crawler) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		for sleepOn(ctx, systemClock{}, c.cfg.NewAppCheck) == nil {
+			if err := c.crawlNewApps(ctx); err != nil && ctx.Err() == nil {
+				c.logger.Warn("cannot look for newly registered apps", "err", err)
+			}
+		}
+	})
 	return runEvery(ctx, c.cfg.Interval, func(ctx context.Context) {
 		if _, err := c.RunCycle(ctx); err != nil && ctx.Err() == nil {
 			c.logger.Error("crawl cycle failed", "err", err)
 		}
 	}, c.metrics.overruns, c.logger)
+}
+
+// crawlNewApps crawls, one after the other, the active apps that neither
+// the current cycle nor an earlier look has crawled.
+func (c *crawler) crawlNewApps(ctx context.Context) error {
+	apps, err := c.apps.ListActive(ctx)
+	if err != nil {
+		return fmt.Errorf("list active apps: %w", err)
+	}
+	c.crawledMu.Lock()
+	var fresh []app
+	if c.crawled != nil {
+		for _, a := range apps {
+			if !c.crawled[a.PackageName] {
+				c.crawled[a.PackageName] = true
+				fresh = append(fresh, a)
+			}
+		}
+	}
+	c.crawledMu.Unlock()
+	for _, a := range fresh {
+		c.logger.Info("crawling a newly active app now; the next cycle crawls it with the others", "package", a.PackageName)
+		c.metrics.newApps.Inc()
+		c.crawlApp(ctx, a)
+	}
+	return nil
 }
 
 // runEvery calls cycle at once, then every interval, one call at a time.
@@ -135,6 +181,13 @@ func (c *crawler) RunCycle(ctx context.Context) (cycleSummary, error) {
 		return sum, fmt.Errorf("list active apps: %w", err)
 	}
 	sum.Apps = len(apps)
+	crawled := make(map[string]bool, len(apps))
+	for _, a := range apps {
+		crawled[a.PackageName] = true
+	}
+	c.crawledMu.Lock()
+	c.crawled = crawled
+	c.crawledMu.Unlock()
 	if len(apps) == 0 {
 		c.logger.Info("no active apps to crawl; register some with POST /api/v1/apps")
 		return sum, nil
@@ -279,6 +332,7 @@ type crawlMetrics struct {
 	overruns      prometheus.Counter
 	lastCycle     prometheus.Gauge
 	lastSuccess   *prometheus.GaugeVec
+	newApps       prometheus.Counter
 }
 
 func newCrawlMetrics(reg prometheus.Registerer) *crawlMetrics {
@@ -316,7 +370,11 @@ func newCrawlMetrics(reg prometheus.Registerer) *crawlMetrics {
 			Name: "playwatch_crawl_last_success_timestamp_seconds",
 			Help: "Unix time of the last successful crawl of an app's path: data freshness per app.",
 		}, []string{"package", "path"}),
+		newApps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "playwatch_crawl_new_apps_total",
+			Help: "Apps crawled between cycles because they became active after their cycle began.",
+		}),
 	}
-	reg.MustRegister(m.queueDepth, m.busy, m.apps, m.cycleDuration, m.cycles, m.overruns, m.lastCycle, m.lastSuccess)
+	reg.MustRegister(m.queueDepth, m.busy, m.apps, m.cycleDuration, m.cycles, m.overruns, m.lastCycle, m.lastSuccess, m.newApps)
 	return m
 }

@@ -483,3 +483,41 @@ func TestCrawlOnceOutlastingShutdownTimeout(t *testing.T) {
 		t.Fatalf("the managed server was not stopped with a fast shutdown both times:\n%s", all.String())
 	}
 }
+
+// An app registered after its cycle began is crawled within a check
+// interval, once, without starting a cycle; an app the cycle crawled is not
+// crawled again until the next one.
+func TestCrawlNewAppWithoutWaitingForTheCycle(t *testing.T) {
+	cfg := testCrawlerConfig(2, 10)
+	cfg.NewAppCheck = 50 * time.Millisecond
+	f := newCrawlFixture(t, cfg, nil)
+	f.register(t, "com.example.early", false)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- f.crawler.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	waitFor(t, 20*time.Second, "the first cycle", func() bool {
+		return metricValue(t, f.reg, "playwatch_crawl_cycles_total", nil) == 1
+	})
+	f.register(t, "com.example.late", false)
+	waitFor(t, 20*time.Second, "the late app's crawl", func() bool {
+		return metricValue(t, f.reg, "playwatch_crawl_new_apps_total", nil) == 1
+	})
+	recs := consumeAll(t, f.brokers, topicAppStats, 2)
+	keys := map[string]int{}
+	for _, r := range recs {
+		keys[string(r.Key)]++
+	}
+	time.Sleep(5 * cfg.NewAppCheck) // more looks find nothing new
+	if n := metricValue(t, f.reg, "playwatch_crawl_new_apps_total", nil); n != 1 || keys["com.example.early"] != 1 || keys["com.example.late"] != 1 {
+		t.Errorf("new-app crawls %v, app-stats by app %v; want one each", n, keys)
+	}
+	if n := metricValue(t, f.reg, "playwatch_crawl_cycles_total", nil); n != 1 {
+		t.Errorf("%v cycles, want 1: the hourly rhythm is kept", n)
+	}
+}

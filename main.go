@@ -383,7 +383,7 @@ func flushAndClose(cl *kgo.Client) func(context.Context) error {
 
 func crawlerConfigOf(cfg Config) crawlerConfig {
 	return crawlerConfig{Interval: cfg.CrawlInterval, Workers: cfg.CrawlWorkers, ReviewsPerApp: cfg.ReviewsPerApp,
-		AppTimeout: cfg.CrawlAppTimeout, Locales: cfg.Locales}
+		AppTimeout: cfg.CrawlAppTimeout, NewAppCheck: cfg.CrawlNewAppCheck, Locales: cfg.Locales}
 }
 
 func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
