@@ -27,10 +27,19 @@ func TestDemo(t *testing.T) {
 	}
 	out := os.Stdout
 	replay := newReplayPlayStore(t)
-	apps := e2eApps[:3]
-	for _, app := range apps {
-		replay.setApp(app.pkg, app.replay)
+	// Apps with recorded pages, each served its own listing; Google
+	// Translate's reviews are recorded too, the others' are made up in the
+	// recorded layout.
+	apps := []struct{ pkg, title, body string }{
+		{"com.google.android.apps.translate", "Google Translate", `{"package_name":"com.google.android.apps.translate"}`},
+		{"com.mojang.minecraftpe", "Minecraft: Dream it, Build it!", `{"package_name":"com.mojang.minecraftpe"}`},
+		{"com.adex77.WhereAmI", "Where Am I? - GeoGuess Game", `{"package_name":"com.adex77.WhereAmI"}`},
 	}
+	for _, app := range apps {
+		page := readPlaystoreFixture(t, "details_"+app.pkg+"_en_us.html")
+		replay.setApp(app.pkg, replayApp{DetailsPage: page, Reviews: 30})
+	}
+	replay.useFixtureReviews(apps[0].pkg)
 	dir := tempDataDir(t)
 	env := map[string]string{
 		"PLAYWATCH_DATA_DIR":    filepath.Join(dir, "data"),
@@ -77,6 +86,19 @@ func TestDemo(t *testing.T) {
 		UNION ALL SELECT 'reviews', count(*) FROM reviews
 		UNION ALL SELECT 'network_metrics', count(*) FROM network_metrics
 		UNION ALL SELECT 'dead_letter_events', count(*) FROM dead_letter_events`)
+	// Each app has its own listing: its own title, and no two alike.
+	listings := map[string]bool{}
+	for _, app := range apps {
+		var title, listing string
+		if err := a.pool.QueryRow(context.Background(), `SELECT a.display_name, concat_ws(' ', s.min_installs, s.score, s.ratings, s.version)
+			FROM apps_registry_application a JOIN app_stats s ON s.application_id = a.id WHERE a.package_name = $1`, app.pkg).Scan(&title, &listing); err != nil {
+			t.Fatalf("%s: %v", app.pkg, err)
+		}
+		if title != app.title || listings[listing] {
+			t.Errorf("%s: title %q, listing %q; want %q and a listing of its own", app.pkg, title, listing, app.title)
+		}
+		listings[listing] = true
+	}
 	fmt.Fprintln(out, "\napps_registry_application (display names and categories filled from the store):")
 	printQuery(t, out, a.pool, `SELECT package_name, display_name, category, is_messaging_app, is_iranian_app FROM apps_registry_application ORDER BY id`)
 	fmt.Fprintln(out, "\napp_stats:")
