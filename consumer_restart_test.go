@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -89,8 +90,13 @@ func TestConsumerSurvivesPostgresRestart(t *testing.T) {
 		t.Errorf("transient errors = %v, want at least 1", v)
 	}
 
-	// The dlq tools attach to the managed server of a running appliance
-	// instead of taking its data directory over.
+	// The dlq tools attach to the managed server of a running appliance, as
+	// this test publishes it, instead of taking its data directory over.
+	unpublish, err := publishRunning(dataDir, runningPlaywatch{PID: os.Getpid(), Version: version, DatabaseURL: pg.DSN(), Brokers: brokers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unpublish()
 	var out bytes.Buffer
 	env := map[string]string{"PLAYWATCH_DATA_DIR": dataDir, "LOG_LEVEL": "warn"}
 	if err := run(ctx, []string{"dlq", "list"}, envFunc(env), &out, io.Discard); err != nil || !strings.Contains(out.String(), "0 dead letters") {

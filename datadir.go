@@ -1,18 +1,35 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // errDataDirInUse: another playwatch runs the managed services of the data
 // directory.
 var errDataDirInUse = errors.New("data directory in use")
+
+// errNotRunning: no playwatch runs on the data directory, so a one-off
+// command has no services to attach to.
+var errNotRunning = errors.New("no playwatch runs on the data directory")
+
+// Files of a data directory besides the services' own.
+const (
+	lockFileName = "playwatch.lock"
+	// attachFileName is what the running playwatch tells one-off commands
+	// about the services it runs.
+	attachFileName = "playwatch.attach.json"
+)
 
 // lockDataDir makes sure one playwatch process at a time runs the managed
 // services of a data directory. The kernel drops the lock when the process
@@ -22,7 +39,7 @@ func lockDataDir(dir string) (release func(), err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create the data directory: %w", err)
 	}
-	path := filepath.Join(dir, "playwatch.lock")
+	path := filepath.Join(dir, lockFileName)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("lock the data directory: %w", err)
@@ -38,5 +55,115 @@ func lockDataDir(dir string) (release func(), err error) {
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
+	// What a crashed run published is gone with it; a process that reuses its
+	// pid (pid 1 in a container) must not pass for it while it starts.
+	if err := os.Remove(filepath.Join(dir, attachFileName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		f.Close()
+		return nil, fmt.Errorf("remove the stale attach file: %w", err)
+	}
 	return func() { f.Close() }, nil
+}
+
+// runningPlaywatch is what a running playwatch publishes in its data
+// directory for the one-off commands: the services it uses, whether it
+// runs them or they are external.
+type runningPlaywatch struct {
+	PID       int       `json:"pid"`
+	Version   string    `json:"version"`
+	StartedAt time.Time `json:"started_at"`
+	// DatabaseURL has no password: the managed cluster trusts its private
+	// socket, and for an external database a command brings its own
+	// (DATABASE_URL, PGPASSWORD or ~/.pgpass).
+	DatabaseURL string   `json:"database_url"`
+	Brokers     []string `json:"brokers"`
+}
+
+// publishRunning writes r to the attach file of dir, atomically: a command
+// reads the whole file or none. unpublish removes it.
+func publishRunning(dir string, r runningPlaywatch) (unpublish func(), err error) {
+	r.DatabaseURL = withoutPassword(r.DatabaseURL)
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, attachFileName)
+	tmp, err := os.CreateTemp(dir, attachFileName+".*")
+	if err != nil {
+		return nil, fmt.Errorf("publish the services for other commands: %w", err)
+	}
+	_, err = tmp.Write(append(b, '\n'))
+	err = errors.Join(err, tmp.Chmod(0o644), tmp.Close())
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return nil, fmt.Errorf("publish the services for other commands: %w", err)
+	}
+	return func() { _ = os.Remove(path) }, nil
+}
+
+// withoutPassword removes the password from a postgres:// URL, in its user
+// part or its parameters.
+func withoutPassword(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return ""
+	}
+	if u.User != nil {
+		u.User = url.User(u.User.Username())
+	}
+	q := u.Query()
+	if q.Has("password") || q.Has("sslpassword") {
+		q.Del("password")
+		q.Del("sslpassword")
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}
+
+// findRunning returns what the playwatch running on dir published. A file
+// that no live holder of the lock wrote is stale and ignored: the lock is
+// free (its writer died), or another process holds it and has not
+// published yet.
+func findRunning(dir string) (runningPlaywatch, error) {
+	lock, err := os.Open(filepath.Join(dir, lockFileName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return runningPlaywatch{}, fmt.Errorf("%w %s", errNotRunning, dir)
+	}
+	if err != nil {
+		return runningPlaywatch{}, fmt.Errorf("look for a running playwatch: %w", err)
+	}
+	defer lock.Close()
+	var r runningPlaywatch
+	attachPath := filepath.Join(dir, attachFileName)
+	b, readErr := os.ReadFile(attachPath)
+	if readErr == nil {
+		err := json.Unmarshal(b, &r)
+		if err == nil && (r.PID <= 0 || r.DatabaseURL == "" || len(r.Brokers) == 0) {
+			err = errors.New("no pid, database_url or brokers")
+		}
+		if err != nil {
+			return runningPlaywatch{}, fmt.Errorf("%s is not what a running playwatch writes (%w): stop the playwatch on %s and start it again", attachPath, err, dir)
+		}
+	} else if !errors.Is(readErr, fs.ErrNotExist) {
+		return runningPlaywatch{}, fmt.Errorf("look for a running playwatch: %w", readErr)
+	}
+	// A shared lock we get means nobody holds the exclusive one.
+	switch err := syscall.Flock(int(lock.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); {
+	case err == nil:
+		_ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+		if readErr == nil {
+			return runningPlaywatch{}, fmt.Errorf("%w %s (%s is left from pid %d, which is gone)", errNotRunning, dir, attachFileName, r.PID)
+		}
+		return runningPlaywatch{}, fmt.Errorf("%w %s", errNotRunning, dir)
+	case !errors.Is(err, syscall.EWOULDBLOCK):
+		return runningPlaywatch{}, fmt.Errorf("look for a running playwatch: lock %s: %w", lock.Name(), err)
+	}
+	holder, _ := io.ReadAll(lock)
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(holder)))
+	if readErr != nil || r.PID != pid {
+		return runningPlaywatch{}, fmt.Errorf("playwatch pid %d holds %s but has not published its services yet: wait until it logs \"playwatch ready\" and run this again (a playwatch too old to publish them needs a restart with this version)", pid, dir)
+	}
+	return r, nil
 }

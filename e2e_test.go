@@ -503,7 +503,12 @@ func startE2EAppliance(t *testing.T, env map[string]string) *e2eAppliance {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := attachedConfig(cl.cfg)
+	cfg := cl.cfg
+	if cfg.DatabaseURL == "" || len(cfg.KafkaBrokers) == 0 {
+		if cfg, _, err = attachedConfig(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
 	a.group, a.brokers = cfg.ConsumerGroup, cfg.KafkaBrokers
 	if a.client, err = kgo.NewClient(kgo.SeedBrokers(a.brokers...), kgo.ProducerLinger(0)); err != nil {
 		t.Fatal(err)

@@ -191,11 +191,13 @@ func TestFaultApplianceKilledMidCycle(t *testing.T) {
 	if n := a.metric(t, "playwatch_crawl_app_paths_total", `outcome="ok",path="reviews"`); n != apps {
 		t.Errorf("run 3 crawled the reviews of %v apps, want %d", n, apps)
 	}
-	cfg, err := loadTestConfig(map[string]string{"PLAYWATCH_DATA_DIR": dataDir, "PLAYWATCH_BROKER_ADDR": env["PLAYWATCH_BROKER_ADDR"]})
+	cfg, err := loadTestConfig(map[string]string{"PLAYWATCH_DATA_DIR": dataDir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg = attachedConfig(cfg)
+	if cfg, _, err = attachedConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
 	pool, err := pgxpool.New(context.Background(), cfg.DatabaseURL)
 	if err != nil {
 		t.Fatal(err)

@@ -245,7 +245,10 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	// Every started part registers its stop with the backends; they run in
 	// reverse order at shutdown: intake first, the backends last.
-	shutdown := func() error { return be.shutdown(ctx, cfg.ShutdownTimeout) }
+	// What it published for the one-off commands goes first: they must not
+	// attach to services that are stopping.
+	unpublish := func() {}
+	shutdown := func() error { unpublish(); return be.shutdown(ctx, cfg.ShutdownTimeout) }
 
 	reg := newMetricsRegistry(version)
 	// A role that ends on its own (it failed) ends the appliance.
@@ -311,6 +314,15 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return errors.Join(fmt.Errorf("PLAYWATCH_HTTP_ADDR: %w", err), shutdown())
+	}
+	if be.ownsDataDir {
+		up, err := publishRunning(cfg.DataDir, runningPlaywatch{PID: os.Getpid(), Version: version, StartedAt: started,
+			DatabaseURL: be.databaseURL, Brokers: be.brokers})
+		if err != nil {
+			ln.Close()
+			return errors.Join(err, shutdown())
+		}
+		unpublish = up
 	}
 	srv := newHTTPServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, checks))
 	startRole("http", func(ctx context.Context) error {
@@ -527,20 +539,25 @@ func cmdPcap(ctx context.Context, args []string, getenv func(string) string, std
 
 // backends are the services a command works with: PostgreSQL (migrated) and,
 // when asked for, a Kafka-protocol broker with the playwatch topics. Each is
-// external (DATABASE_URL, KAFKA_BROKERS) or run by playwatch in its data
-// directory.
+// external (DATABASE_URL, KAFKA_BROKERS), run by playwatch in its data
+// directory, or, for a one-off command, those of the playwatch that runs on
+// the data directory.
 type backends struct {
-	pool    *pgxpool.Pool
-	brokers []string
-	kafka   *kgo.Client // a plain client for admin requests and readiness
-	stops   []func(context.Context) error
+	pool        *pgxpool.Pool
+	databaseURL string // what pool connects to
+	brokers     []string
+	kafka       *kgo.Client // a plain client for admin requests and readiness
+	// ownsDataDir: it holds the data directory's lock, to run a managed service.
+	ownsDataDir bool
+	stops       []func(context.Context) error
 }
 
 // backendOptions say what a command needs.
 type backendOptions struct {
 	broker bool // a broker too, not only the database
-	// attach: when a running playwatch owns the data directory, use the
-	// services it runs instead of refusing to start.
+	// attach: a one-off command, which never runs a managed service: what
+	// DATABASE_URL and KAFKA_BROKERS leave empty comes from the playwatch
+	// that runs on the data directory, and without one the command fails.
 	attach bool
 }
 
@@ -551,18 +568,37 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 			err = errors.Join(err, be.shutdown(ctx, cfg.ShutdownTimeout))
 		}
 	}()
-	if cfg.DatabaseURL == "" || (opts.broker && len(cfg.KafkaBrokers) == 0) {
-		release, err := lockDataDir(cfg.DataDir)
-		switch {
-		case errors.Is(err, errDataDirInUse) && opts.attach:
-			cfg = attachedConfig(cfg)
-			logger.Info("using the database and broker of the playwatch that runs on the data directory",
-				"data_dir", cfg.DataDir, "brokers", cfg.KafkaBrokers)
-		case err != nil:
-			return nil, err
-		default:
-			be.onClose(func(context.Context) error { release(); return nil })
+	var missing []string
+	if cfg.DatabaseURL == "" {
+		missing = append(missing, "DATABASE_URL")
+	}
+	if opts.broker && len(cfg.KafkaBrokers) == 0 {
+		missing = append(missing, "KAFKA_BROKERS")
+	}
+	switch {
+	case len(missing) == 0:
+	case opts.attach:
+		var r runningPlaywatch
+		cfg, r, err = attachedConfig(cfg)
+		if errors.Is(err, errNotRunning) {
+			return nil, fmt.Errorf("%w: start `playwatch run` on it, point PLAYWATCH_DATA_DIR at the data directory of a running playwatch, or set %s",
+				err, strings.Join(missing, " and "))
 		}
+		if err != nil {
+			return nil, err
+		}
+		if r.Version != version {
+			logger.Warn("the playwatch that runs on the data directory is another version", "its_version", r.Version, "version", version)
+		}
+		logger.Info("using the services of the playwatch that runs on the data directory", "data_dir", cfg.DataDir, "pid", r.PID,
+			"database", withoutPassword(cfg.DatabaseURL), "brokers", cfg.KafkaBrokers)
+	default:
+		release, err := lockDataDir(cfg.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		be.ownsDataDir = true
+		be.onClose(func(context.Context) error { release(); return nil })
 	}
 	if be.pool, err = openDatabase(ctx, cfg, logger, be); err != nil {
 		return nil, err
@@ -588,18 +624,21 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 	return be, nil
 }
 
-// attachedConfig points cfg at the managed services of the playwatch that
-// owns cfg.DataDir.
-func attachedConfig(cfg Config) Config {
+// attachedConfig points what cfg leaves empty of DATABASE_URL and
+// KAFKA_BROKERS at the services of the playwatch that runs on cfg.DataDir
+// (errNotRunning if none does), and returns what that playwatch published.
+func attachedConfig(cfg Config) (Config, runningPlaywatch, error) {
+	r, err := findRunning(cfg.DataDir)
+	if err != nil {
+		return cfg, r, err
+	}
 	if cfg.DatabaseURL == "" {
-		dataDir := filepath.Join(cfg.DataDir, "postgres")
-		port := pgListenPort(cfg.PGListen)
-		cfg.DatabaseURL = managedPostgresDSN(postgresSocketDir(dataDir, port), port, managedDatabase)
+		cfg.DatabaseURL = r.DatabaseURL
 	}
 	if len(cfg.KafkaBrokers) == 0 {
-		cfg.KafkaBrokers = []string{cfg.BrokerAddr}
+		cfg.KafkaBrokers = r.Brokers
 	}
-	return cfg
+	return cfg, r, nil
 }
 
 // onClose registers stop to run at shutdown, before everything registered
@@ -641,6 +680,7 @@ func openDatabase(ctx context.Context, cfg Config, logger *slog.Logger, be *back
 	if err != nil {
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
+	be.databaseURL = dsn
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres: %w", err)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/gopacket/gopacket"
@@ -128,6 +129,10 @@ func analyzePcapFile(ctx context.Context, path string, progress func(bytesRead, 
 	st, err := f.Stat()
 	if err != nil {
 		return pcapResult{}, fmt.Errorf("analyze pcap: %w", err)
+	}
+	if st.IsDir() {
+		// Read, a directory would pass for an empty file.
+		return pcapResult{}, fmt.Errorf("is a directory, not a capture file: name the captures in it (%s)", filepath.Join(path, "*.pcap"))
 	}
 	return analyzePcap(ctx, f, path, st.Size(), progress)
 }

@@ -86,16 +86,16 @@ func TestPcapCommandBadInput(t *testing.T) {
 	}
 	var out, errOut bytes.Buffer
 	err := run(context.Background(), []string{"pcap", "--app", "org.telegram.messenger", "--scenario", "DOWNLOAD", "--dry-run",
-		filepath.Join(dir, "missing.pcap"), garbage, "testdata/pcap/resets.pcap", empty}, envFunc(nil), &out, &errOut)
-	if err == nil || !strings.Contains(err.Error(), "3 of 4 captures failed") {
+		filepath.Join(dir, "missing.pcap"), garbage, "testdata/pcap/resets.pcap", empty, dir}, envFunc(nil), &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "4 of 5 captures failed") {
 		t.Fatalf("err = %v", err)
 	}
 	if n := strings.Count(strings.TrimSpace(out.String()), "\n") + 1; n != 1 {
 		t.Errorf("%d messages printed, want the one good file's", n)
 	}
-	for _, want := range []string{"missing.pcap", "garbage.pcap", "empty.pcap"} {
+	for _, want := range []string{"missing.pcap", "garbage.pcap", "empty.pcap: file header (offset 0): not a pcap or pcapng file: file is empty", dir + ": is a directory, not a capture file"} {
 		if !strings.Contains(errOut.String(), want) {
-			t.Errorf("stderr does not name %s:\n%s", want, errOut.String())
+			t.Errorf("stderr does not say %q:\n%s", want, errOut.String())
 		}
 	}
 }
