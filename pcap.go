@@ -119,20 +119,20 @@ func newUUIDv4() string {
 // called now and then with the bytes read from the file so far and its size.
 // A file that cannot be read up to its first record gives a *pcapError; a
 // file damaged later gives the metrics of the records before the damage and
-// a warning.
+// a warning. Every error names path once.
 func analyzePcapFile(ctx context.Context, path string, progress func(bytesRead, size int64)) (pcapResult, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return pcapResult{}, fmt.Errorf("analyze pcap: %w", err)
+		return pcapResult{}, err // an *fs.PathError: it names path
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return pcapResult{}, fmt.Errorf("analyze pcap: %w", err)
+		return pcapResult{}, err
 	}
 	if st.IsDir() {
 		// Read, a directory would pass for an empty file.
-		return pcapResult{}, fmt.Errorf("is a directory, not a capture file: name the captures in it (%s)", filepath.Join(path, "*.pcap"))
+		return pcapResult{}, fmt.Errorf("%s: is a directory, not a capture file: name the captures in it (%s)", path, filepath.Join(path, "*.pcap"))
 	}
 	return analyzePcap(ctx, f, path, st.Size(), progress)
 }

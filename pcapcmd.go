@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -73,11 +72,7 @@ func analyzeCapture(ctx context.Context, path string, job pcapJob, stderr io.Wri
 		}
 	})
 	if err != nil {
-		var perr *pcapError
-		if errors.As(err, &perr) {
-			return networkMetricsMessage{}, err
-		}
-		return networkMetricsMessage{}, fmt.Errorf("%s: %w", path, err)
+		return networkMetricsMessage{}, err
 	}
 	for _, w := range res.Warnings {
 		fmt.Fprintf(stderr, "playwatch pcap: warning: %v\n", w)

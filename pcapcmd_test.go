@@ -98,6 +98,13 @@ func TestPcapCommandBadInput(t *testing.T) {
 			t.Errorf("stderr does not say %q:\n%s", want, errOut.String())
 		}
 	}
+	for _, f := range []string{filepath.Join(dir, "missing.pcap"), garbage, empty} {
+		for line := range strings.Lines(errOut.String()) {
+			if n := strings.Count(line, f); n > 1 {
+				t.Errorf("this line names %s %d times: %s", f, n, line)
+			}
+		}
+	}
 }
 
 // Without --dry-run the message goes to the network-metrics topic, keyed by
