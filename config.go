@@ -90,7 +90,7 @@ var settings = []setting{
 				c.PGListen, err = parseHostPort(v)
 			}
 			if err == nil && strings.HasSuffix(c.PGListen, ":0") {
-				err = errors.New("needs a fixed port: it also names the socket other commands connect to")
+				err = errors.New("needs a fixed port: PostgreSQL cannot pick one, and its socket is named after it")
 			}
 			return
 		}},
