@@ -80,8 +80,15 @@ func startManagedPostgres(ctx context.Context, opts managedPostgresOptions, logg
 	if err := m.initdb(ctx, binDir, cred); err != nil {
 		return nil, err
 	}
+	// The server of a playwatch killed a moment ago may still be shutting
+	// down and deleting its files: it ends before they are handed over.
 	if err := m.clearLeftovers(ctx); err != nil {
 		return nil, err
+	}
+	for _, d := range []string{opts.DataDir, m.socketDir} {
+		if err := handOver(d, cred); err != nil {
+			return nil, err
+		}
 	}
 	if err := m.startServer(binDir, cred); err != nil {
 		return nil, err
@@ -204,6 +211,7 @@ func postgresSocketDir(dataDir string, port int) string {
 	return filepath.Join(os.TempDir(), "playwatch-pg-"+hex.EncodeToString(sum[:6]))
 }
 
+// makeOwnedDir creates dir (0700, its parents 0755) for the server's OS user.
 func makeOwnedDir(dir string, cred *syscall.Credential) error {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", filepath.Dir(dir), err)
@@ -214,11 +222,24 @@ func makeOwnedDir(dir string, cred *syscall.Credential) error {
 	if cred == nil {
 		return nil
 	}
+	if err := os.Lchown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+		return fmt.Errorf("hand %s to the postgres OS user: %w", dir, err)
+	}
+	return nil
+}
+
+// handOver gives everything under dir to the server's OS user (a directory
+// made by a playwatch run as another user, or for another PLAYWATCH_PG_USER).
+// A file that vanishes meanwhile needs no owner.
+func handOver(dir string, cred *syscall.Credential) error {
+	if cred == nil {
+		return nil
+	}
 	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+		if err == nil {
+			err = os.Lchown(p, int(cred.Uid), int(cred.Gid))
 		}
-		if err := os.Lchown(p, int(cred.Uid), int(cred.Gid)); err != nil {
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("hand %s to the postgres OS user: %w", p, err)
 		}
 		return nil
@@ -299,7 +320,8 @@ func (m *managedPostgres) clearLeftovers(ctx context.Context) error {
 		return nil
 	}
 	m.logger.Warn("removing stale postmaster.pid left by a crash", "pid", pid)
-	if err := os.Remove(pidFile); err != nil {
+	// It may also be vanishing now: a server that was ending removes it last.
+	if err := os.Remove(pidFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove stale %s: %w", pidFile, err)
 	}
 	_ = os.Remove(filepath.Join(m.socketDir, fmt.Sprintf(".s.PGSQL.%d.lock", m.port)))

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -124,5 +125,38 @@ func TestManagedPostgresInterruptedInitdb(t *testing.T) {
 	defer pg.Stop(context.Background())
 	if n := queryInt(t, pg.DSN(), "SELECT 1"); n != 1 {
 		t.Fatal(n)
+	}
+}
+
+// After a kill -9 of playwatch its server gets a fast shutdown (the
+// parent-death signal) and deletes its files while the next playwatch,
+// started at once, takes the data directory over: every start is ready.
+func TestManagedPostgresRestartRightAfterKill(t *testing.T) {
+	restartRightAfterKill(t, 3)
+}
+
+// restartRightAfterKill runs `playwatch run` and, rounds times, kills it
+// with SIGKILL once ready and starts it again at once.
+func restartRightAfterKill(t *testing.T, rounds int) {
+	bin := buildPlaywatch(t)
+	logPath := filepath.Join(t.TempDir(), "playwatch.log")
+	env := map[string]string{
+		"PLAYWATCH_DATA_DIR":    filepath.Join(tempDataDir(t), "data"),
+		"PLAYWATCH_HTTP_ADDR":   freeAddr(t),
+		"PLAYWATCH_BROKER_ADDR": freeAddr(t),
+		"DATABASE_URL":          "",
+		"KAFKA_BROKERS":         "",
+	}
+	a := startAppliance(t, bin, env, logPath, "--roles", "registry")
+	for round := 1; round <= rounds; round++ {
+		if err := a.stop(t, syscall.SIGKILL, 30*time.Second); err == nil || !strings.Contains(err.Error(), "killed") {
+			t.Fatalf("round %d: playwatch exited with %v, want killed", round, err)
+		}
+		killed := time.Now()
+		a = startAppliance(t, bin, env, logPath, "--roles", "registry")
+		t.Logf("round %d: ready %s after the kill", round, time.Since(killed).Round(time.Millisecond))
+	}
+	if err := a.stop(t, syscall.SIGTERM, time.Minute); err != nil {
+		t.Fatalf("playwatch exited with %v after SIGTERM", err)
 	}
 }
