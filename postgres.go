@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // managedPostgresOptions says where and how to run a private cluster.
@@ -69,10 +70,13 @@ func startManagedPostgres(ctx context.Context, opts managedPostgresOptions, logg
 	}
 	m := &managedPostgres{opts: opts, port: pgListenPort(opts.Listen), stderr: &tailBuffer{max: 8 << 10}, exited: make(chan struct{}), logger: logger}
 	m.socketDir = postgresSocketDir(opts.DataDir, m.port)
+	if err := os.MkdirAll(filepath.Dir(opts.DataDir), 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", filepath.Dir(opts.DataDir), err)
+	}
+	if err := makeOwnedDir(m.socketDir, cred); err != nil {
+		return nil, err
+	}
 	for _, d := range []string{opts.DataDir, m.socketDir} {
-		if err := makeOwnedDir(d, cred); err != nil {
-			return nil, err
-		}
 		if err := checkReachable(d, cred, opts.OSUser); err != nil {
 			return nil, err
 		}
@@ -269,32 +273,118 @@ func checkReachable(dir string, cred *syscall.Credential, osUser string) error {
 	}
 }
 
+// initdb makes the cluster when the data directory holds none. initdb
+// writes into a directory beside it, renamed into place once initdb has
+// finished: a start killed half-way leaves nothing a later start would take
+// for a cluster.
 func (m *managedPostgres) initdb(ctx context.Context, binDir string, cred *syscall.Credential) error {
-	if _, err := os.Stat(filepath.Join(m.opts.DataDir, "PG_VERSION")); err == nil {
+	dir := m.opts.DataDir
+	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); err == nil {
 		return nil
 	}
-	entries, err := os.ReadDir(m.opts.DataDir)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", m.opts.DataDir, err)
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("read %s: %w", dir, err)
 	}
 	if len(entries) > 0 {
-		return fmt.Errorf("%s is neither empty nor a PostgreSQL data directory (no PG_VERSION)", m.opts.DataDir)
+		return fmt.Errorf("%s is neither empty nor a PostgreSQL data directory (no PG_VERSION)", dir)
 	}
-	m.logger.Info("initialising managed postgres cluster", "data_dir", m.opts.DataDir)
-	args := []string{"-D", m.opts.DataDir, "-U", pgSuperuser, "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8"}
+	tmp := dir + "-initdb"
+	lock, err := m.takeInitdbDir(ctx, tmp, cred)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	m.logger.Info("initialising managed postgres cluster", "data_dir", dir)
+	args := []string{"-D", tmp, "-U", pgSuperuser, "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8"}
 	if m.opts.NoFsync {
 		args = append(args, "--no-sync")
 	}
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "initdb"), args...)
-	cmd.Dir = m.opts.DataDir
+	cmd.Dir = tmp
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	// Interrupted, initdb removes what it wrote; killed, it would leave a
-	// PG_VERSION behind and the next start would take the half-made
-	// directory for a cluster.
+	// initdb and the server it runs inherit the lock: a later start knows
+	// they still run after a kill of playwatch alone.
+	cmd.ExtraFiles = []*os.File{lock}
+	// Interrupted, initdb removes what it wrote and ends its server.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
 	cmd.WaitDelay = 30 * time.Second
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("initdb %s: %w\n%s", m.opts.DataDir, err, bytes.TrimSpace(out))
+		return fmt.Errorf("initdb %s: %w\n%s", tmp, err, bytes.TrimSpace(out))
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return fmt.Errorf("move the new cluster into place: %w", err)
+	}
+	if !m.opts.NoFsync {
+		if err := syncDir(filepath.Dir(dir)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// takeInitdbDir makes tmp an empty directory owned by the server's OS user
+// and returns it open and locked. What a killed start left there is removed
+// once every process of that start has ended: an initdb that outlived its
+// playwatch, and the server it runs, hold the lock.
+func (m *managedPostgres) takeInitdbDir(ctx context.Context, tmp string, cred *syscall.Credential) (*os.File, error) {
+	if err := makeOwnedDir(tmp, cred); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(tmp)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for waiting := false; ; waiting = true {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", tmp, err)
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("an initdb of an earlier start still runs in %s after 5 minutes: end it (fuser -vk %s) and start again", tmp, tmp)
+		}
+		if !waiting {
+			m.logger.Warn("an initdb of an earlier start still runs; waiting for it to end", "dir", tmp)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("read %s: %w", tmp, err)
+	}
+	if len(entries) > 0 {
+		m.logger.Warn("removing the unfinished cluster of an interrupted initdb", "dir", tmp)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(tmp, e.Name())); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("clear %s: %w", tmp, err)
+		}
+	}
+	return f, nil
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	return nil
 }
@@ -417,6 +507,11 @@ func (m *managedPostgres) waitReady(ctx context.Context) error {
 		conn, err := pgx.Connect(ctx, m.dsn("postgres"))
 		if err == nil {
 			return conn.Close(ctx)
+		}
+		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "3D000" {
+			// initdb makes the postgres database last: an older playwatch
+			// killed during initdb left this one half-made.
+			return fmt.Errorf("%s is a half-made cluster (initdb was interrupted; it has no postgres database): if it holds nothing you need, remove it (rm -rf %s) and start again", m.opts.DataDir, m.opts.DataDir)
 		}
 		select {
 		case <-m.exited:
