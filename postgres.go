@@ -22,7 +22,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -46,14 +45,11 @@ type managedPostgres struct {
 	stderr    *tailBuffer
 	exited    chan struct{}
 	logger    *slog.Logger
+	admin     string // the superuser that sets the cluster up
 }
 
-// pgSuperuser and managedDatabase name the role and database playwatch uses
-// in a managed cluster.
-const (
-	pgSuperuser     = "playwatch"
-	managedDatabase = "playwatch"
-)
+// managedDatabase is the database playwatch uses in a managed cluster.
+const managedDatabase = "playwatch"
 
 // startManagedPostgres initialises the cluster if needed, takes over or
 // clears what a crashed run left behind, starts the server and waits until
@@ -94,13 +90,16 @@ func startManagedPostgres(ctx context.Context, opts managedPostgresOptions, logg
 			return nil, err
 		}
 	}
+	if err := m.writeAccessRules(cred); err != nil {
+		return nil, err
+	}
 	if err := m.startServer(binDir, cred); err != nil {
 		return nil, err
 	}
 	if err := m.waitReady(ctx); err != nil {
 		return nil, errors.Join(err, m.stopAfterFailedStart(ctx))
 	}
-	if err := m.ensureDatabase(ctx); err != nil {
+	if err := m.setUpAccess(ctx); err != nil {
 		return nil, errors.Join(err, m.stopAfterFailedStart(ctx))
 	}
 	logger.Info("managed postgres ready", "data_dir", opts.DataDir, "socket_dir", m.socketDir,
@@ -108,14 +107,20 @@ func startManagedPostgres(ctx context.Context, opts managedPostgresOptions, logg
 	return m, nil
 }
 
-// DSN is the connection string of the playwatch database.
-func (m *managedPostgres) DSN() string { return m.dsn(m.opts.Database) }
+// DSN is the URL playwatch writes the playwatch database with.
+func (m *managedPostgres) DSN() string {
+	return managedPostgresDSN(m.socketDir, m.port, m.opts.Database)
+}
 
-func (m *managedPostgres) dsn(db string) string { return managedPostgresDSN(m.socketDir, m.port, db) }
-
-// managedPostgresDSN is the URL of a database of a managed cluster.
+// managedPostgresDSN is the URL of a database of a managed cluster for the
+// writer role, over the socket.
 func managedPostgresDSN(socketDir string, port int, db string) string {
-	u := url.URL{Scheme: "postgres", User: url.User(pgSuperuser), Path: "/" + db,
+	return managedPostgresURL(socketDir, port, pgWriterRole, db)
+}
+
+// managedPostgresURL is the URL of database db for role over the socket.
+func managedPostgresURL(socketDir string, port int, role, db string) string {
+	u := url.URL{Scheme: "postgres", User: url.User(role), Path: "/" + db,
 		RawQuery: url.Values{"host": {socketDir}, "port": {strconv.Itoa(port)}, "sslmode": {"disable"}}.Encode()}
 	return u.String()
 }
@@ -296,7 +301,8 @@ func (m *managedPostgres) initdb(ctx context.Context, binDir string, cred *sysca
 	}
 	defer lock.Close()
 	m.logger.Info("initialising managed postgres cluster", "data_dir", dir)
-	args := []string{"-D", tmp, "-U", pgSuperuser, "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8"}
+	// The access rules are replaced before the server starts (pg_hba.conf).
+	args := []string{"-D", tmp, "-U", pgAdminRole, "--auth-local=trust", "--auth-host=scram-sha-256", "--encoding=UTF8", "--locale=C.UTF-8"}
 	if m.opts.NoFsync {
 		args = append(args, "--no-sync")
 	}
@@ -463,15 +469,11 @@ func stopOrphanPostmaster(ctx context.Context, pid int) error {
 }
 
 func (m *managedPostgres) startServer(binDir string, cred *syscall.Credential) error {
-	listen := ""
-	if m.opts.Listen != "" {
-		listen, _, _ = net.SplitHostPort(m.opts.Listen)
-	}
 	args := []string{
 		"-D", m.opts.DataDir,
 		"-k", m.socketDir,
 		"-p", strconv.Itoa(m.port),
-		"-c", "listen_addresses=" + listen,
+		"-c", "listen_addresses=" + pgListenHost(m.opts.Listen),
 		"-c", "unix_socket_permissions=0700",
 		// Server logs rotate daily inside PGDATA and overwrite last week's file.
 		"-c", "logging_collector=on",
@@ -500,15 +502,22 @@ func (m *managedPostgres) startServer(binDir string, cred *syscall.Credential) e
 	return nil
 }
 
+// waitReady waits until the server answers and finds the superuser that
+// sets it up: postgres, or playwatch in a cluster of an older playwatch.
 func (m *managedPostgres) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	for {
-		conn, err := pgx.Connect(ctx, m.dsn("postgres"))
-		if err == nil {
-			return conn.Close(ctx)
+		m.admin = pgAdminRole
+		err := m.adminExec(ctx, "postgres", "SELECT 1")
+		if isPgError(err, "28000") { // no such role
+			m.admin = legacySuperuser
+			err = m.adminExec(ctx, "postgres", "SELECT 1")
 		}
-		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "3D000" {
+		if err == nil {
+			return nil
+		}
+		if isPgError(err, "3D000") {
 			// initdb makes the postgres database last: an older playwatch
 			// killed during initdb left this one half-made.
 			return fmt.Errorf("%s is a half-made cluster (initdb was interrupted; it has no postgres database): if it holds nothing you need, remove it (rm -rf %s) and start again", m.opts.DataDir, m.opts.DataDir)
@@ -523,23 +532,10 @@ func (m *managedPostgres) waitReady(ctx context.Context) error {
 	}
 }
 
-func (m *managedPostgres) ensureDatabase(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, m.dsn("postgres"))
-	if err != nil {
-		return fmt.Errorf("connect to managed postgres: %w", err)
-	}
-	defer conn.Close(ctx)
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", m.opts.Database).Scan(&exists); err != nil {
-		return fmt.Errorf("look up database %s: %w", m.opts.Database, err)
-	}
-	if exists {
-		return nil
-	}
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{m.opts.Database}.Sanitize()); err != nil {
-		return fmt.Errorf("create database %s: %w", m.opts.Database, err)
-	}
-	return nil
+// isPgError reports whether err is an error PostgreSQL answered with code.
+func isPgError(err error, code string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == code
 }
 
 // tailBuffer keeps the last max bytes written to it: the server's early

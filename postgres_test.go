@@ -281,3 +281,29 @@ func processesNaming(t *testing.T, s string) []int {
 	}
 	return pids
 }
+
+// A cluster without its postgres database, as an older playwatch killed
+// during initdb left it, is reported at once with the command that clears
+// it, not after a minute of retries.
+func TestManagedPostgresReportsHalfMadeCluster(t *testing.T) {
+	ctx := context.Background()
+	opts := managedPostgresOptions{DataDir: filepath.Join(tempDataDir(t), "pg"), Database: "playwatch", OSUser: "postgres", NoFsync: true}
+	pg, err := startManagedPostgres(ctx, opts, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.adminExec(ctx, opts.Database, "DROP DATABASE postgres"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	_, err = startManagedPostgres(ctx, opts, testLogger(t))
+	if err == nil || !strings.Contains(err.Error(), "rm -rf "+opts.DataDir) {
+		t.Fatalf("err = %v, want the command that removes the half-made cluster", err)
+	}
+	if took := time.Since(began); took > 30*time.Second {
+		t.Errorf("the report took %s", took)
+	}
+}
