@@ -84,7 +84,7 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.BrokerFsync, err = strconv.ParseBool(v); return }},
 	{"REGISTRY_TOKEN", "", "bearer token required for registry writes; required when PLAYWATCH_HTTP_ADDR is not loopback",
 		func(c *Config, v string) error { c.RegistryToken = v; return nil }},
-	{"PLAYWATCH_PG_LISTEN", "", "host:port where the managed PostgreSQL also listens on TCP; empty: unix socket only",
+	{"PLAYWATCH_PG_LISTEN", "", "host:port where the managed PostgreSQL also listens on TCP, with passwords (playwatch db-url prints a URL); empty: unix socket only",
 		func(c *Config, v string) (err error) {
 			if v != "" {
 				c.PGListen, err = parseHostPort(v)

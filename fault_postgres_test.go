@@ -137,3 +137,9 @@ func TestFaultPostgresDownWhileConsumerBusy(t *testing.T) {
 		before, total, up.Sub(down).Round(time.Millisecond), resumed.Sub(up).Round(time.Millisecond), blocked, errs,
 		time.Since(began).Round(time.Millisecond))
 }
+
+// The 20-round version of TestManagedPostgresRestartRightAfterKill.
+func TestFaultPostgresRestartRightAfterKill(t *testing.T) {
+	requireFaultSuite(t)
+	restartRightAfterKill(t, 20)
+}

@@ -75,6 +75,7 @@ Usage:
   playwatch pcap --app PKG --scenario UPLOAD|DOWNLOAD [--dry-run] FILE...
                                              analyse captures into network-metrics messages
   playwatch dlq list|replay [flags]          list dead letters, or store them again once their cause is fixed
+  playwatch db-url [--reader]                print a URL of the managed PostgreSQL (for psql, dashboards)
   playwatch version                          print the version and exit
 
 Every command takes the flags listed below; 'playwatch COMMAND --help' shows its own flags too.
@@ -106,6 +107,8 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 		return cmdFetch(ctx, rest, getenv, stdout, stderr)
 	case "dlq":
 		return cmdDLQ(ctx, rest, getenv, stdout, stderr)
+	case "db-url":
+		return cmdDBURL(rest, getenv, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "playwatch", version)
 		return nil
@@ -737,4 +740,32 @@ func cmdDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 		err = runDLQReplay(ctx, newConsumerStore(be.pool, cl.cfg.ConsumerGroup), &f, cl.args, cl.cfg.ConsumerMaxRecordBytes, stdout)
 	}
 	return errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout))
+}
+
+// cmdDBURL is `playwatch db-url`: the writer's URL, or the reader's, of the
+// managed cluster, with its generated password (postgres_access.go).
+func cmdDBURL(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var reader bool
+	cl, err := parseCommandLine("db-url", "db-url [--reader] [flags]", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&reader, "reader", false, "the URL of the read-only role "+pgReaderRole+" (dashboards) instead of the writer "+pgWriterRole)
+	})
+	if err != nil {
+		return err
+	}
+	if len(cl.args) > 0 {
+		return usageError{fmt.Sprintf("db-url takes no arguments, got %q", cl.args)}
+	}
+	role := pgWriterRole
+	if reader {
+		role = pgReaderRole
+	}
+	u, err := managedClusterURL(cl.cfg, role)
+	if err != nil {
+		return err
+	}
+	if cl.cfg.PGListen == "" {
+		fmt.Fprintln(stderr, "playwatch: PLAYWATCH_PG_LISTEN is empty, so this is the unix socket's URL: only root and the OS user that runs the server can use it")
+	}
+	fmt.Fprintln(stdout, u)
+	return nil
 }

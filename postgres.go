@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // managedPostgresOptions says where and how to run a private cluster.
@@ -45,14 +45,11 @@ type managedPostgres struct {
 	stderr    *tailBuffer
 	exited    chan struct{}
 	logger    *slog.Logger
+	admin     string // the superuser that sets the cluster up
 }
 
-// pgSuperuser and managedDatabase name the role and database playwatch uses
-// in a managed cluster.
-const (
-	pgSuperuser     = "playwatch"
-	managedDatabase = "playwatch"
-)
+// managedDatabase is the database playwatch uses in a managed cluster.
+const managedDatabase = "playwatch"
 
 // startManagedPostgres initialises the cluster if needed, takes over or
 // clears what a crashed run left behind, starts the server and waits until
@@ -69,10 +66,13 @@ func startManagedPostgres(ctx context.Context, opts managedPostgresOptions, logg
 	}
 	m := &managedPostgres{opts: opts, port: pgListenPort(opts.Listen), stderr: &tailBuffer{max: 8 << 10}, exited: make(chan struct{}), logger: logger}
 	m.socketDir = postgresSocketDir(opts.DataDir, m.port)
+	if err := os.MkdirAll(filepath.Dir(opts.DataDir), 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", filepath.Dir(opts.DataDir), err)
+	}
+	if err := makeOwnedDir(m.socketDir, cred); err != nil {
+		return nil, err
+	}
 	for _, d := range []string{opts.DataDir, m.socketDir} {
-		if err := makeOwnedDir(d, cred); err != nil {
-			return nil, err
-		}
 		if err := checkReachable(d, cred, opts.OSUser); err != nil {
 			return nil, err
 		}
@@ -80,7 +80,17 @@ func startManagedPostgres(ctx context.Context, opts managedPostgresOptions, logg
 	if err := m.initdb(ctx, binDir, cred); err != nil {
 		return nil, err
 	}
+	// The server of a playwatch killed a moment ago may still be shutting
+	// down and deleting its files: it ends before they are handed over.
 	if err := m.clearLeftovers(ctx); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{opts.DataDir, m.socketDir} {
+		if err := handOver(d, cred); err != nil {
+			return nil, err
+		}
+	}
+	if err := m.writeAccessRules(cred); err != nil {
 		return nil, err
 	}
 	if err := m.startServer(binDir, cred); err != nil {
@@ -89,7 +99,7 @@ func startManagedPostgres(ctx context.Context, opts managedPostgresOptions, logg
 	if err := m.waitReady(ctx); err != nil {
 		return nil, errors.Join(err, m.stopAfterFailedStart(ctx))
 	}
-	if err := m.ensureDatabase(ctx); err != nil {
+	if err := m.setUpAccess(ctx); err != nil {
 		return nil, errors.Join(err, m.stopAfterFailedStart(ctx))
 	}
 	logger.Info("managed postgres ready", "data_dir", opts.DataDir, "socket_dir", m.socketDir,
@@ -97,14 +107,20 @@ func startManagedPostgres(ctx context.Context, opts managedPostgresOptions, logg
 	return m, nil
 }
 
-// DSN is the connection string of the playwatch database.
-func (m *managedPostgres) DSN() string { return m.dsn(m.opts.Database) }
+// DSN is the URL playwatch writes the playwatch database with.
+func (m *managedPostgres) DSN() string {
+	return managedPostgresDSN(m.socketDir, m.port, m.opts.Database)
+}
 
-func (m *managedPostgres) dsn(db string) string { return managedPostgresDSN(m.socketDir, m.port, db) }
-
-// managedPostgresDSN is the URL of a database of a managed cluster.
+// managedPostgresDSN is the URL of a database of a managed cluster for the
+// writer role, over the socket.
 func managedPostgresDSN(socketDir string, port int, db string) string {
-	u := url.URL{Scheme: "postgres", User: url.User(pgSuperuser), Path: "/" + db,
+	return managedPostgresURL(socketDir, port, pgWriterRole, db)
+}
+
+// managedPostgresURL is the URL of database db for role over the socket.
+func managedPostgresURL(socketDir string, port int, role, db string) string {
+	u := url.URL{Scheme: "postgres", User: url.User(role), Path: "/" + db,
 		RawQuery: url.Values{"host": {socketDir}, "port": {strconv.Itoa(port)}, "sslmode": {"disable"}}.Encode()}
 	return u.String()
 }
@@ -204,6 +220,7 @@ func postgresSocketDir(dataDir string, port int) string {
 	return filepath.Join(os.TempDir(), "playwatch-pg-"+hex.EncodeToString(sum[:6]))
 }
 
+// makeOwnedDir creates dir (0700, its parents 0755) for the server's OS user.
 func makeOwnedDir(dir string, cred *syscall.Credential) error {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", filepath.Dir(dir), err)
@@ -214,11 +231,24 @@ func makeOwnedDir(dir string, cred *syscall.Credential) error {
 	if cred == nil {
 		return nil
 	}
+	if err := os.Lchown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+		return fmt.Errorf("hand %s to the postgres OS user: %w", dir, err)
+	}
+	return nil
+}
+
+// handOver gives everything under dir to the server's OS user (a directory
+// made by a playwatch run as another user, or for another PLAYWATCH_PG_USER).
+// A file that vanishes meanwhile needs no owner.
+func handOver(dir string, cred *syscall.Credential) error {
+	if cred == nil {
+		return nil
+	}
 	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+		if err == nil {
+			err = os.Lchown(p, int(cred.Uid), int(cred.Gid))
 		}
-		if err := os.Lchown(p, int(cred.Uid), int(cred.Gid)); err != nil {
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("hand %s to the postgres OS user: %w", p, err)
 		}
 		return nil
@@ -248,32 +278,119 @@ func checkReachable(dir string, cred *syscall.Credential, osUser string) error {
 	}
 }
 
+// initdb makes the cluster when the data directory holds none. initdb
+// writes into a directory beside it, renamed into place once initdb has
+// finished: a start killed half-way leaves nothing a later start would take
+// for a cluster.
 func (m *managedPostgres) initdb(ctx context.Context, binDir string, cred *syscall.Credential) error {
-	if _, err := os.Stat(filepath.Join(m.opts.DataDir, "PG_VERSION")); err == nil {
+	dir := m.opts.DataDir
+	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); err == nil {
 		return nil
 	}
-	entries, err := os.ReadDir(m.opts.DataDir)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", m.opts.DataDir, err)
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("read %s: %w", dir, err)
 	}
 	if len(entries) > 0 {
-		return fmt.Errorf("%s is neither empty nor a PostgreSQL data directory (no PG_VERSION)", m.opts.DataDir)
+		return fmt.Errorf("%s is neither empty nor a PostgreSQL data directory (no PG_VERSION)", dir)
 	}
-	m.logger.Info("initialising managed postgres cluster", "data_dir", m.opts.DataDir)
-	args := []string{"-D", m.opts.DataDir, "-U", pgSuperuser, "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8"}
+	tmp := dir + "-initdb"
+	lock, err := m.takeInitdbDir(ctx, tmp, cred)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	m.logger.Info("initialising managed postgres cluster", "data_dir", dir)
+	// The access rules are replaced before the server starts (pg_hba.conf).
+	args := []string{"-D", tmp, "-U", pgAdminRole, "--auth-local=trust", "--auth-host=scram-sha-256", "--encoding=UTF8", "--locale=C.UTF-8"}
 	if m.opts.NoFsync {
 		args = append(args, "--no-sync")
 	}
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "initdb"), args...)
-	cmd.Dir = m.opts.DataDir
+	cmd.Dir = tmp
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	// Interrupted, initdb removes what it wrote; killed, it would leave a
-	// PG_VERSION behind and the next start would take the half-made
-	// directory for a cluster.
+	// initdb and the server it runs inherit the lock: a later start knows
+	// they still run after a kill of playwatch alone.
+	cmd.ExtraFiles = []*os.File{lock}
+	// Interrupted, initdb removes what it wrote and ends its server.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
 	cmd.WaitDelay = 30 * time.Second
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("initdb %s: %w\n%s", m.opts.DataDir, err, bytes.TrimSpace(out))
+		return fmt.Errorf("initdb %s: %w\n%s", tmp, err, bytes.TrimSpace(out))
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return fmt.Errorf("move the new cluster into place: %w", err)
+	}
+	if !m.opts.NoFsync {
+		if err := syncDir(filepath.Dir(dir)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// takeInitdbDir makes tmp an empty directory owned by the server's OS user
+// and returns it open and locked. What a killed start left there is removed
+// once every process of that start has ended: an initdb that outlived its
+// playwatch, and the server it runs, hold the lock.
+func (m *managedPostgres) takeInitdbDir(ctx context.Context, tmp string, cred *syscall.Credential) (*os.File, error) {
+	if err := makeOwnedDir(tmp, cred); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(tmp)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for waiting := false; ; waiting = true {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", tmp, err)
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("an initdb of an earlier start still runs in %s after 5 minutes: end it (fuser -vk %s) and start again", tmp, tmp)
+		}
+		if !waiting {
+			m.logger.Warn("an initdb of an earlier start still runs; waiting for it to end", "dir", tmp)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("read %s: %w", tmp, err)
+	}
+	if len(entries) > 0 {
+		m.logger.Warn("removing the unfinished cluster of an interrupted initdb", "dir", tmp)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(tmp, e.Name())); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("clear %s: %w", tmp, err)
+		}
+	}
+	return f, nil
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	return nil
 }
@@ -299,7 +416,8 @@ func (m *managedPostgres) clearLeftovers(ctx context.Context) error {
 		return nil
 	}
 	m.logger.Warn("removing stale postmaster.pid left by a crash", "pid", pid)
-	if err := os.Remove(pidFile); err != nil {
+	// It may also be vanishing now: a server that was ending removes it last.
+	if err := os.Remove(pidFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove stale %s: %w", pidFile, err)
 	}
 	_ = os.Remove(filepath.Join(m.socketDir, fmt.Sprintf(".s.PGSQL.%d.lock", m.port)))
@@ -351,15 +469,11 @@ func stopOrphanPostmaster(ctx context.Context, pid int) error {
 }
 
 func (m *managedPostgres) startServer(binDir string, cred *syscall.Credential) error {
-	listen := ""
-	if m.opts.Listen != "" {
-		listen, _, _ = net.SplitHostPort(m.opts.Listen)
-	}
 	args := []string{
 		"-D", m.opts.DataDir,
 		"-k", m.socketDir,
 		"-p", strconv.Itoa(m.port),
-		"-c", "listen_addresses=" + listen,
+		"-c", "listen_addresses=" + pgListenHost(m.opts.Listen),
 		"-c", "unix_socket_permissions=0700",
 		// Server logs rotate daily inside PGDATA and overwrite last week's file.
 		"-c", "logging_collector=on",
@@ -388,13 +502,25 @@ func (m *managedPostgres) startServer(binDir string, cred *syscall.Credential) e
 	return nil
 }
 
+// waitReady waits until the server answers and finds the superuser that
+// sets it up: postgres, or playwatch in a cluster of an older playwatch.
 func (m *managedPostgres) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	for {
-		conn, err := pgx.Connect(ctx, m.dsn("postgres"))
+		m.admin = pgAdminRole
+		err := m.adminExec(ctx, "postgres", "SELECT 1")
+		if isPgError(err, "28000") { // no such role
+			m.admin = legacySuperuser
+			err = m.adminExec(ctx, "postgres", "SELECT 1")
+		}
 		if err == nil {
-			return conn.Close(ctx)
+			return nil
+		}
+		if isPgError(err, "3D000") {
+			// initdb makes the postgres database last: an older playwatch
+			// killed during initdb left this one half-made.
+			return fmt.Errorf("%s is a half-made cluster (initdb was interrupted; it has no postgres database): if it holds nothing you need, remove it (rm -rf %s) and start again", m.opts.DataDir, m.opts.DataDir)
 		}
 		select {
 		case <-m.exited:
@@ -406,23 +532,10 @@ func (m *managedPostgres) waitReady(ctx context.Context) error {
 	}
 }
 
-func (m *managedPostgres) ensureDatabase(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, m.dsn("postgres"))
-	if err != nil {
-		return fmt.Errorf("connect to managed postgres: %w", err)
-	}
-	defer conn.Close(ctx)
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", m.opts.Database).Scan(&exists); err != nil {
-		return fmt.Errorf("look up database %s: %w", m.opts.Database, err)
-	}
-	if exists {
-		return nil
-	}
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{m.opts.Database}.Sanitize()); err != nil {
-		return fmt.Errorf("create database %s: %w", m.opts.Database, err)
-	}
-	return nil
+// isPgError reports whether err is an error PostgreSQL answered with code.
+func isPgError(err error, code string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == code
 }
 
 // tailBuffer keeps the last max bytes written to it: the server's early

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -124,5 +129,181 @@ func TestManagedPostgresInterruptedInitdb(t *testing.T) {
 	defer pg.Stop(context.Background())
 	if n := queryInt(t, pg.DSN(), "SELECT 1"); n != 1 {
 		t.Fatal(n)
+	}
+}
+
+// After a kill -9 of playwatch its server gets a fast shutdown (the
+// parent-death signal) and deletes its files while the next playwatch,
+// started at once, takes the data directory over: every start is ready.
+func TestManagedPostgresRestartRightAfterKill(t *testing.T) {
+	restartRightAfterKill(t, 3)
+}
+
+// restartRightAfterKill runs `playwatch run` and, rounds times, kills it
+// with SIGKILL once ready and starts it again at once.
+func restartRightAfterKill(t *testing.T, rounds int) {
+	bin := buildPlaywatch(t)
+	logPath := filepath.Join(t.TempDir(), "playwatch.log")
+	env := map[string]string{
+		"PLAYWATCH_DATA_DIR":    filepath.Join(tempDataDir(t), "data"),
+		"PLAYWATCH_HTTP_ADDR":   freeAddr(t),
+		"PLAYWATCH_BROKER_ADDR": freeAddr(t),
+		"DATABASE_URL":          "",
+		"KAFKA_BROKERS":         "",
+	}
+	a := startAppliance(t, bin, env, logPath, "--roles", "registry")
+	for round := 1; round <= rounds; round++ {
+		if err := a.stop(t, syscall.SIGKILL, 30*time.Second); err == nil || !strings.Contains(err.Error(), "killed") {
+			t.Fatalf("round %d: playwatch exited with %v, want killed", round, err)
+		}
+		killed := time.Now()
+		a = startAppliance(t, bin, env, logPath, "--roles", "registry")
+		t.Logf("round %d: ready %s after the kill", round, time.Since(killed).Round(time.Millisecond))
+	}
+	if err := a.stop(t, syscall.SIGTERM, time.Minute); err != nil {
+		t.Fatalf("playwatch exited with %v after SIGTERM", err)
+	}
+}
+
+// A first start killed during initdb, at several points, leaves nothing that
+// stops the next start from making the cluster. Killed alone, playwatch
+// leaves its initdb running; the next start waits for it to end instead of
+// removing its files from under it, and the cluster it makes stays sound.
+func TestManagedPostgresKilledDuringInitdb(t *testing.T) {
+	bin := buildPlaywatch(t)
+	dataDir := filepath.Join(tempDataDir(t), "data")
+	tmp := filepath.Join(dataDir, "postgres-initdb")
+	var logs syncBuffer
+	defer func() {
+		if t.Failed() {
+			t.Logf("playwatch output:\n%s", logs.String())
+		}
+	}()
+	// migrate starts `playwatch migrate` in a process group of its own and
+	// returns it once it has started initdb.
+	migrate := func() *exec.Cmd {
+		t.Helper()
+		fmt.Fprintln(&logs, "==== playwatch migrate")
+		cmd := exec.Command(bin, "migrate")
+		cmd.Env = append(os.Environ(), "PLAYWATCH_DATA_DIR="+dataDir, "DATABASE_URL=")
+		initdb := make(chan struct{})
+		cmd.Stderr = &lineWatcher{w: &logs, line: "initialising managed postgres cluster", seen: initdb}
+		cmd.SysProcAttr = childProcAttr(true)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-initdb:
+		case <-time.After(30 * time.Second):
+			t.Fatal("playwatch migrate did not start initdb")
+		}
+		return cmd
+	}
+	for _, after := range []time.Duration{0, 300 * time.Millisecond, 700 * time.Millisecond, 1200 * time.Millisecond, 1800 * time.Millisecond} {
+		cmd := migrate()
+		time.Sleep(after)
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		t.Logf("killed playwatch and its initdb %s into initdb", after)
+	}
+
+	// playwatch alone: its initdb goes on.
+	cmd := migrate()
+	time.Sleep(500 * time.Millisecond)
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	orphans := processesNaming(t, "-D\x00"+tmp+"\x00")
+	t.Logf("killed playwatch alone 500ms into initdb; processes of its initdb still running: %v", orphans)
+
+	for i := range 2 {
+		cmd := exec.Command(bin, "migrate")
+		cmd.Env = append(os.Environ(), "PLAYWATCH_DATA_DIR="+dataDir, "DATABASE_URL=")
+		cmd.Stdout, cmd.Stderr = &logs, &logs
+		cmd.SysProcAttr = childProcAttr(false)
+		fmt.Fprintln(&logs, "==== playwatch migrate")
+		began := time.Now()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		timer := time.AfterFunc(time.Minute, func() { _ = cmd.Process.Kill() })
+		err := cmd.Wait()
+		timer.Stop()
+		if err != nil {
+			t.Fatalf("start %d after the kills: %v", i+1, err)
+		}
+		t.Logf("start %d after the kills: migrated in %s", i+1, time.Since(began).Round(time.Millisecond))
+		if i == 0 {
+			if left := processesNaming(t, "-D\x00"+tmp+"\x00"); len(left) > 0 {
+				t.Errorf("the orphaned initdb %v still runs after the cluster was made", left)
+			}
+		}
+	}
+	if !strings.Contains(logs.String(), "waiting for it to end") && len(orphans) > 0 {
+		t.Errorf("the start after the kill of playwatch alone did not wait for its initdb %v", orphans)
+	}
+}
+
+// lineWatcher copies what it is written to w and closes seen at the first
+// line containing line.
+type lineWatcher struct {
+	w    io.Writer
+	line string
+	seen chan struct{}
+	buf  []byte
+}
+
+func (l *lineWatcher) Write(p []byte) (int, error) {
+	if l.seen != nil {
+		l.buf = append(l.buf, p...)
+		if bytes.Contains(l.buf, []byte(l.line)) {
+			close(l.seen)
+			l.seen, l.buf = nil, nil
+		}
+	}
+	return l.w.Write(p)
+}
+
+// processesNaming lists the pids whose NUL-separated command line contains s.
+func processesNaming(t *testing.T, s string) []int {
+	t.Helper()
+	dirs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, d := range dirs {
+		b, err := os.ReadFile(d)
+		if err != nil || !bytes.Contains(append(b, 0), []byte(s)) {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(d)))
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// A cluster without its postgres database, as an older playwatch killed
+// during initdb left it, is reported at once with the command that clears
+// it, not after a minute of retries.
+func TestManagedPostgresReportsHalfMadeCluster(t *testing.T) {
+	ctx := context.Background()
+	opts := managedPostgresOptions{DataDir: filepath.Join(tempDataDir(t), "pg"), Database: "playwatch", OSUser: "postgres", NoFsync: true}
+	pg, err := startManagedPostgres(ctx, opts, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.adminExec(ctx, opts.Database, "DROP DATABASE postgres"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	_, err = startManagedPostgres(ctx, opts, testLogger(t))
+	if err == nil || !strings.Contains(err.Error(), "rm -rf "+opts.DataDir) {
+		t.Fatalf("err = %v, want the command that removes the half-made cluster", err)
+	}
+	if took := time.Since(began); took > 30*time.Second {
+		t.Errorf("the report took %s", took)
 	}
 }

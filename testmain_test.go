@@ -28,14 +28,18 @@ func TestMain(m *testing.M) {
 
 // testPostgres is one PostgreSQL server per test binary: the managed
 // cluster code in a temp dir, or TEST_DATABASE_URL when set. Each test gets
-// its own database cloned from a migrated template.
+// its own database cloned from a migrated template. In the managed cluster
+// the superuser creates the databases and the writer role owns them, as in
+// the appliance.
 type testPostgres struct {
-	once    sync.Once
-	err     error
-	baseURL *url.URL // any database of the server; the path is replaced per test
-	server  *managedPostgres
-	dir     string
-	seq     atomic.Int64
+	once     sync.Once
+	err      error
+	baseURL  *url.URL // any database of the server; the path is replaced per test
+	adminURL string   // creates and drops the databases
+	owner    string   // " OWNER role" of each database, or empty
+	server   *managedPostgres
+	dir      string
+	seq      atomic.Int64
 }
 
 var testPG testPostgres
@@ -64,6 +68,10 @@ func (tp *testPostgres) start() error {
 				return
 			}
 			raw = tp.server.DSN()
+			tp.adminURL, tp.owner = tp.server.adminDSN("postgres"), " OWNER "+pgWriterRole
+		}
+		if tp.adminURL == "" {
+			tp.adminURL = raw
 		}
 		tp.baseURL, tp.err = url.Parse(raw)
 		if tp.err != nil {
@@ -81,7 +89,7 @@ func (tp *testPostgres) urlFor(db string) string {
 }
 
 func (tp *testPostgres) exec(ctx context.Context, sql string) error {
-	conn, err := pgx.Connect(ctx, tp.baseURL.String())
+	conn, err := pgx.Connect(ctx, tp.adminURL)
 	if err != nil {
 		return err
 	}
@@ -94,7 +102,7 @@ func (tp *testPostgres) createTemplate(ctx context.Context, logger *slog.Logger)
 	if err := tp.exec(ctx, "DROP DATABASE IF EXISTS "+testTemplateDB+" WITH (FORCE)"); err != nil {
 		return err
 	}
-	if err := tp.exec(ctx, "CREATE DATABASE "+testTemplateDB); err != nil {
+	if err := tp.exec(ctx, "CREATE DATABASE "+testTemplateDB+tp.owner); err != nil {
 		return err
 	}
 	pool, err := pgxpool.New(ctx, tp.urlFor(testTemplateDB))
@@ -125,7 +133,7 @@ func newTestDatabase(t testing.TB) string {
 	}
 	name := fmt.Sprintf("pwt_%d_%d", os.Getpid(), testPG.seq.Add(1))
 	ctx := context.Background()
-	if err := testPG.exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+testTemplateDB); err != nil {
+	if err := testPG.exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+testTemplateDB+testPG.owner); err != nil {
 		t.Fatalf("create test database: %v", err)
 	}
 	t.Cleanup(func() {
