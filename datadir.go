@@ -76,6 +76,9 @@ type runningPlaywatch struct {
 	// (DATABASE_URL, PGPASSWORD or ~/.pgpass).
 	DatabaseURL string   `json:"database_url"`
 	Brokers     []string `json:"brokers"`
+	// PGListen is the managed cluster's TCP address (PLAYWATCH_PG_LISTEN),
+	// for `playwatch db-url`; empty: socket only, or an external database.
+	PGListen string `json:"pg_listen,omitempty"`
 }
 
 // publishRunning writes r to the attach file of dir, atomically: a command

@@ -38,13 +38,13 @@ func TestLockDataDirErrorNamesThePathOnce(t *testing.T) {
 // pool on its database reached the way a user would: its socket.
 type attachTestAppliance struct {
 	dir, brokerAddr, pkg string
-	base                 string
+	base, pgListen       string
 	pool                 *pgxpool.Pool
 }
 
 func startAttachTestAppliance(t *testing.T, pkg, pgListen string) *attachTestAppliance {
 	t.Helper()
-	a := &attachTestAppliance{dir: filepath.Join(tempDataDir(t), "data"), brokerAddr: freeAddr(t), pkg: pkg}
+	a := &attachTestAppliance{dir: filepath.Join(tempDataDir(t), "data"), brokerAddr: freeAddr(t), pkg: pkg, pgListen: pgListen}
 	env := map[string]string{"PLAYWATCH_DATA_DIR": a.dir, "PLAYWATCH_HTTP_ADDR": freeAddr(t),
 		"PLAYWATCH_BROKER_ADDR": a.brokerAddr, "PLAYWATCH_PG_LISTEN": pgListen, "CONSUMER_LINGER": "0s", "LOG_LEVEL": "warn"}
 	a.base, _, _ = startRun(t, env, "--roles", "registry,consumer")
@@ -100,6 +100,12 @@ func TestOneOffCommandsAttachToTheApplianceOfTheirDataDir(t *testing.T) {
 			t.Error(err)
 		} else if !strings.Contains(out, "published analysis") {
 			t.Errorf("pcap printed %q", out)
+		}
+		// db-url names the TCP address the appliance listens on, or none.
+		if out, err := command(on, other, "db-url", "--reader"); err != nil {
+			t.Error(err)
+		} else if on.pgListen != "" && !strings.Contains(out, "@"+on.pgListen+"/") || on.pgListen == "" && !strings.Contains(out, "host=%2F") {
+			t.Errorf("db-url on %s (listening on %q) printed %q", on.dir, on.pgListen, out)
 		}
 		if out, err := command(on, other, "crawl", "--once"); err != nil {
 			t.Error(err)

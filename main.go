@@ -320,7 +320,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	if be.ownsDataDir {
 		up, err := publishRunning(cfg.DataDir, runningPlaywatch{PID: os.Getpid(), Version: version, StartedAt: started,
-			DatabaseURL: be.databaseURL, Brokers: be.brokers})
+			DatabaseURL: be.databaseURL, Brokers: be.brokers, PGListen: managedPGListen(cfg)})
 		if err != nil {
 			ln.Close()
 			return errors.Join(err, shutdown())
@@ -744,6 +744,14 @@ func cmdDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 
 // cmdDBURL is `playwatch db-url`: the writer's URL, or the reader's, of the
 // managed cluster, with its generated password (postgres_access.go).
+// managedPGListen is PLAYWATCH_PG_LISTEN when playwatch runs the cluster.
+func managedPGListen(cfg Config) string {
+	if cfg.DatabaseURL != "" {
+		return ""
+	}
+	return cfg.PGListen
+}
+
 func cmdDBURL(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var reader bool
 	cl, err := parseCommandLine("db-url", "db-url [--reader] [flags]", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
@@ -758,6 +766,9 @@ func cmdDBURL(args []string, getenv func(string) string, stdout, stderr io.Write
 	role := pgWriterRole
 	if reader {
 		role = pgReaderRole
+	}
+	if r, err := findRunning(cl.cfg.DataDir); err == nil && cl.cfg.DatabaseURL == "" {
+		cl.cfg.PGListen = r.PGListen // the address the running cluster listens on
 	}
 	u, err := managedClusterURL(cl.cfg, role)
 	if err != nil {
