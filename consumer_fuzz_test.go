@@ -24,7 +24,8 @@ func FuzzConsumerRecord(f *testing.F) {
 		topics := append(slices.Clone(allTopics), "elsewhere")
 		r := &kgo.Record{Topic: topics[int(topic)%len(topics)], Key: []byte("k"), Value: value}
 		b := decodeRecords([]*kgo.Record{r}, 1<<20, now)
-		if n := len(b.stats) + len(b.reviews) + len(b.metrics) + len(b.dead); n != 1 {
+		stats, reviews, metrics := rowsIn[appStatsMessage](b), rowsIn[reviewMessage](b), rowsIn[networkMetricsMessage](b)
+		if n := len(stats) + len(reviews) + len(metrics) + len(b.dead); n != 1 {
 			t.Fatalf("the record landed in %d places", n)
 		}
 		for _, d := range b.dead {
@@ -32,13 +33,13 @@ func FuzzConsumerRecord(f *testing.F) {
 				t.Fatalf("dead letter with reason %q (%s)", d.code, d.reason)
 			}
 		}
-		for _, s := range b.stats {
+		for _, s := range stats {
 			checkText(t, s.msg.PackageName, 255)
 			if s.msg.Version != nil {
 				checkText(t, *s.msg.Version, maxVersion)
 			}
 		}
-		for _, rv := range b.reviews {
+		for _, rv := range reviews {
 			checkText(t, rv.msg.ReviewID, 255)
 			if rv.msg.Content != nil {
 				checkText(t, *rv.msg.Content, 1<<20)
@@ -47,7 +48,7 @@ func FuzzConsumerRecord(f *testing.F) {
 				t.Fatalf("score %d accepted", *rv.msg.Score)
 			}
 		}
-		for _, m := range b.metrics {
+		for _, m := range metrics {
 			if m.msg.Scenario != "UPLOAD" && m.msg.Scenario != "DOWNLOAD" {
 				t.Fatalf("scenario %q accepted", m.msg.Scenario)
 			}
