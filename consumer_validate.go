@@ -128,6 +128,8 @@ func jsonTypeName(t reflect.Type) string {
 		return "true or false"
 	case reflect.String:
 		return "a string"
+	case reflect.Slice:
+		return "an array"
 	}
 	return t.String()
 }

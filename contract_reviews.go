@@ -13,29 +13,36 @@ import (
 const topicReviews = "reviews"
 
 // reviewMessage is one review as seen by one crawl. CrawledAt becomes
-// reviews.last_synced_at.
+// reviews.last_synced_at. The fields after CrawledAt came later: a message
+// of an older playwatch lacks them, and they are stored as NULL.
 type reviewMessage struct {
-	PackageName   string    `json:"package_name"`
-	ReviewID      string    `json:"review_id"`
-	UserName      *string   `json:"user_name"`
-	ThumbsUpCount int64     `json:"thumbs_up_count"`
-	Score         *int      `json:"score"`
-	Content       *string   `json:"content"`
-	At            time.Time `json:"at"`
-	CrawledAt     time.Time `json:"crawled_at"`
+	PackageName   string     `json:"package_name"`
+	ReviewID      string     `json:"review_id"`
+	UserName      *string    `json:"user_name"`
+	ThumbsUpCount int64      `json:"thumbs_up_count"`
+	Score         *int       `json:"score"`
+	Content       *string    `json:"content"`
+	At            time.Time  `json:"at"`
+	CrawledAt     time.Time  `json:"crawled_at"`
+	ReplyContent  *string    `json:"reply_content"`
+	RepliedAt     *time.Time `json:"replied_at"`
+	AppVersion    *string    `json:"app_version"`
 }
 
 // reviewMessageFrom maps one review of pkg to its message
 // (docs/playstore-protocol.md §5.2).
 func reviewMessageFrom(pkg string, r review) reviewMessage {
 	m := reviewMessage{
-		PackageName: pkg,
-		ReviewID:    r.ReviewID,
-		UserName:    cleanTextPtr(r.UserName),
-		Score:       r.Score,
-		Content:     cleanTextPtr(r.Content),
-		At:          r.At,
-		CrawledAt:   messageTime(r.FetchedAt),
+		PackageName:  pkg,
+		ReviewID:     r.ReviewID,
+		UserName:     cleanTextPtr(r.UserName),
+		Score:        r.Score,
+		Content:      cleanTextPtr(r.Content),
+		At:           r.At,
+		CrawledAt:    messageTime(r.FetchedAt),
+		ReplyContent: cleanTextPtr(r.ReplyContent),
+		RepliedAt:    r.RepliedAt,
+		AppVersion:   cleanTextPtr(r.AppVersion),
 	}
 	if r.ThumbsUpCount != nil {
 		m.ThumbsUpCount = *r.ThumbsUpCount
@@ -48,13 +55,12 @@ func reviewMessageFrom(pkg string, r review) reviewMessage {
 // times faster: a crawl encodes a thousand reviews per app, and reflection
 // took a quarter of the crawler's CPU.
 func (m *reviewMessage) encodeJSON() ([]byte, error) {
-	// Keys, numbers and times take at most 224 bytes.
-	n := 224 + len(m.PackageName) + len(m.ReviewID)
-	if m.UserName != nil {
-		n += len(*m.UserName)
-	}
-	if m.Content != nil {
-		n += len(*m.Content)
+	// Keys, numbers and times take at most 330 bytes.
+	n := 330 + len(m.PackageName) + len(m.ReviewID)
+	for _, s := range []*string{m.UserName, m.Content, m.ReplyContent, m.AppVersion} {
+		if s != nil {
+			n += len(*s)
+		}
 	}
 	b := make([]byte, 0, n)
 	b = append(b, `{"package_name":`...)
@@ -82,6 +88,16 @@ func (m *reviewMessage) encodeJSON() ([]byte, error) {
 	if b, err = appendJSONTime(b, m.CrawledAt); err != nil {
 		return nil, err
 	}
+	b = append(b, `,"reply_content":`...)
+	b = appendJSONString(b, m.ReplyContent)
+	b = append(b, `,"replied_at":`...)
+	if m.RepliedAt == nil {
+		b = append(b, "null"...)
+	} else if b, err = appendJSONTime(b, *m.RepliedAt); err != nil {
+		return nil, err
+	}
+	b = append(b, `,"app_version":`...)
+	b = appendJSONString(b, m.AppVersion)
 	return append(b, '}'), nil
 }
 
@@ -127,6 +143,9 @@ func (m *reviewMessage) validate(now time.Time) *invalidRecord {
 	if m.Score != nil && (*m.Score < 1 || *m.Score > 5) {
 		c.fail(reasonOutOfRange, "score is %d, a review's score is 1 to 5", *m.Score)
 	}
+	c.text("reply_content", m.ReplyContent, 0)
+	c.timestamp("replied_at", m.RepliedAt, false)
+	c.text("app_version", m.AppVersion, maxVersion)
 	return c.result()
 }
 
@@ -138,7 +157,8 @@ type reviewRow = row[reviewMessage]
 
 // reviewsContract keeps the latest version of each review. The upsert never
 // sets sentiment (the sentiment job's), first_seen_at or application_id, and
-// only a strictly newer crawl replaces a stored version: a redelivery, a replay or two partitions read out of
+// only a strictly newer crawl replaces a stored version, its reply and app
+// version included: a redelivery, a replay or two partitions read out of
 // order never bring back older data.
 var reviewsContract = newTableContract(tableContract[reviewMessage, *reviewMessage]{
 	topic: topicReviews,
@@ -151,10 +171,14 @@ var reviewsContract = newTableContract(tableContract[reviewMessage, *reviewMessa
 		{"content", "text", func(m *reviewMessage) any { return m.Content }},
 		{"at", "timestamptz", func(m *reviewMessage) any { return m.At }},
 		{"last_synced_at", "timestamptz", func(m *reviewMessage) any { return m.CrawledAt }},
+		{"reply_content", "text", func(m *reviewMessage) any { return m.ReplyContent }},
+		{"replied_at", "timestamptz", func(m *reviewMessage) any { return m.RepliedAt }},
+		{"app_version", "text", func(m *reviewMessage) any { return m.AppVersion }},
 	},
 	conflict: `ON CONFLICT (review_id) DO UPDATE SET
 	user_name = EXCLUDED.user_name, thumbs_up_count = EXCLUDED.thumbs_up_count, score = EXCLUDED.score,
-	content = EXCLUDED.content, at = EXCLUDED.at, last_synced_at = EXCLUDED.last_synced_at
+	content = EXCLUDED.content, at = EXCLUDED.at, last_synced_at = EXCLUDED.last_synced_at,
+	reply_content = EXCLUDED.reply_content, replied_at = EXCLUDED.replied_at, app_version = EXCLUDED.app_version
 WHERE EXCLUDED.last_synced_at > t.last_synced_at`,
 	prepare: keepNewestReviews,
 })
