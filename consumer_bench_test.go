@@ -356,7 +356,7 @@ func (e *ingestBenchEnv) directIngest(b *testing.B, n, conns, batch int, write b
 			if err := apps.resolve(ctx, e.pool, rows); err != nil || len(rows.dead) > 0 {
 				b.Fatalf("decode: %v, %d dead letters", err, len(rows.dead))
 			}
-			for _, r := range rows.reviews {
+			for _, r := range rowsIn[reviewMessage](rows) {
 				distinct[r.msg.ReviewID] = true
 			}
 			shares = append(shares, rows)
@@ -374,7 +374,7 @@ func (e *ingestBenchEnv) directIngest(b *testing.B, n, conns, batch int, write b
 						return
 					}
 					defer conn.Release()
-					errs[i] = write(ctx, conn, rows.reviews)
+					errs[i] = write(ctx, conn, rowsIn[reviewMessage](rows))
 				})
 			}
 			wg.Wait()
@@ -448,7 +448,7 @@ func upsertStaging(ctx context.Context, conn *pgxpool.Conn, rows []reviewRow) er
 		return err
 	}
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		_, err := writeReviews(ctx, tx, keepNewestReviews(rows), false)
+		_, err := reviewsContract.write(ctx, tx, keepNewestReviews(rows), false)
 		return err
 	})
 }

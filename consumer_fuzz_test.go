@@ -16,6 +16,8 @@ import (
 func FuzzConsumerRecord(f *testing.F) {
 	f.Add(uint8(0), []byte(`{"package_name":"com.example.app","crawled_at":"2026-11-01T00:00:00Z","score":4.5,"min_installs":100}`))
 	f.Add(uint8(1), []byte(`{"package_name":"com.example.app","review_id":"r1","score":5,"thumbs_up_count":2,"content":"ok","at":"2026-11-01T00:00:00Z","crawled_at":"2026-11-02T00:00:00Z"}`))
+	f.Add(uint8(0), []byte(`{"package_name":"com.example.app","crawled_at":"2026-11-01T00:00:00Z","real_installs":195,"histogram":[1,2,3,4,5],"developer":"Dev","released_at":"2025-07-01T10:25:42.032Z","recent_changes":"fixes"}`))
+	f.Add(uint8(1), []byte(`{"package_name":"com.example.app","review_id":"r2","at":"2026-11-01T00:00:00Z","crawled_at":"2026-11-02T00:00:00Z","reply_content":"thanks","replied_at":"2026-11-01T12:00:00Z","app_version":"1.2.3"}`))
 	f.Add(uint8(2), []byte(`{"analysis_id":"00000000-0000-4000-8000-000000000001","package_name":"com.example.app","scenario":"UPLOAD","bytes_transferred_total":10,"bytes_payload_total":5,"overhead_ratio":0.5,"analyzed_at":"2026-11-01T00:00:00Z"}`))
 	f.Add(uint8(1), []byte(`{"review_id":"\ud800","at":"2026-13-01T00:00:00Z"}`))
 	f.Add(uint8(3), []byte(`null`))
@@ -24,7 +26,8 @@ func FuzzConsumerRecord(f *testing.F) {
 		topics := append(slices.Clone(allTopics), "elsewhere")
 		r := &kgo.Record{Topic: topics[int(topic)%len(topics)], Key: []byte("k"), Value: value}
 		b := decodeRecords([]*kgo.Record{r}, 1<<20, now)
-		if n := len(b.stats) + len(b.reviews) + len(b.metrics) + len(b.dead); n != 1 {
+		stats, reviews, metrics := rowsIn[appStatsMessage](b), rowsIn[reviewMessage](b), rowsIn[networkMetricsMessage](b)
+		if n := len(stats) + len(reviews) + len(metrics) + len(b.dead); n != 1 {
 			t.Fatalf("the record landed in %d places", n)
 		}
 		for _, d := range b.dead {
@@ -32,22 +35,31 @@ func FuzzConsumerRecord(f *testing.F) {
 				t.Fatalf("dead letter with reason %q (%s)", d.code, d.reason)
 			}
 		}
-		for _, s := range b.stats {
+		for _, s := range stats {
 			checkText(t, s.msg.PackageName, 255)
 			if s.msg.Version != nil {
 				checkText(t, *s.msg.Version, maxVersion)
 			}
+			if s.msg.Developer != nil {
+				checkText(t, *s.msg.Developer, 255)
+			}
+			if h := s.msg.Histogram; h != nil && (len(h) != 5 || slices.Min(h) < 0) {
+				t.Fatalf("histogram %v accepted", h)
+			}
 		}
-		for _, rv := range b.reviews {
+		for _, rv := range reviews {
 			checkText(t, rv.msg.ReviewID, 255)
 			if rv.msg.Content != nil {
 				checkText(t, *rv.msg.Content, 1<<20)
+			}
+			if rv.msg.AppVersion != nil {
+				checkText(t, *rv.msg.AppVersion, maxVersion)
 			}
 			if rv.msg.Score != nil && (*rv.msg.Score < 1 || *rv.msg.Score > 5) {
 				t.Fatalf("score %d accepted", *rv.msg.Score)
 			}
 		}
-		for _, m := range b.metrics {
+		for _, m := range metrics {
 			if m.msg.Scenario != "UPLOAD" && m.msg.Scenario != "DOWNLOAD" {
 				t.Fatalf("scenario %q accepted", m.msg.Scenario)
 			}

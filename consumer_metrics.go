@@ -70,9 +70,11 @@ func newConsumerMetrics(reg prometheus.Registerer) *consumerMetrics {
 	for _, t := range allTopics {
 		m.records.WithLabelValues(t)
 	}
-	for _, t := range []string{"app_stats", "reviews", "network_metrics", "dead_letter_events", "apps_registry_application"} {
-		m.rows.WithLabelValues(t)
+	for _, c := range contracts {
+		m.rows.WithLabelValues(c.tableName())
 	}
+	m.rows.WithLabelValues(tableDeadLetters)
+	m.rows.WithLabelValues(tableRegistry)
 	for _, r := range allReasonCodes {
 		m.deadLetters.WithLabelValues(string(r))
 	}
@@ -86,11 +88,9 @@ func newConsumerMetrics(reg prometheus.Registerer) *consumerMetrics {
 }
 
 func (m *consumerMetrics) stored(out storeOutcome, newest map[string]time.Time) {
-	m.rows.WithLabelValues("app_stats").Add(float64(out.rows.stats))
-	m.rows.WithLabelValues("reviews").Add(float64(out.rows.reviews))
-	m.rows.WithLabelValues("network_metrics").Add(float64(out.rows.metrics))
-	m.rows.WithLabelValues("apps_registry_application").Add(float64(out.rows.registry))
-	m.rows.WithLabelValues("dead_letter_events").Add(float64(out.rows.deadLetters))
+	for table, n := range out.rows {
+		m.rows.WithLabelValues(table).Add(float64(n))
+	}
 	for _, d := range out.dead {
 		m.deadLetters.WithLabelValues(string(d.code)).Inc()
 	}

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -45,19 +44,6 @@ type partitionBatch struct {
 	hwm     int64 // high watermark at the fetch, for the lag metric
 }
 
-// rowCounts are the rows one transaction inserted or updated, by table.
-type rowCounts struct {
-	stats, reviews, metrics, registry, deadLetters int64
-}
-
-func (c *rowCounts) add(o rowCounts) {
-	c.stats += o.stats
-	c.reviews += o.reviews
-	c.metrics += o.metrics
-	c.registry += o.registry
-	c.deadLetters += o.deadLetters
-}
-
 // storeOutcome is what one committed batch transaction did.
 type storeOutcome struct {
 	rows rowCounts
@@ -88,7 +74,7 @@ func (s *consumerStore) storeBatch(ctx context.Context, parts []partitionBatch, 
 			return err
 		}
 		out.dead = slices.Concat(b.dead, out.dead)
-		if out.rows.deadLetters, err = insertDeadLetters(ctx, tx, out.dead); err != nil {
+		if out.rows[tableDeadLetters], err = insertDeadLetters(ctx, tx, out.dead); err != nil {
 			return err
 		}
 		if err := saveOffsets(ctx, tx, s.group, parts); err != nil {
@@ -113,36 +99,6 @@ func (s *consumerStore) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 		return err
 	}
 	return pgx.BeginFunc(ctx, conn, fn)
-}
-
-// The staging tables are temporary, per connection, created once and emptied
-// by every COMMIT; they have the columns of their target, without indexes.
-const stagingDDL = `
-CREATE TEMP TABLE IF NOT EXISTS playwatch_stage_app_stats (
-    application_id bigint, min_installs bigint, score double precision, ratings bigint,
-    reviews_count bigint, version text, ad_supported boolean, app_updated_at timestamptz,
-    crawled_at timestamptz) ON COMMIT DELETE ROWS;
-CREATE TEMP TABLE IF NOT EXISTS playwatch_stage_reviews (
-    application_id bigint, review_id text, user_name text, thumbs_up_count integer,
-    score smallint, content text, at timestamptz, last_synced_at timestamptz) ON COMMIT DELETE ROWS;
-CREATE TEMP TABLE IF NOT EXISTS playwatch_stage_network_metrics (
-    application_id bigint, analysis_id uuid, scenario text, rtt_handshake double precision,
-    retransmission_count integer, out_of_order_count integer, spurious_retransmission_count integer,
-    zero_window_count integer, tcp_reset_count integer, bytes_transferred_total bigint,
-    bytes_payload_total bigint, overhead_ratio double precision, source_pcap_filename text,
-    analyzed_at timestamptz) ON COMMIT DELETE ROWS;`
-
-const stagingReadyKey = "playwatch_staging_ready"
-
-func ensureStagingTables(ctx context.Context, pc *pgconn.PgConn) error {
-	if pc.CustomData()[stagingReadyKey] == true {
-		return nil
-	}
-	if _, err := pc.Exec(ctx, stagingDDL).ReadAll(); err != nil {
-		return fmt.Errorf("create staging tables: %w", err)
-	}
-	pc.CustomData()[stagingReadyKey] = true
-	return nil
 }
 
 // lockOffsets locks the offset rows of the batch's partitions, creating the
@@ -215,24 +171,6 @@ func (s *consumerStore) loadOffsets(ctx context.Context) (map[topicPartition]int
 	return out, nil
 }
 
-// tableRow is what the write path needs of a row of any of the three tables.
-type tableRow[T any] interface {
-	*T
-	record() *kgo.Record
-	packageName() string
-	setApp(id int64)
-}
-
-func (r *statRow) record() *kgo.Record    { return r.src }
-func (r *statRow) packageName() string    { return r.msg.PackageName }
-func (r *statRow) setApp(id int64)        { r.appID = id }
-func (r *reviewRow) record() *kgo.Record  { return r.src }
-func (r *reviewRow) packageName() string  { return r.msg.PackageName }
-func (r *reviewRow) setApp(id int64)      { r.appID = id }
-func (r *networkRow) record() *kgo.Record { return r.src }
-func (r *networkRow) packageName() string { return r.msg.PackageName }
-func (r *networkRow) setApp(id int64)     { r.appID = id }
-
 // dropBelow removes, in place, the rows and dead letters of records below
 // their partition's stored offset. It is a no-op in the usual case, where
 // every partition's batch starts at or after its stored offset.
@@ -249,75 +187,47 @@ func (b *batchRows) dropBelow(parts []partitionBatch, fence map[topicPartition]i
 	keep := func(r *kgo.Record) bool {
 		return r.Offset >= fence[topicPartition{r.Topic, r.Partition}]
 	}
-	b.stats = keepRows(b.stats, keep)
-	b.reviews = keepRows(b.reviews, keep)
-	b.metrics = keepRows(b.metrics, keep)
+	for _, t := range b.tables {
+		t.keep(keep)
+	}
 	b.dead = slices.DeleteFunc(b.dead, func(d deadLetter) bool { return !keep(d.src) })
 }
 
-func keepRows[T any, P tableRow[T]](rows []T, keep func(*kgo.Record) bool) []T {
-	return slices.DeleteFunc(rows, func(r T) bool { return !keep(P(&r).record()) })
-}
-
-// keepNewestReviews keeps one version of each review of a batch: the one
-// with the latest crawled_at (the first of equal ones, as the upsert's
-// guard would). ON CONFLICT cannot update one row twice in a statement.
-func keepNewestReviews(rows []reviewRow) []reviewRow {
-	seen := make(map[string]int, len(rows))
-	out := rows[:0]
-	for _, r := range rows {
-		if i, ok := seen[r.msg.ReviewID]; ok {
-			if r.msg.CrawledAt.After(out[i].msg.CrawledAt) {
-				out[i] = r
-			}
-			continue
-		}
-		seen[r.msg.ReviewID] = len(out)
-		out = append(out, r)
-	}
-	return out
-}
-
-// writeRows writes the batch's rows of the three tables. In narrow mode it
+// writeRows writes the batch's rows of every table. In narrow mode it
 // also returns the rows PostgreSQL refused, as dead letters.
 func writeRows(ctx context.Context, tx pgx.Tx, b *batchRows, narrow bool) (rowCounts, []deadLetter, error) {
-	b.reviews = keepNewestReviews(b.reviews)
-	var total rowCounts
+	total := rowCounts{}
 	var dead []deadLetter
-	add := func(c rowCounts, d []deadLetter, err error) error {
+	for _, t := range b.tables {
+		c, d, err := t.write(ctx, tx, narrow)
+		if err != nil {
+			return nil, nil, err
+		}
 		total.add(c)
 		dead = append(dead, d...)
-		return err
-	}
-	if err := add(writeTable(ctx, tx, b.stats, narrow, writeStats)); err != nil {
-		return rowCounts{}, nil, err
-	}
-	if err := add(writeTable(ctx, tx, b.reviews, narrow, writeReviews)); err != nil {
-		return rowCounts{}, nil, err
-	}
-	if err := add(writeTable(ctx, tx, b.metrics, narrow, writeNetworkMetrics)); err != nil {
-		return rowCounts{}, nil, err
 	}
 	return total, dead, nil
 }
 
-type tableWriter[T any] func(ctx context.Context, tx pgx.Tx, rows []T, clearStaging bool) (rowCounts, error)
+// tableWriter writes rows of one table; clearStaging empties its staging
+// table first.
+type tableWriter[M any] func(ctx context.Context, tx pgx.Tx, rows []row[M], clearStaging bool) (rowCounts, error)
 
 // writeTable writes rows in one go or, in narrow mode, halves them under
 // savepoints until the rows PostgreSQL refuses are single ones, which become
 // dead letters; errors that are not about data end the transaction.
-func writeTable[T any, P tableRow[T]](ctx context.Context, tx pgx.Tx, rows []T, narrow bool, write tableWriter[T]) (rowCounts, []deadLetter, error) {
+func writeTable[M any](ctx context.Context, tx pgx.Tx, rows []row[M], narrow bool, write tableWriter[M]) (rowCounts, []deadLetter, error) {
 	if len(rows) == 0 {
-		return rowCounts{}, nil, nil
+		return nil, nil, nil
 	}
 	if !narrow {
 		c, err := write(ctx, tx, rows, false)
 		return c, nil, err
 	}
-	var total rowCounts
+	total := rowCounts{}
 	var dead []deadLetter
-	var try func(part []T) error
-	try = func(part []T) error {
+	var try func(part []row[M]) error
+	try = func(part []row[M]) error {
 		if _, err := tx.Exec(ctx, "SAVEPOINT narrow"); err != nil {
 			return err
 		}
@@ -334,7 +244,7 @@ func writeTable[T any, P tableRow[T]](ctx context.Context, tx pgx.Tx, rows []T, 
 			return rerr
 		}
 		if len(part) == 1 {
-			dead = append(dead, newDeadLetter(P(&part[0]).record(), reasonSQLError, describeSQLError(err)))
+			dead = append(dead, newDeadLetter(part[0].src, reasonSQLError, describeSQLError(err)))
 			return nil
 		}
 		mid := len(part) / 2
@@ -346,157 +256,8 @@ func writeTable[T any, P tableRow[T]](ctx context.Context, tx pgx.Tx, rows []T, 
 	return total, dead, try(rows)
 }
 
-func clearStaging(ctx context.Context, tx pgx.Tx, table string, clear bool) error {
-	if !clear {
-		return nil
-	}
-	_, err := tx.Exec(ctx, "DELETE FROM "+table)
-	return err
-}
-
-func writeStats(ctx context.Context, tx pgx.Tx, rows []statRow, clear bool) (rowCounts, error) {
-	if err := clearStaging(ctx, tx, "playwatch_stage_app_stats", clear); err != nil {
-		return rowCounts{}, err
-	}
-	vals := make([]any, 9)
-	_, err := tx.CopyFrom(ctx, pgx.Identifier{"playwatch_stage_app_stats"},
-		[]string{"application_id", "min_installs", "score", "ratings", "reviews_count", "version", "ad_supported", "app_updated_at", "crawled_at"},
-		pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
-			r := &rows[i]
-			vals[0], vals[1], vals[2], vals[3], vals[4] = r.appID, r.msg.MinInstalls, r.msg.Score, r.msg.Ratings, r.msg.ReviewsCount
-			vals[5], vals[6], vals[7], vals[8] = r.msg.Version, r.msg.AdSupported, r.msg.AppUpdatedAt, r.msg.CrawledAt
-			return vals, nil
-		}))
-	if err != nil {
-		return rowCounts{}, fmt.Errorf("copy app_stats: %w", err)
-	}
-	tag, err := tx.Exec(ctx, `
-		INSERT INTO app_stats (application_id, min_installs, score, ratings, reviews_count, version, ad_supported, app_updated_at, crawled_at)
-		SELECT application_id, min_installs, score, ratings, reviews_count, version, ad_supported, app_updated_at, crawled_at
-		FROM playwatch_stage_app_stats
-		ON CONFLICT (application_id, crawled_at) DO NOTHING`)
-	if err != nil {
-		return rowCounts{}, fmt.Errorf("insert app_stats: %w", err)
-	}
-	filled, err := fillRegistry(ctx, tx, rows)
-	if err != nil {
-		return rowCounts{}, err
-	}
-	return rowCounts{stats: tag.RowsAffected(), registry: filled}, nil
-}
-
-// fillRegistry sets an app's display_name and category from the newest
-// store title and genre of the batch where they are NULL or empty; a value
-// somebody set is never overwritten.
-func fillRegistry(ctx context.Context, tx pgx.Tx, rows []statRow) (int64, error) {
-	newest := map[int64]*statRow{}
-	for i := range rows {
-		r := &rows[i]
-		if r.msg.Title == nil && r.msg.Genre == nil {
-			continue
-		}
-		if n, ok := newest[r.appID]; !ok || r.msg.CrawledAt.After(n.msg.CrawledAt) {
-			newest[r.appID] = r
-		}
-	}
-	if len(newest) == 0 {
-		return 0, nil
-	}
-	ids := make([]int64, 0, len(newest))
-	for id := range newest {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids) // one lock order for all writers
-	titles, genres := make([]*string, len(ids)), make([]*string, len(ids))
-	for i, id := range ids {
-		titles[i], genres[i] = newest[id].msg.Title, newest[id].msg.Genre
-	}
-	tag, err := tx.Exec(ctx, `
-		UPDATE apps_registry_application a SET
-			display_name = CASE WHEN coalesce(a.display_name, '') = '' AND f.title <> '' THEN f.title ELSE a.display_name END,
-			category     = CASE WHEN coalesce(a.category, '') = '' AND f.genre <> '' THEN f.genre ELSE a.category END
-		FROM unnest($1::bigint[], $2::text[], $3::text[]) AS f(id, title, genre)
-		WHERE a.id = f.id
-		  AND ((coalesce(a.display_name, '') = '' AND f.title <> '') OR (coalesce(a.category, '') = '' AND f.genre <> ''))`,
-		ids, titles, genres)
-	if err != nil {
-		return 0, fmt.Errorf("fill registry names: %w", err)
-	}
-	return tag.RowsAffected(), nil
-}
-
-func writeReviews(ctx context.Context, tx pgx.Tx, rows []reviewRow, clear bool) (rowCounts, error) {
-	if err := clearStaging(ctx, tx, "playwatch_stage_reviews", clear); err != nil {
-		return rowCounts{}, err
-	}
-	vals := make([]any, 8)
-	_, err := tx.CopyFrom(ctx, pgx.Identifier{"playwatch_stage_reviews"},
-		[]string{"application_id", "review_id", "user_name", "thumbs_up_count", "score", "content", "at", "last_synced_at"},
-		pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
-			r := &rows[i]
-			vals[0], vals[1], vals[2], vals[3] = r.appID, r.msg.ReviewID, r.msg.UserName, r.msg.ThumbsUpCount
-			vals[4], vals[5], vals[6], vals[7] = r.msg.Score, r.msg.Content, r.msg.At, r.msg.CrawledAt
-			return vals, nil
-		}))
-	if err != nil {
-		return rowCounts{}, fmt.Errorf("copy reviews: %w", err)
-	}
-	tag, err := tx.Exec(ctx, upsertReviewsFromStaging)
-	if err != nil {
-		return rowCounts{}, fmt.Errorf("upsert reviews: %w", err)
-	}
-	return rowCounts{reviews: tag.RowsAffected()}, nil
-}
-
-// upsertReviewsFromStaging never sets sentiment (the sentiment job's) nor
-// first_seen_at, and only a strictly newer crawl replaces a stored version.
-const upsertReviewsFromStaging = `
-	INSERT INTO reviews AS r (application_id, review_id, user_name, thumbs_up_count, score, content, at, last_synced_at)
-	SELECT application_id, review_id, user_name, thumbs_up_count, score, content, at, last_synced_at
-	FROM playwatch_stage_reviews
-	ON CONFLICT (review_id) DO UPDATE SET
-		user_name = EXCLUDED.user_name, thumbs_up_count = EXCLUDED.thumbs_up_count, score = EXCLUDED.score,
-		content = EXCLUDED.content, at = EXCLUDED.at, last_synced_at = EXCLUDED.last_synced_at
-	WHERE EXCLUDED.last_synced_at > r.last_synced_at`
-
-func writeNetworkMetrics(ctx context.Context, tx pgx.Tx, rows []networkRow, clear bool) (rowCounts, error) {
-	if err := clearStaging(ctx, tx, "playwatch_stage_network_metrics", clear); err != nil {
-		return rowCounts{}, err
-	}
-	vals := make([]any, 14)
-	_, err := tx.CopyFrom(ctx, pgx.Identifier{"playwatch_stage_network_metrics"},
-		[]string{"application_id", "analysis_id", "scenario", "rtt_handshake", "retransmission_count", "out_of_order_count",
-			"spurious_retransmission_count", "zero_window_count", "tcp_reset_count", "bytes_transferred_total",
-			"bytes_payload_total", "overhead_ratio", "source_pcap_filename", "analyzed_at"},
-		pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
-			r := &rows[i]
-			var file *string
-			if r.msg.SourcePcapFilename != "" {
-				file = &r.msg.SourcePcapFilename
-			}
-			vals[0], vals[1], vals[2], vals[3] = r.appID, r.analysisID, r.msg.Scenario, r.msg.RTTHandshake
-			vals[4], vals[5], vals[6] = r.msg.RetransmissionCount, r.msg.OutOfOrderCount, r.msg.SpuriousRetransmissionCount
-			vals[7], vals[8], vals[9] = r.msg.ZeroWindowCount, r.msg.TCPResetCount, r.msg.BytesTransferredTotal
-			vals[10], vals[11], vals[12], vals[13] = r.msg.BytesPayloadTotal, r.msg.OverheadRatio, file, r.msg.AnalyzedAt
-			return vals, nil
-		}))
-	if err != nil {
-		return rowCounts{}, fmt.Errorf("copy network_metrics: %w", err)
-	}
-	tag, err := tx.Exec(ctx, `
-		INSERT INTO network_metrics (application_id, analysis_id, scenario, rtt_handshake, retransmission_count,
-			out_of_order_count, spurious_retransmission_count, zero_window_count, tcp_reset_count,
-			bytes_transferred_total, bytes_payload_total, overhead_ratio, source_pcap_filename, analyzed_at)
-		SELECT application_id, analysis_id, scenario, rtt_handshake, retransmission_count,
-			out_of_order_count, spurious_retransmission_count, zero_window_count, tcp_reset_count,
-			bytes_transferred_total, bytes_payload_total, overhead_ratio, source_pcap_filename, analyzed_at
-		FROM playwatch_stage_network_metrics
-		ON CONFLICT (analysis_id) DO NOTHING`)
-	if err != nil {
-		return rowCounts{}, fmt.Errorf("insert network_metrics: %w", err)
-	}
-	return rowCounts{metrics: tag.RowsAffected()}, nil
-}
+// tableDeadLetters is where dead letters go.
+const tableDeadLetters = "dead_letter_events"
 
 // insertDeadLetters writes dead letters; a record dead-lettered before (an
 // offset reset, a replay of the topic) keeps its first row.
@@ -573,14 +334,8 @@ func (p *packageIDs) resolve(ctx context.Context, q querier, b *batchRows) error
 			unknown = append(unknown, pkg)
 		}
 	}
-	for i := range b.stats {
-		note(b.stats[i].msg.PackageName)
-	}
-	for i := range b.reviews {
-		note(b.reviews[i].msg.PackageName)
-	}
-	for i := range b.metrics {
-		note(b.metrics[i].msg.PackageName)
+	for _, t := range b.tables {
+		t.packageNames(note)
 	}
 	p.mu.RUnlock()
 
@@ -603,26 +358,10 @@ func (p *packageIDs) resolve(ctx context.Context, q querier, b *batchRows) error
 		p.mu.Unlock()
 	}
 
-	b.stats = resolveRows(b.stats, ids, &b.dead)
-	b.reviews = resolveRows(b.reviews, ids, &b.dead)
-	b.metrics = resolveRows(b.metrics, ids, &b.dead)
-	return nil
-}
-
-func resolveRows[T any, P tableRow[T]](rows []T, ids map[string]int64, dead *[]deadLetter) []T {
-	out := rows[:0]
-	for i := range rows {
-		row := P(&rows[i])
-		id, ok := ids[row.packageName()]
-		if !ok {
-			*dead = append(*dead, newDeadLetter(row.record(), reasonUnregistered, fmt.Sprintf(
-				"package %s is not registered; register it (POST /api/v1/apps) and run playwatch dlq replay", row.packageName())))
-			continue
-		}
-		row.setApp(id)
-		out = append(out, rows[i])
+	for _, t := range b.tables {
+		t.resolve(ids, &b.dead)
 	}
-	return out
+	return nil
 }
 
 // dbErrorKind is what the consumer does about a failed batch transaction.
@@ -681,25 +420,4 @@ func describeSQLError(err error) string {
 		s += ": " + truncate(pgErr.Detail, 300)
 	}
 	return strings.ToValidUTF8(s, "?")
-}
-
-// newestTimes is the newest crawled_at/analyzed_at per topic among rows.
-func (b *batchRows) newestTimes() map[string]time.Time {
-	out := map[string]time.Time{}
-	for i := range b.stats {
-		if t := b.stats[i].msg.CrawledAt; t.After(out[topicAppStats]) {
-			out[topicAppStats] = t
-		}
-	}
-	for i := range b.reviews {
-		if t := b.reviews[i].msg.CrawledAt; t.After(out[topicReviews]) {
-			out[topicReviews] = t
-		}
-	}
-	for i := range b.metrics {
-		if t := b.metrics[i].msg.AnalyzedAt; t.After(out[topicNetworkMetrics]) {
-			out[topicNetworkMetrics] = t
-		}
-	}
-	return out
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,35 +54,6 @@ func newDeadLetter(src *kgo.Record, code reasonCode, detail string) deadLetter {
 	return deadLetter{src: src, code: code, reason: string(code) + ": " + detail}
 }
 
-// Rows of the three data tables, each with the record it came from (for its
-// Kafka position and for dead-lettering it if PostgreSQL refuses it).
-type (
-	statRow struct {
-		src   *kgo.Record
-		appID int64
-		msg   appStatsMessage
-	}
-	reviewRow struct {
-		src   *kgo.Record
-		appID int64
-		msg   reviewMessage
-	}
-	networkRow struct {
-		src        *kgo.Record
-		appID      int64
-		analysisID [16]byte
-		msg        networkMetricsMessage
-	}
-)
-
-// batchRows is a batch of records sorted into what goes to which table.
-type batchRows struct {
-	stats   []statRow
-	reviews []reviewRow
-	metrics []networkRow
-	dead    []deadLetter
-}
-
 // Column limits of schema.sql that the validation enforces, so that a value
 // PostgreSQL would refuse is a dead letter instead of a failing batch.
 const (
@@ -97,55 +67,6 @@ const (
 var validTimeFloor = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 const validTimeSkew = time.Hour
-
-// decodeRecords validates each record against its topic's contract.
-func decodeRecords(recs []*kgo.Record, maxBytes int, now time.Time) *batchRows {
-	b := &batchRows{}
-	for _, r := range recs {
-		b.add(r, maxBytes, now)
-	}
-	return b
-}
-
-// add validates one record and appends it to its table, or to the dead letters.
-func (b *batchRows) add(r *kgo.Record, maxBytes int, now time.Time) {
-	if bad := checkEnvelope(r.Value, maxBytes); bad != nil {
-		b.dead = append(b.dead, newDeadLetter(r, bad.code, bad.detail))
-		return
-	}
-	var bad *invalidRecord
-	switch r.Topic {
-	case topicAppStats:
-		row := statRow{src: r}
-		if bad = decodeStrict(r.Value, &row.msg); bad == nil {
-			bad = validateAppStats(&row.msg, now)
-		}
-		if bad == nil {
-			b.stats = append(b.stats, row)
-		}
-	case topicReviews:
-		row := reviewRow{src: r}
-		if bad = decodeStrict(r.Value, &row.msg); bad == nil {
-			bad = validateReview(&row.msg, now)
-		}
-		if bad == nil {
-			b.reviews = append(b.reviews, row)
-		}
-	case topicNetworkMetrics:
-		row := networkRow{src: r}
-		if bad = decodeStrict(r.Value, &row.msg); bad == nil {
-			row.analysisID, bad = validateNetworkMetrics(&row.msg, now)
-		}
-		if bad == nil {
-			b.metrics = append(b.metrics, row)
-		}
-	default:
-		bad = &invalidRecord{reasonUnknownTopic, fmt.Sprintf("topic %q has no message contract", r.Topic)}
-	}
-	if bad != nil {
-		b.dead = append(b.dead, newDeadLetter(r, bad.code, bad.detail))
-	}
-}
 
 // invalidRecord is the first thing found wrong with a record; detail may
 // list further problems.
@@ -207,6 +128,8 @@ func jsonTypeName(t reflect.Type) string {
 		return "true or false"
 	case reflect.String:
 		return "a string"
+	case reflect.Slice:
+		return "an array"
 	}
 	return t.String()
 }
@@ -299,80 +222,4 @@ func (c *checks) timestamp(field string, t *time.Time, required bool) {
 	case t.After(c.now.Add(validTimeSkew)):
 		c.fail(reasonOutOfRange, "%s %s is more than %s in the future (a wrong clock at the producer?)", field, t.Format(time.RFC3339), validTimeSkew)
 	}
-}
-
-func validateAppStats(m *appStatsMessage, now time.Time) *invalidRecord {
-	c := checks{now: now}
-	c.packageName(m.PackageName)
-	c.timestamp("crawled_at", &m.CrawledAt, true)
-	c.text("title", m.Title, maxVarchar255)
-	c.text("genre", m.Genre, maxCategory)
-	c.text("version", m.Version, maxVersion)
-	c.optCount("min_installs", m.MinInstalls)
-	c.optCount("ratings", m.Ratings)
-	c.optCount("reviews_count", m.ReviewsCount)
-	c.number("score", m.Score, 0, 5, false)
-	if m.AppUpdatedAt != nil {
-		c.timestamp("app_updated_at", m.AppUpdatedAt, false)
-	}
-	return c.result()
-}
-
-func validateReview(m *reviewMessage, now time.Time) *invalidRecord {
-	c := checks{now: now}
-	c.packageName(m.PackageName)
-	c.requiredText("review_id", m.ReviewID, maxVarchar255)
-	c.timestamp("at", &m.At, true)
-	c.timestamp("crawled_at", &m.CrawledAt, true)
-	c.text("user_name", m.UserName, maxVarchar255)
-	c.text("content", m.Content, 0)
-	c.count("thumbs_up_count", m.ThumbsUpCount, math.MaxInt32)
-	if m.Score != nil && (*m.Score < 1 || *m.Score > 5) {
-		c.fail(reasonOutOfRange, "score is %d, a review's score is 1 to 5", *m.Score)
-	}
-	return c.result()
-}
-
-func validateNetworkMetrics(m *networkMetricsMessage, now time.Time) ([16]byte, *invalidRecord) {
-	c := checks{now: now}
-	id, ok := parseUUID(m.AnalysisID)
-	switch {
-	case m.AnalysisID == "":
-		c.fail(reasonMissing, "analysis_id is required")
-	case !ok:
-		c.fail(reasonBadValue, "analysis_id %q is not a UUID (8-4-4-4-12 hex digits)", truncateForReason(m.AnalysisID))
-	}
-	c.packageName(m.PackageName)
-	switch m.Scenario {
-	case "UPLOAD", "DOWNLOAD":
-	case "":
-		c.fail(reasonMissing, "scenario is required")
-	default:
-		c.fail(reasonBadValue, "scenario %q is neither UPLOAD nor DOWNLOAD", truncateForReason(m.Scenario))
-	}
-	c.timestamp("analyzed_at", &m.AnalyzedAt, true)
-	c.number("rtt_handshake", m.RTTHandshake, 0, math.MaxFloat64, false)
-	c.count("retransmission_count", m.RetransmissionCount, math.MaxInt32)
-	c.count("out_of_order_count", m.OutOfOrderCount, math.MaxInt32)
-	c.count("spurious_retransmission_count", m.SpuriousRetransmissionCount, math.MaxInt32)
-	c.count("zero_window_count", m.ZeroWindowCount, math.MaxInt32)
-	c.count("tcp_reset_count", m.TCPResetCount, math.MaxInt32)
-	c.count("bytes_transferred_total", m.BytesTransferredTotal, math.MaxInt64)
-	c.count("bytes_payload_total", m.BytesPayloadTotal, math.MaxInt64)
-	c.number("overhead_ratio", m.OverheadRatio, 0, 1, true)
-	c.text("source_pcap_filename", &m.SourcePcapFilename, maxVarchar255)
-	return id, c.result()
-}
-
-// parseUUID accepts the canonical 8-4-4-4-12 form, any case.
-func parseUUID(s string) ([16]byte, bool) {
-	var id [16]byte
-	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
-		return id, false
-	}
-	h := s[0:8] + s[9:13] + s[14:18] + s[19:23] + s[24:36]
-	if _, err := hex.Decode(id[:], []byte(h)); err != nil {
-		return id, false
-	}
-	return id, true
 }

@@ -113,8 +113,10 @@ const e2eReviewsPerApp = 200
 
 // The apps of the scenario: 8 Play Store requests per cycle.
 var e2eApps = []e2eApp{
+	// 300 reviews on the store: two pages. The developer replies to some
+	// of them before the second cycle.
 	{pkg: "org.telegram.messenger", body: `{"package_name":"org.telegram.messenger","display_name":"Telegram","is_messaging_app":true}`,
-		title: "Telegram", listed: true, reviews: e2eReviewsPerApp}, // 300 on the store: two pages
+		replay: replayApp{Replies: -1}, title: "Telegram", listed: true, reviews: e2eReviewsPerApp},
 	{pkg: "com.whatsapp", body: `{"package_name":"com.whatsapp","is_messaging_app":true}`,
 		replay: replayApp{Title: "WhatsApp Messenger", Reviews: 40}, title: "WhatsApp Messenger", listed: true, reviews: 40, dropped: true},
 	{pkg: "ir.divar", body: `{"package_name":"ir.divar","is_iranian_app":true}`,
@@ -134,8 +136,10 @@ func runEndToEnd(t *testing.T, engine map[string]string) {
 	}
 	replay := newReplayPlayStore(t)
 	stats, reviews := map[string]int{}, 0
+	store := map[string]replayApp{} // what the replay store holds, by package
 	for _, a := range e2eApps {
 		replay.setApp(a.pkg, a.replay)
+		store[a.pkg] = a.replay
 		if a.listed {
 			stats[a.pkg] = 1
 		}
@@ -179,7 +183,7 @@ func runEndToEnd(t *testing.T, engine map[string]string) {
 	}
 	checkE2ERegistry(t, a)
 	checkE2EStats(t, a, stats)
-	firstSync := checkE2EReviews(t, a)
+	firstSync := checkE2EReviews(t, a, store)
 	for id, s := range firstSync {
 		if s.lastSynced.Before(crawled) || s.lastSynced.After(time.Now()) {
 			t.Errorf("review %s: last synced %s; the cycle started %s", id, s.lastSynced, crawled)
@@ -225,7 +229,11 @@ func runEndToEnd(t *testing.T, engine map[string]string) {
 	// Two apps leave the registry (a soft delete) and a second cycle runs,
 	// by the one-off command beside the running appliance: the remaining
 	// apps' reviews are synced again and none is seen for the first time;
-	// what was stored of the others stays as it was.
+	// what was stored of the others stays as it was. Meanwhile Telegram's
+	// developer has replied to every fifth review: the newer crawl brings
+	// the replies into the rows.
+	store[telegram] = replayApp{}
+	replay.setApp(telegram, store[telegram])
 	active, resynced := 0, 0
 	for _, app := range e2eApps {
 		if !app.dropped {
@@ -249,7 +257,7 @@ func runEndToEnd(t *testing.T, engine map[string]string) {
 	}
 	a.waitDrained()
 	checkE2EStats(t, a, stats)
-	for id, second := range checkE2EReviews(t, a) {
+	for id, second := range checkE2EReviews(t, a, store) {
 		first := firstSync[id]
 		if first.dropped {
 			if second != first {
@@ -309,12 +317,16 @@ func checkE2ERegistry(t *testing.T, a *e2eAppliance) {
 }
 
 // checkE2EStats checks the number of app_stats rows of each app and that
-// they carry the values of the replay's page.
+// they carry the values of the replay's page (the Minecraft fixture's).
 func checkE2EStats(t *testing.T, a *e2eAppliance, want map[string]int) {
 	t.Helper()
 	rows, err := a.pool.Query(context.Background(), `SELECT a.package_name, count(*), count(DISTINCT s.crawled_at),
 		bool_and(s.min_installs = 50000000 AND s.score = 4.315863 AND s.ratings = 5715302 AND s.reviews_count = 633450
-			AND s.version = '1.26.32.2' AND NOT s.ad_supported AND s.app_updated_at = to_timestamp(1782338684))
+			AND s.version = '1.26.32.2' AND NOT s.ad_supported AND s.app_updated_at = to_timestamp(1782338684)
+			AND s.real_installs = 91130079
+			AND (s.ratings_1, s.ratings_2, s.ratings_3, s.ratings_4, s.ratings_5) = (594092, 170943, 264728, 491363, 4194160)
+			AND s.developer = 'Mojang' AND s.released_at = to_timestamp(1313475441) + interval '825 milliseconds'
+			AND s.recent_changes = 'What''s new in 26.32: Various bug fixes!')
 		FROM app_stats s JOIN apps_registry_application a ON a.id = s.application_id GROUP BY a.package_name`)
 	if err != nil {
 		t.Fatal(err)
@@ -347,14 +359,17 @@ type e2eSync struct {
 }
 
 // checkE2EReviews compares every review row with what the replay store
-// serves (newest first, so review i of an app is its i-th newest) and
-// returns the rows' sync times.
-func checkE2EReviews(t *testing.T, a *e2eAppliance) map[string]e2eSync {
+// serves (store: each app's configuration when it was last crawled; newest
+// first, so review i of an app is its i-th newest) and returns the rows'
+// sync times.
+func checkE2EReviews(t *testing.T, a *e2eAppliance, store map[string]replayApp) map[string]e2eSync {
 	t.Helper()
 	type review struct {
 		pkg, user, content string
 		thumbs, score      int
 		at                 time.Time
+		reply, version     *string
+		repliedAt          *time.Time
 		dropped            bool
 	}
 	want := map[string]review{}
@@ -362,6 +377,13 @@ func checkE2EReviews(t *testing.T, a *e2eAppliance) map[string]e2eSync {
 		for i := range app.reviews {
 			r := review{pkg: app.pkg, user: fmt.Sprintf("User %d", i), content: fmt.Sprintf("Review %d of %s: works fine", i, app.pkg),
 				thumbs: i % 13, score: i%5 + 1, at: replayReviewAt(i).Truncate(time.Microsecond), dropped: app.dropped}
+			if replied, ok := replayReviewReply(store[app.pkg], i); ok {
+				text := replayReplyText
+				r.reply, r.repliedAt = &text, &replied
+			}
+			if v, ok := replayReviewVersion(i); ok {
+				r.version = &v
+			}
 			if app.replay.Persian {
 				// The NUL the store sends is dropped on the way.
 				r.user, r.content = fmt.Sprintf("کاربر %d", i), fmt.Sprintf("نظر %d: برنامه خیلی خوبیه 👍🏽🇮🇷\nممنون", i)
@@ -370,7 +392,7 @@ func checkE2EReviews(t *testing.T, a *e2eAppliance) map[string]e2eSync {
 		}
 	}
 	rows, err := a.pool.Query(context.Background(), `SELECT r.review_id, a.package_name, r.user_name, r.content, r.thumbs_up_count,
-		r.score, r.at, r.sentiment IS NULL, r.first_seen_at, r.last_synced_at
+		r.score, r.at, r.reply_content, r.replied_at, r.app_version, r.sentiment IS NULL, r.first_seen_at, r.last_synced_at
 		FROM reviews r JOIN apps_registry_application a ON a.id = r.application_id`)
 	if err != nil {
 		t.Fatal(err)
@@ -381,7 +403,8 @@ func checkE2EReviews(t *testing.T, a *e2eAppliance) map[string]e2eSync {
 		var got review
 		var noSentiment bool
 		var s e2eSync
-		if err := rows.Scan(&id, &got.pkg, &got.user, &got.content, &got.thumbs, &got.score, &got.at, &noSentiment, &s.firstSeen, &s.lastSynced); err != nil {
+		if err := rows.Scan(&id, &got.pkg, &got.user, &got.content, &got.thumbs, &got.score, &got.at,
+			&got.reply, &got.repliedAt, &got.version, &noSentiment, &s.firstSeen, &s.lastSynced); err != nil {
 			t.Fatal(err)
 		}
 		w, ok := want[id]
@@ -390,7 +413,9 @@ func checkE2EReviews(t *testing.T, a *e2eAppliance) map[string]e2eSync {
 		switch {
 		case !ok:
 			t.Errorf("review %s of %s is not on the store", id, got.pkg)
-		case got.pkg != w.pkg || got.user != w.user || got.content != w.content || got.thumbs != w.thumbs || got.score != w.score || !got.at.Equal(w.at):
+		case got.pkg != w.pkg || got.user != w.user || got.content != w.content || got.thumbs != w.thumbs || got.score != w.score || !got.at.Equal(w.at) ||
+			!equalPtr(got.reply, w.reply) || !equalPtr(got.version, w.version) || (got.repliedAt == nil) != (w.repliedAt == nil) ||
+			got.repliedAt != nil && !got.repliedAt.Equal(*w.repliedAt):
 			t.Errorf("review %s:\n got %+v\nwant %+v", id, got, w)
 		case !noSentiment:
 			t.Errorf("review %s has a sentiment: the consumer must never write one", id)
@@ -403,6 +428,11 @@ func checkE2EReviews(t *testing.T, a *e2eAppliance) map[string]e2eSync {
 		t.Errorf("%d review rows, want %d", len(syncs), len(want))
 	}
 	return syncs
+}
+
+// equalPtr says whether a and b are both nil or point to equal values.
+func equalPtr[T comparable](a, b *T) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
 }
 
 // checkPcapRoundTrip is the pcap path end to end: `pcap` without --dry-run

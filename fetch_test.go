@@ -33,7 +33,7 @@ func TestFetchPrintsStatsThenReviews(t *testing.T) {
 		t.Fatalf("keys %v", keys)
 	}
 	for i, line := range lines[1:] {
-		if keys := jsonKeys(t, []byte(line)); !slices.Equal(keys, []string{"at", "content", "crawled_at", "package_name", "review_id", "score", "thumbs_up_count", "user_name"}) {
+		if keys := jsonKeys(t, []byte(line)); !slices.Equal(keys, []string{"app_version", "at", "content", "crawled_at", "package_name", "replied_at", "reply_content", "review_id", "score", "thumbs_up_count", "user_name"}) {
 			t.Fatalf("review keys %v", keys)
 		}
 		var m reviewMessage

@@ -14,13 +14,16 @@ import (
 )
 
 // kcatContract is every field of each topic's message contract (docs/design.md)
-// with its JSON kind; "time" is an RFC 3339 string with a zone.
+// with its JSON kind; "time" is an RFC 3339 string with a zone, "counts" an
+// array of five numbers.
 var kcatContract = map[string]map[string]string{
 	topicAppStats: {"package_name": "string", "title": "string", "genre": "string", "min_installs": "number", "score": "number",
 		"ratings": "number", "reviews_count": "number", "version": "string", "ad_supported": "bool", "app_updated_at": "time",
-		"crawled_at": "time"},
+		"crawled_at": "time", "real_installs": "number", "histogram": "counts", "developer": "string", "released_at": "time",
+		"recent_changes": "string"},
 	topicReviews: {"package_name": "string", "review_id": "string", "user_name": "string", "thumbs_up_count": "number",
-		"score": "number", "content": "string", "at": "time", "crawled_at": "time"},
+		"score": "number", "content": "string", "at": "time", "crawled_at": "time", "reply_content": "string",
+		"replied_at": "time", "app_version": "string"},
 	topicNetworkMetrics: {"analysis_id": "string", "package_name": "string", "scenario": "string", "rtt_handshake": "number",
 		"retransmission_count": "number", "out_of_order_count": "number", "spurious_retransmission_count": "number",
 		"zero_window_count": "number", "tcp_reset_count": "number", "bytes_transferred_total": "number",
@@ -30,8 +33,9 @@ var kcatContract = map[string]map[string]string{
 // The messages playwatch writes are readable by clients other than
 // franz-go: kcat (librdkafka) reads every topic from the embedded broker
 // (franz-go's record batches, snappy-compressed where that saves space) and
-// finds every field of the contract in the JSON, with the package name as
-// the key.
+// finds every field of the contract in the JSON, of its kind, with the
+// package name as the key. A nullable field may be null in a message (a
+// review without a reply), but each field has a value in some message.
 func TestKcatReadsPlaywatchTopics(t *testing.T) {
 	kcat, err := exec.LookPath("kcat")
 	if err != nil {
@@ -70,6 +74,7 @@ func TestKcatReadsPlaywatchTopics(t *testing.T) {
 		}
 	}
 	for topic, fields := range kcatContract {
+		valued := map[string]bool{}
 		msgs := kcatConsume(t, kcat, brokers[0], topic)
 		if len(msgs) != len(published[topic]) {
 			t.Fatalf("kcat read %d messages from %s, franz-go %d", len(msgs), topic, len(published[topic]))
@@ -86,6 +91,10 @@ func TestKcatReadsPlaywatchTopics(t *testing.T) {
 				t.Errorf("%s message %d has the fields\n%v, the contract\n%v", topic, i, got, want)
 			}
 			for name, kind := range fields {
+				if payload[name] == nil {
+					continue
+				}
+				valued[name] = true
 				if !jsonKindIs(payload[name], kind) {
 					t.Errorf("%s message %d: %s = %#v, want a %s", topic, i, name, payload[name], kind)
 				}
@@ -95,6 +104,11 @@ func TestKcatReadsPlaywatchTopics(t *testing.T) {
 			}
 			if !slices.ContainsFunc(published[topic], func(v json.RawMessage) bool { return string(v) == m.Payload }) {
 				t.Errorf("%s message %d as kcat read it is not a message franz-go reads:\n%s", topic, i, m.Payload)
+			}
+		}
+		for name := range fields {
+			if !valued[name] {
+				t.Errorf("%s: %s is null in every message", topic, name)
 			}
 		}
 		if topic == topicReviews && !strings.Contains(msgs[0].Payload, "👍🏽🇮🇷") {
@@ -147,6 +161,9 @@ func jsonKindIs(v any, kind string) bool {
 	case "bool":
 		_, ok := v.(bool)
 		return ok
+	case "counts":
+		a, ok := v.([]any)
+		return ok && len(a) == 5 && !slices.ContainsFunc(a, func(n any) bool { return !jsonKindIs(n, "number") })
 	case "time":
 		s, ok := v.(string)
 		if !ok {

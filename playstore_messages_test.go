@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -59,7 +61,8 @@ func TestPlayAppStatsMessageFromFixtures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := []string{"ad_supported", "app_updated_at", "crawled_at", "genre", "min_installs", "package_name", "ratings", "reviews_count", "score", "title", "version"}
+			want := []string{"ad_supported", "app_updated_at", "crawled_at", "developer", "genre", "histogram", "min_installs", "package_name",
+				"ratings", "real_installs", "recent_changes", "released_at", "reviews_count", "score", "title", "version"}
 			if keys := jsonKeys(t, raw); !slices.Equal(keys, want) {
 				t.Fatalf("keys %v", keys)
 			}
@@ -83,6 +86,30 @@ func TestPlayAppStatsMessageFromFixtures(t *testing.T) {
 			if m["app_updated_at"] != updated || m["crawled_at"] != "2026-07-07T10:00:00.123456Z" {
 				t.Errorf("app_updated_at %v (want %s), crawled_at %v", m["app_updated_at"], updated, m["crawled_at"])
 			}
+			if m["real_installs"] != e["realInstalls"] || m["developer"] != e["developer"] || !reflect.DeepEqual(m["histogram"], e["histogram"]) {
+				t.Errorf("real_installs %v, developer %v, histogram %v; expected %v, %v, %v",
+					m["real_installs"], m["developer"], m["histogram"], e["realInstalls"], e["developer"], e["histogram"])
+			}
+			var released any
+			if r, ok := e["releasedAt"].([]any); ok {
+				released = time.Unix(int64(r[0].(float64)), int64(r[1].(float64))).UTC().Format(time.RFC3339Nano)
+			}
+			if m["released_at"] != released {
+				t.Errorf("released_at %v, want %v", m["released_at"], released)
+			}
+			// The "what's new" HTML becomes text: each <br> a newline, no
+			// entity left.
+			page, text := e["recentChanges"].(string), m["recent_changes"].(string)
+			if strings.Count(text, "\n") != strings.Count(page, "<br>") || strings.ContainsAny(text, "<>") ||
+				strings.Contains(text, "&amp;") || strings.Contains(text, "&#39;") {
+				t.Errorf("recent_changes %q from the page's %q", text, page)
+			}
+			if want, ok := map[string]string{
+				"details_com.mojang.minecraftpe_en_us.html":   "What's new in 26.32: Various bug fixes!",
+				"details_com.raiseright.edumarketapp_en.html": "Enhancements in User Experience\n\n\nWelcome in Edu Market!!!",
+			}[name]; ok && text != want {
+				t.Errorf("recent_changes %q, want %q", text, want)
+			}
 		})
 	}
 }
@@ -93,15 +120,30 @@ func TestPlayReviewMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := parseReviewsPayload(payload).Reviews[0]
-	r.FetchedAt = time.Date(2026, 7, 7, 10, 0, 0, 0, time.UTC)
-	raw, err := json.Marshal(reviewMessageFrom("com.google.android.apps.translate", r))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := `{"package_name":"com.google.android.apps.translate","review_id":"017452fc-0d4b-471d-b406-bcf0f52387a7",` +
-		`"user_name":"Formann Ali","thumbs_up_count":0,"score":5,"content":"niec","at":"2026-07-06T13:55:24.077Z","crawled_at":"2026-07-07T10:00:00Z"}`
-	if string(raw) != want {
-		t.Fatalf("message\n%s\nwant\n%s", raw, want)
+	reviews := parseReviewsPayload(payload).Reviews
+	for _, c := range []struct {
+		i    int
+		want string
+	}{
+		{0, `{"package_name":"com.google.android.apps.translate","review_id":"017452fc-0d4b-471d-b406-bcf0f52387a7",` +
+			`"user_name":"Formann Ali","thumbs_up_count":0,"score":5,"content":"niec","at":"2026-07-06T13:55:24.077Z","crawled_at":"2026-07-07T10:00:00Z",` +
+			`"reply_content":null,"replied_at":null,"app_version":null}`},
+		// The first with a developer reply (expected_values.json "first_with_reply").
+		{slices.IndexFunc(reviews, func(r review) bool { return r.ReplyContent != nil }),
+			`{"package_name":"com.google.android.apps.translate","review_id":"5219798f-004e-4171-8477-de05baae134d",` +
+				`"user_name":"Baran Akbar","thumbs_up_count":0,"score":1,"content":"what is wrong with this update? I can no longer manually select lines in the scanning tool",` +
+				`"at":"2026-07-06T07:02:46.957Z","crawled_at":"2026-07-07T10:00:00Z",` +
+				`"reply_content":"Hi Baran. We'd like our users to have the best possible experience with the Google Translate app. We'll share your feedback with our product team. Thanks.",` +
+				`"replied_at":"2026-07-07T01:20:13.174Z","app_version":"10.24.48.939568180.6-release"}`},
+	} {
+		r := reviews[c.i]
+		r.FetchedAt = time.Date(2026, 7, 7, 10, 0, 0, 0, time.UTC)
+		raw, err := json.Marshal(reviewMessageFrom("com.google.android.apps.translate", r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(raw) != c.want {
+			t.Errorf("message %d\n%s\nwant\n%s", c.i, raw, c.want)
+		}
 	}
 }

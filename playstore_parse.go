@@ -29,6 +29,7 @@ type appDetails struct {
 	ScoreText    *string
 	Ratings      *int64
 	ReviewsCount *int64
+	Histogram    *[5]int64 // ratings of 1 to 5 stars, in that order
 	Version      *string
 	AdSupported  bool
 	AdsLabel     *string // "Contains ads"; nil when the app has no ads
@@ -48,7 +49,10 @@ type appDetails struct {
 	// pre-registration.
 	AvailableCode *int64
 	Released      *string
+	ReleasedAt    *time.Time
 	ContentRating *string
+	// RecentChangesHTML is the "what's new" text, in HTML.
+	RecentChangesHTML *string
 
 	// FetchedAt is when the response arrived: the message's crawled_at.
 	FetchedAt time.Time
@@ -282,6 +286,22 @@ func readDetails(r jsonValue, block string) (appDetails, error) {
 	d.Score = rating.get(0, 1).float64Ptr()
 	d.Ratings = rating.get(2, 1).int64Ptr()
 	d.ReviewsCount = rating.get(3, 1).int64Ptr()
+	// Only all five counts make a histogram.
+	var hist [5]int64
+	stars := 0
+	for s := range hist {
+		if n, ok := rating.get(1, s+1, 1).int64(); ok {
+			hist[s] = n
+			stars++
+		}
+	}
+	if stars == len(hist) {
+		d.Histogram = &hist
+	}
+	if t, ok := timestamp(r.get(10, 1)); ok {
+		d.ReleasedAt = &t
+	}
+	d.RecentChangesHTML = r.get(144, 1, 1).strPtr()
 
 	d.Version = r.get(140, 0, 0, 0).strPtr()
 

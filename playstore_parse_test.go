@@ -90,6 +90,9 @@ func detailsView(d appDetails) map[string]any {
 		"available_code":      d.AvailableCode,
 		"released":            d.Released,
 		"contentRating":       d.ContentRating,
+		"histogram":           d.Histogram,
+		"releasedAt":          timeTuple(d.ReleasedAt),
+		"recentChanges":       d.RecentChangesHTML,
 	}
 }
 

@@ -45,6 +45,9 @@ type replayApp struct {
 	Title   string // default "App <package>"
 	Reviews int    // reviews on the store; 0 = 300, negative = none
 	Persian bool   // reviews in Persian with emoji (and a stray U+0000)
+	// Replies: review i has a developer reply when i is a multiple of it;
+	// 0 = every 5th, negative = none.
+	Replies int
 
 	// Faults are consumed one per request, in order; then Always applies to
 	// every further request (faultNone: answer normally).
@@ -434,7 +437,7 @@ func (s *replayPlayStore) serveReviews(w http.ResponseWriter, r *http.Request) {
 // generatedReviews builds (once: benchmarks replay the same pages) the
 // answer with reviews offset.. of req.pkg.
 func (s *replayPlayStore) generatedReviews(req reviewsRequest, app replayApp, offset int, nid string) []byte {
-	key := fmt.Sprintf("%s|%d|%d|%s|%v|%d", req.pkg, offset, req.count, nid, app.Persian, app.Reviews)
+	key := fmt.Sprintf("%s|%d|%d|%s|%v|%d|%d", req.pkg, offset, req.count, nid, app.Persian, app.Reviews, app.Replies)
 	s.mu.Lock()
 	cached := s.reviewPages[key]
 	s.mu.Unlock()
@@ -451,7 +454,7 @@ func (s *replayPlayStore) generatedReviews(req reviewsRequest, app replayApp, of
 	end := min(offset+req.count, total)
 	records := make([]any, 0, max(end-offset, 0))
 	for i := offset; i < end; i++ {
-		records = append(records, replayReviewRecord(req.pkg, i, app.Persian))
+		records = append(records, replayReviewRecord(req.pkg, i, app))
 	}
 	text := []byte("[]")
 	if len(records) > 0 {
@@ -519,22 +522,41 @@ func replayReviewAt(i int) time.Time {
 	return time.Unix(replayNewest-int64(i)*37, int64(i%10)*77_000_000).UTC()
 }
 
+// replayReviewReply says whether review i of app has a developer reply, and
+// when it was given.
+func replayReviewReply(app replayApp, i int) (time.Time, bool) {
+	every := app.Replies
+	if every == 0 {
+		every = 5
+	}
+	return replayReviewAt(i).Add(time.Hour + 5*time.Millisecond), every > 0 && i%every == 0
+}
+
+// replayReplyText is the text of every developer reply.
+const replayReplyText = "Thanks for the review! We fixed it in 1.6 & later."
+
+// replayReviewVersion is the app version review i was written for; three
+// reviews in four name one.
+func replayReviewVersion(i int) (string, bool) {
+	return "1." + strconv.Itoa(i%7) + ".0", i%4 != 0
+}
+
 // replayReviewRecord builds review i of pkg in the 17-slot UsvDTd layout.
-func replayReviewRecord(pkg string, i int, persian bool) []any {
+func replayReviewRecord(pkg string, i int, app replayApp) []any {
 	at := replayReviewAt(i)
 	name := fmt.Sprintf("User %d", i)
 	content := fmt.Sprintf("Review %d of %s: works fine", i, pkg)
-	if persian {
+	if app.Persian {
 		name = fmt.Sprintf("کاربر %d", i)
 		content = fmt.Sprintf("نظر %d: برنامه خیلی خوبیه 👍🏽🇮🇷\nممنون\u0000", i)
 	}
 	var reply any
-	if i%5 == 0 {
-		reply = []any{"Developer", "Thanks for the review!", []any{at.Unix() + 3600, 5_000_000}}
+	if replied, ok := replayReviewReply(app, i); ok {
+		reply = []any{"Developer", replayReplyText, []any{replied.Unix(), replied.Nanosecond()}}
 	}
 	var version any
-	if i%4 != 0 {
-		version = "1." + strconv.Itoa(i%7) + ".0"
+	if v, ok := replayReviewVersion(i); ok {
+		version = v
 	}
 	image := []any{nil, 2, nil, []any{nil, nil, "https://play-lh.googleusercontent.com/a/u" + strconv.Itoa(i) + "=mo"}}
 	return []any{

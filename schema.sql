@@ -104,3 +104,21 @@ CREATE TABLE consumer_offsets (
     updated_at     TIMESTAMPTZ NOT NULL DEFAULT now(),
     PRIMARY KEY (consumer_group, topic, "partition")
 );
+
+-- migration 3: listing details and developer replies
+-- All nullable: a message of an older playwatch, which lacks the fields, stores NULL.
+ALTER TABLE app_stats
+    ADD COLUMN real_installs  BIGINT,
+    ADD COLUMN ratings_1      BIGINT,
+    ADD COLUMN ratings_2      BIGINT,
+    ADD COLUMN ratings_3      BIGINT,
+    ADD COLUMN ratings_4      BIGINT,
+    ADD COLUMN ratings_5      BIGINT,
+    ADD COLUMN developer      VARCHAR(255),
+    ADD COLUMN released_at    TIMESTAMPTZ,
+    ADD COLUMN recent_changes TEXT;
+
+ALTER TABLE reviews
+    ADD COLUMN reply_content TEXT,
+    ADD COLUMN replied_at    TIMESTAMPTZ,
+    ADD COLUMN app_version   VARCHAR(50);
