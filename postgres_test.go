@@ -179,13 +179,18 @@ func TestManagedPostgresKilledDuringInitdb(t *testing.T) {
 			t.Logf("playwatch output:\n%s", logs.String())
 		}
 	}()
-	// migrate starts `playwatch migrate` in a process group of its own and
-	// returns it once it has started initdb.
-	migrate := func() *exec.Cmd {
+	env := map[string]string{"PLAYWATCH_DATA_DIR": dataDir, "DATABASE_URL": "", "KAFKA_BROKERS": "",
+		"PLAYWATCH_HTTP_ADDR": freeAddr(t), "PLAYWATCH_BROKER_ADDR": freeAddr(t)}
+	// start starts `playwatch run` in a process group of its own and returns
+	// it once it has started initdb.
+	start := func() *exec.Cmd {
 		t.Helper()
-		fmt.Fprintln(&logs, "==== playwatch migrate")
-		cmd := exec.Command(bin, "migrate")
-		cmd.Env = append(os.Environ(), "PLAYWATCH_DATA_DIR="+dataDir, "DATABASE_URL=")
+		fmt.Fprintln(&logs, "==== playwatch run --roles registry")
+		cmd := exec.Command(bin, "run", "--roles", "registry")
+		cmd.Env = os.Environ()
+		for k, v := range env {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
 		initdb := make(chan struct{})
 		cmd.Stderr = &lineWatcher{w: &logs, line: "initialising managed postgres cluster", seen: initdb}
 		cmd.SysProcAttr = childProcAttr(true)
@@ -195,12 +200,12 @@ func TestManagedPostgresKilledDuringInitdb(t *testing.T) {
 		select {
 		case <-initdb:
 		case <-time.After(30 * time.Second):
-			t.Fatal("playwatch migrate did not start initdb")
+			t.Fatal("playwatch run did not start initdb")
 		}
 		return cmd
 	}
 	for _, after := range []time.Duration{0, 300 * time.Millisecond, 700 * time.Millisecond, 1200 * time.Millisecond, 1800 * time.Millisecond} {
-		cmd := migrate()
+		cmd := start()
 		time.Sleep(after)
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		_ = cmd.Wait()
@@ -208,37 +213,33 @@ func TestManagedPostgresKilledDuringInitdb(t *testing.T) {
 	}
 
 	// playwatch alone: its initdb goes on.
-	cmd := migrate()
+	cmd := start()
 	time.Sleep(500 * time.Millisecond)
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 	orphans := processesNaming(t, "-D\x00"+tmp+"\x00")
 	t.Logf("killed playwatch alone 500ms into initdb; processes of its initdb still running: %v", orphans)
 
+	logPath := filepath.Join(t.TempDir(), "playwatch.log")
+	defer func() {
+		if b, _ := os.ReadFile(logPath); t.Failed() {
+			t.Logf("the starts after the kills:\n%s", b)
+		}
+	}()
 	for i := range 2 {
-		cmd := exec.Command(bin, "migrate")
-		cmd.Env = append(os.Environ(), "PLAYWATCH_DATA_DIR="+dataDir, "DATABASE_URL=")
-		cmd.Stdout, cmd.Stderr = &logs, &logs
-		cmd.SysProcAttr = childProcAttr(false)
-		fmt.Fprintln(&logs, "==== playwatch migrate")
 		began := time.Now()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
+		a := startAppliance(t, bin, env, logPath, "--roles", "registry")
+		t.Logf("start %d after the kills: ready in %s", i+1, time.Since(began).Round(time.Millisecond))
+		if err := a.stop(t, syscall.SIGTERM, time.Minute); err != nil {
+			t.Fatalf("start %d after the kills: playwatch exited with %v after SIGTERM", i+1, err)
 		}
-		timer := time.AfterFunc(time.Minute, func() { _ = cmd.Process.Kill() })
-		err := cmd.Wait()
-		timer.Stop()
-		if err != nil {
-			t.Fatalf("start %d after the kills: %v", i+1, err)
-		}
-		t.Logf("start %d after the kills: migrated in %s", i+1, time.Since(began).Round(time.Millisecond))
 		if i == 0 {
 			if left := processesNaming(t, "-D\x00"+tmp+"\x00"); len(left) > 0 {
 				t.Errorf("the orphaned initdb %v still runs after the cluster was made", left)
 			}
 		}
 	}
-	if !strings.Contains(logs.String(), "waiting for it to end") && len(orphans) > 0 {
+	if b, _ := os.ReadFile(logPath); !strings.Contains(string(b), "waiting for it to end") && len(orphans) > 0 {
 		t.Errorf("the start after the kill of playwatch alone did not wait for its initdb %v", orphans)
 	}
 }
