@@ -1,12 +1,10 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -47,30 +45,4 @@ func TestEmbeddedBrokerKeepsRecordsAcrossRestart(t *testing.T) {
 	if len(recs) != 100 || len(seen) != 100 {
 		t.Fatalf("after restart: %d records, %d distinct, want 100", len(recs), len(seen))
 	}
-}
-
-// Topic retention runs on the embedded broker, so its disk stays bounded.
-func TestEmbeddedBrokerAppliesRetention(t *testing.T) {
-	b, err := startEmbeddedBroker(embeddedBrokerOptions{Addr: "127.0.0.1:0", DataDir: t.TempDir(), RetentionCheck: 50 * time.Millisecond}, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	createTestTopics(t, b.Addrs(), topicSpec{Partitions: 1, Replication: -1, Retention: 100 * time.Millisecond})
-	produceSync(t, b.Addrs(), topicAppStats, 10)
-
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	waitFor(t, 20*time.Second, "retention to move the log start offset to 10", func() bool {
-		starts, err := adm.ListStartOffsets(context.Background(), topicAppStats)
-		if err != nil {
-			t.Fatal(err)
-		}
-		o, _ := starts.Lookup(topicAppStats, 0)
-		return o.Offset == 10
-	})
 }

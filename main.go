@@ -239,7 +239,8 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	started := time.Now()
 	logger.Info("playwatch starting", "version", version, "roles", roles, "data_dir", cfg.DataDir)
 
-	be, err := openBackends(ctx, cfg, logger, backendOptions{broker: true})
+	reg := newMetricsRegistry(version)
+	be, err := openBackends(ctx, cfg, logger, backendOptions{broker: true, metrics: reg})
 	if err != nil {
 		return err
 	}
@@ -247,7 +248,6 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	// reverse order at shutdown: intake first, the backends last.
 	shutdown := func() error { return be.shutdown(ctx, cfg.ShutdownTimeout) }
 
-	reg := newMetricsRegistry(version)
 	// A role that ends on its own (it failed) ends the appliance.
 	roleDone := make(chan error, len(allRoles)+1)
 	startRole := func(name string, fn func(context.Context) error) {
@@ -296,6 +296,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		}
 		be.onClose(flushAndClose(producer))
 		pub := newPublisher(producer, cfg.Producer, reg, logger)
+		pub.gate = be.publishGate()
 		cr := newCrawler(crawlerConfigOf(cfg), newAppStore(be.pool), store, pub, reg, logger)
 		startRole("crawler", cr.Run)
 	}
@@ -413,7 +414,9 @@ func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	be.onClose(flushAndClose(producer))
-	cr := newCrawler(crawlerConfigOf(cfg), newAppStore(be.pool), store, newPublisher(producer, cfg.Producer, reg, logger), reg, logger)
+	pub := newPublisher(producer, cfg.Producer, reg, logger)
+	pub.gate = be.publishGate()
+	cr := newCrawler(crawlerConfigOf(cfg), newAppStore(be.pool), store, pub, reg, logger)
 	if !once {
 		return cr.Run(ctx)
 	}
@@ -522,6 +525,7 @@ func cmdPcap(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	be.onClose(flushAndClose(producer))
 	pub := newPublisher(producer, cl.cfg.Producer, prometheus.NewRegistry(), cl.logger)
+	pub.gate = be.publishGate()
 	return analyzeCaptures(ctx, cl.args, job, pub, stdout, stderr)
 }
 
@@ -533,7 +537,12 @@ type backends struct {
 	pool    *pgxpool.Pool
 	brokers []string
 	kafka   *kgo.Client // a plain client for admin requests and readiness
-	stops   []func(context.Context) error
+	// embedded is the broker this process runs, if any; budget keeps the
+	// embedded broker's topics within PLAYWATCH_BROKER_MAX_BYTES, whether
+	// this process runs it or attached to the playwatch that does.
+	embedded *embeddedBroker
+	budget   *brokerBudgetKeeper
+	stops    []func(context.Context) error
 }
 
 // backendOptions say what a command needs.
@@ -542,7 +551,13 @@ type backendOptions struct {
 	// attach: when a running playwatch owns the data directory, use the
 	// services it runs instead of refusing to start.
 	attach bool
+	// metrics is where the backends' metrics go; nil: nowhere.
+	metrics prometheus.Registerer
 }
+
+// brokerTrimInterval is how often the embedded broker's topics are trimmed
+// to their budget and retention.
+const brokerTrimInterval = 10 * time.Second
 
 func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts backendOptions) (_ *backends, err error) {
 	be := &backends{}
@@ -551,6 +566,12 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 			err = errors.Join(err, be.shutdown(ctx, cfg.ShutdownTimeout))
 		}
 	}()
+	if opts.metrics == nil {
+		opts.metrics = prometheus.NewRegistry()
+	}
+	// Without KAFKA_BROKERS the broker is the embedded one, this process's
+	// or that of the playwatch it attaches to.
+	embedded := len(cfg.KafkaBrokers) == 0
 	if cfg.DatabaseURL == "" || (opts.broker && len(cfg.KafkaBrokers) == 0) {
 		release, err := lockDataDir(cfg.DataDir)
 		switch {
@@ -573,7 +594,13 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 	if !opts.broker {
 		return be, nil
 	}
-	if be.brokers, err = openBroker(cfg, logger, be); err != nil {
+	var budget brokerBudget
+	if embedded {
+		if budget, err = planBrokerBudget(cfg.BrokerMaxBytes, cfg.topicRetention(true), allTopics); err != nil {
+			return nil, err
+		}
+	}
+	if be.brokers, err = openBroker(cfg, budget.segmentBytes(), logger, be); err != nil {
 		return nil, err
 	}
 	be.kafka, err = kgo.NewClient(kgo.SeedBrokers(be.brokers...))
@@ -581,11 +608,45 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
 	be.onClose(func(context.Context) error { be.kafka.Close(); return nil })
-	spec := topicSpec{Partitions: cfg.TopicPartitions, Replication: cfg.TopicReplication, Retention: cfg.TopicRetention}
+	spec := topicSpec{Partitions: cfg.TopicPartitions, Replication: cfg.TopicReplication, Retention: cfg.topicRetention(false)}
+	if embedded {
+		spec.Retention = 0 // trimmed by the budget keeper instead
+	}
 	if err := ensureTopics(ctx, kadm.NewClient(be.kafka), spec, allTopics, logger); err != nil {
 		return nil, err
 	}
+	if embedded {
+		be.budget = newBrokerBudgetKeeper(budget, kadm.NewClient(be.kafka),
+			newConsumerStore(be.pool, cfg.ConsumerGroup).loadOffsets, opts.metrics, logger)
+	}
+	if be.embedded != nil {
+		be.keepBrokerTrimmed(ctx, logger)
+	}
 	return be, nil
+}
+
+// keepBrokerTrimmed trims the embedded broker now, before anything is
+// published, and then every brokerTrimInterval until shutdown.
+func (be *backends) keepBrokerTrimmed(ctx context.Context, logger *slog.Logger) {
+	if err := be.budget.trim(ctx); err != nil {
+		logger.Warn("embedded broker: trimming its topics to PLAYWATCH_BROKER_MAX_BYTES failed; it is tried again", "err", err)
+	}
+	tctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		be.budget.keepTrimmed(tctx, brokerTrimInterval)
+	}()
+	be.onClose(func(context.Context) error { cancel(); <-done; return nil })
+}
+
+// publishGate holds sends back while the embedded broker's budget is full
+// of records the storage consumer has not stored; nil on a user's cluster.
+func (be *backends) publishGate() publishGate {
+	if be.budget == nil {
+		return nil
+	}
+	return be.budget
 }
 
 // attachedConfig points cfg at the managed services of the playwatch that
@@ -654,7 +715,7 @@ func openDatabase(ctx context.Context, cfg Config, logger *slog.Logger, be *back
 
 // openBroker returns the seed brokers of KAFKA_BROKERS, or starts the
 // embedded broker when it is empty; it is stopped by be's shutdown.
-func openBroker(cfg Config, logger *slog.Logger, be *backends) ([]string, error) {
+func openBroker(cfg Config, segmentBytes int64, logger *slog.Logger, be *backends) ([]string, error) {
 	if len(cfg.KafkaBrokers) > 0 {
 		return cfg.KafkaBrokers, nil
 	}
@@ -663,10 +724,12 @@ func openBroker(cfg Config, logger *slog.Logger, be *backends) ([]string, error)
 		DataDir:        filepath.Join(cfg.DataDir, "broker"),
 		Fsync:          cfg.BrokerFsync,
 		RetentionCheck: 5 * time.Minute,
+		SegmentBytes:   segmentBytes,
 	}, logger)
 	if err != nil {
 		return nil, fmt.Errorf("PLAYWATCH_BROKER_ADDR: %w", err)
 	}
+	be.embedded = b
 	be.onClose(func(context.Context) error { b.Close(); return nil })
 	return b.Addrs(), nil
 }
