@@ -307,7 +307,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	checks := []readinessCheck{
 		{"database", be.pool.Ping},
-		{"broker", be.kafka.Ping},
+		{"broker", be.brokerReady},
 	}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -603,6 +603,9 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 	if be.brokers, err = openBroker(cfg, budget.segmentBytes(), logger, be); err != nil {
 		return nil, err
 	}
+	if be.embedded != nil {
+		opts.metrics.MustRegister(be.embedded.Collectors()...)
+	}
 	be.kafka, err = kgo.NewClient(kgo.SeedBrokers(be.brokers...))
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
@@ -638,6 +641,18 @@ func (be *backends) keepBrokerTrimmed(ctx context.Context, logger *slog.Logger) 
 		be.budget.keepTrimmed(tctx, brokerTrimInterval)
 	}()
 	be.onClose(func(context.Context) error { cancel(); <-done; return nil })
+}
+
+// brokerReady is the broker's readiness: it answers, and the embedded
+// broker this process runs can write its files.
+func (be *backends) brokerReady(ctx context.Context) error {
+	if err := be.kafka.Ping(ctx); err != nil {
+		return err
+	}
+	if be.embedded != nil {
+		return be.embedded.CheckWrites(ctx)
+	}
+	return nil
 }
 
 // publishGate holds sends back while the embedded broker's budget is full
