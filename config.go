@@ -25,6 +25,7 @@ type Config struct {
 	HTTPAddr         string
 	BrokerAddr       string
 	BrokerFsync      bool
+	BrokerMaxBytes   int64
 	RegistryToken    string
 	PGListen         string
 	PGUser           string
@@ -82,6 +83,8 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.BrokerAddr, err = parseLoopbackHostPort(v); return }},
 	{"PLAYWATCH_BROKER_FSYNC", "false", "fsync every batch the embedded broker writes (survives power loss, slower)",
 		func(c *Config, v string) (err error) { c.BrokerFsync, err = strconv.ParseBool(v); return }},
+	{"PLAYWATCH_BROKER_MAX_BYTES", "256MiB", "most bytes the embedded broker's topics keep (KiB, MiB, GiB or plain bytes; at least 1MiB)",
+		func(c *Config, v string) (err error) { c.BrokerMaxBytes, err = parseByteSize(v, 1<<20, 1<<40); return }},
 	{"REGISTRY_TOKEN", "", "bearer token required for registry writes; required when PLAYWATCH_HTTP_ADDR is not loopback",
 		func(c *Config, v string) error { c.RegistryToken = v; return nil }},
 	{"PLAYWATCH_PG_LISTEN", "", "host:port where the managed PostgreSQL also listens on TCP, with passwords (playwatch db-url prints a URL); empty: unix socket only",
@@ -100,8 +103,13 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.TopicPartitions, err = parseInt(v, 1, 10000); return }},
 	{"KAFKA_TOPIC_REPLICATION", "-1", "replication factor of each topic playwatch creates; -1: the broker's default",
 		func(c *Config, v string) (err error) { c.TopicReplication, err = parseReplication(v); return }},
-	{"KAFKA_TOPIC_RETENTION", "168h", "retention.ms of each topic playwatch creates (a Go duration)",
-		func(c *Config, v string) (err error) { c.TopicRetention, err = parsePositiveDuration(v); return }},
+	{"KAFKA_TOPIC_RETENTION", "", "how long topics keep messages (a Go duration); empty: 168h on KAFKA_BROKERS, 24h on the embedded broker",
+		func(c *Config, v string) (err error) {
+			if v != "" {
+				c.TopicRetention, err = parsePositiveDuration(v)
+			}
+			return
+		}},
 	{"PLAYWATCH_SHUTDOWN_TIMEOUT", "30s", "how long a graceful shutdown may take before it is cut short",
 		func(c *Config, v string) (err error) { c.ShutdownTimeout, err = parsePositiveDuration(v); return }},
 	{"KAFKA_ACKS", "all", "acknowledgements a produce waits for: all, leader or none",
@@ -262,6 +270,20 @@ func printSettings(w io.Writer) {
 	tw.Flush()
 }
 
+// topicRetention is KAFKA_TOPIC_RETENTION, or its default: a week on a
+// cluster of the user's, a day on the embedded broker, whose log only serves
+// replay and inspection (its consumer drains it in seconds).
+func (c Config) topicRetention(embedded bool) time.Duration {
+	switch {
+	case c.TopicRetention > 0:
+		return c.TopicRetention
+	case embedded:
+		return 24 * time.Hour
+	default:
+		return 7 * 24 * time.Hour
+	}
+}
+
 func nonEmpty(v string) error {
 	if v == "" {
 		return errors.New("must not be empty")
@@ -287,6 +309,41 @@ func parseInt(v string, lo, hi int) (int, error) {
 		return 0, fmt.Errorf("must be between %d and %d", lo, hi)
 	}
 	return n, nil
+}
+
+// parseByteSize reads a size such as 256MiB, 1GiB, 512KiB or 1048576.
+func parseByteSize(v string, lo, hi int64) (int64, error) {
+	num, unit := v, int64(1)
+	for _, u := range []struct {
+		suffix string
+		n      int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
+		if strings.HasSuffix(v, u.suffix) {
+			num, unit = strings.TrimSuffix(v, u.suffix), u.n
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 {
+		return 0, errors.New("not a size such as 256MiB, 1GiB, 512KiB or a number of bytes")
+	}
+	if n > hi/unit || n*unit < lo || n*unit > hi {
+		return 0, fmt.Errorf("must be between %s and %s", formatBytes(lo), formatBytes(hi))
+	}
+	return n * unit, nil
+}
+
+// formatBytes writes n in the largest binary unit that divides it.
+func formatBytes(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		n      int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.n && n%u.n == 0 {
+			return strconv.FormatInt(n/u.n, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10) + "B"
 }
 
 func parseReplication(v string) (int, error) {

@@ -28,8 +28,25 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if c.HTTPAddr != "127.0.0.1:8080" || c.BrokerAddr != "127.0.0.1:9092" || c.DatabaseURL != "" ||
 		c.KafkaBrokers != nil || !strings.HasSuffix(c.DataDir, "/data") || c.TopicPartitions != 3 ||
-		c.TopicRetention != 7*24*time.Hour || c.ShutdownTimeout != 30*time.Second || c.PGUser != "postgres" {
+		c.ShutdownTimeout != 30*time.Second || c.PGUser != "postgres" || c.BrokerMaxBytes != 256<<20 {
 		t.Fatalf("unexpected defaults: %+v", c)
+	}
+	if c.topicRetention(false) != 7*24*time.Hour || c.topicRetention(true) != 24*time.Hour {
+		t.Errorf("retention defaults: %s on a user's cluster, %s on the embedded broker; want 168h, 24h",
+			c.topicRetention(false), c.topicRetention(true))
+	}
+	c, err = loadTestConfig(map[string]string{"KAFKA_TOPIC_RETENTION": "2h"})
+	if err != nil || c.topicRetention(false) != 2*time.Hour || c.topicRetention(true) != 2*time.Hour {
+		t.Errorf("KAFKA_TOPIC_RETENTION=2h: %v, %s and %s", err, c.topicRetention(false), c.topicRetention(true))
+	}
+}
+
+func TestConfigBrokerMaxBytes(t *testing.T) {
+	for v, want := range map[string]int64{"256MiB": 256 << 20, "1GiB": 1 << 30, "1024KiB": 1 << 20, "10485760": 10 << 20} {
+		c, err := loadTestConfig(map[string]string{"PLAYWATCH_BROKER_MAX_BYTES": v})
+		if err != nil || c.BrokerMaxBytes != want {
+			t.Errorf("%s: %d, %v; want %d", v, c.BrokerMaxBytes, err, want)
+		}
 	}
 }
 
@@ -58,6 +75,10 @@ func TestConfigInvalidValuesNameTheVariable(t *testing.T) {
 		{"PLAYWATCH_HTTP_ADDR", "127.0.0.1:99999"},
 		{"PLAYWATCH_BROKER_ADDR", "0.0.0.0:9092"},
 		{"PLAYWATCH_BROKER_FSYNC", "maybe"},
+		{"PLAYWATCH_BROKER_MAX_BYTES", "256MB"},
+		{"PLAYWATCH_BROKER_MAX_BYTES", "512KiB"},
+		{"PLAYWATCH_BROKER_MAX_BYTES", "-1"},
+		{"PLAYWATCH_BROKER_MAX_BYTES", "9999999GiB"},
 		{"PLAYWATCH_PG_LISTEN", "5432"},
 		{"PLAYWATCH_PG_LISTEN", "127.0.0.1:0"},
 		{"KAFKA_TOPIC_PARTITIONS", "-1"},

@@ -79,6 +79,9 @@ type runningPlaywatch struct {
 	// PGListen is the managed cluster's TCP address (PLAYWATCH_PG_LISTEN),
 	// for `playwatch db-url`; empty: socket only, or an external database.
 	PGListen string `json:"pg_listen,omitempty"`
+	// EmbeddedBroker: Brokers is the broker it runs, whose byte budget a
+	// command's publishing respects too.
+	EmbeddedBroker bool `json:"embedded_broker"`
 }
 
 // publishRunning writes r to the attach file of dir, atomically: a command

@@ -242,7 +242,8 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	started := time.Now()
 	logger.Info("playwatch starting", "version", version, "roles", roles, "data_dir", cfg.DataDir)
 
-	be, err := openBackends(ctx, cfg, logger, backendOptions{broker: true})
+	reg := newMetricsRegistry(version)
+	be, err := openBackends(ctx, cfg, logger, backendOptions{broker: true, metrics: reg})
 	if err != nil {
 		return err
 	}
@@ -253,7 +254,6 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	unpublish := func() {}
 	shutdown := func() error { unpublish(); return be.shutdown(ctx, cfg.ShutdownTimeout) }
 
-	reg := newMetricsRegistry(version)
 	// A role that ends on its own (it failed) ends the appliance.
 	roleDone := make(chan error, len(allRoles)+1)
 	startRole := func(name string, fn func(context.Context) error) {
@@ -302,6 +302,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		}
 		be.onClose(flushAndClose(producer))
 		pub := newPublisher(producer, cfg.Producer, reg, logger)
+		pub.gate = be.publishGate()
 		cr := newCrawler(crawlerConfigOf(cfg), newAppStore(be.pool), store, pub, reg, logger)
 		startRole("crawler", cr.Run)
 	}
@@ -312,7 +313,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	checks := []readinessCheck{
 		{"database", be.pool.Ping},
-		{"broker", be.kafka.Ping},
+		{"broker", be.brokerReady},
 	}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -320,7 +321,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	if be.ownsDataDir {
 		up, err := publishRunning(cfg.DataDir, runningPlaywatch{PID: os.Getpid(), Version: version, StartedAt: started,
-			DatabaseURL: be.databaseURL, Brokers: be.brokers, PGListen: managedPGListen(cfg)})
+			DatabaseURL: be.databaseURL, Brokers: be.brokers, PGListen: managedPGListen(cfg), EmbeddedBroker: be.embedded != nil})
 		if err != nil {
 			ln.Close()
 			return errors.Join(err, shutdown())
@@ -428,7 +429,9 @@ func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	be.onClose(flushAndClose(producer))
-	cr := newCrawler(crawlerConfigOf(cfg), newAppStore(be.pool), store, newPublisher(producer, cfg.Producer, reg, logger), reg, logger)
+	pub := newPublisher(producer, cfg.Producer, reg, logger)
+	pub.gate = be.publishGate()
+	cr := newCrawler(crawlerConfigOf(cfg), newAppStore(be.pool), store, pub, reg, logger)
 	if !once {
 		return cr.Run(ctx)
 	}
@@ -537,6 +540,7 @@ func cmdPcap(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	be.onClose(flushAndClose(producer))
 	pub := newPublisher(producer, cl.cfg.Producer, prometheus.NewRegistry(), cl.logger)
+	pub.gate = be.publishGate()
 	return analyzeCaptures(ctx, cl.args, job, pub, stdout, stderr)
 }
 
@@ -552,7 +556,12 @@ type backends struct {
 	kafka       *kgo.Client // a plain client for admin requests and readiness
 	// ownsDataDir: it holds the data directory's lock, to run a managed service.
 	ownsDataDir bool
-	stops       []func(context.Context) error
+	// embedded is the broker this process runs, if any; budget keeps the
+	// embedded broker's topics within PLAYWATCH_BROKER_MAX_BYTES, whether
+	// this process runs it or attached to the playwatch that does.
+	embedded *embeddedBroker
+	budget   *brokerBudgetKeeper
+	stops    []func(context.Context) error
 }
 
 // backendOptions say what a command needs.
@@ -562,7 +571,13 @@ type backendOptions struct {
 	// DATABASE_URL and KAFKA_BROKERS leave empty comes from the playwatch
 	// that runs on the data directory, and without one the command fails.
 	attach bool
+	// metrics is where the backends' metrics go; nil: nowhere.
+	metrics prometheus.Registerer
 }
+
+// brokerTrimInterval is how often the embedded broker's topics are trimmed
+// to their budget and retention.
+const brokerTrimInterval = 10 * time.Second
 
 func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts backendOptions) (_ *backends, err error) {
 	be := &backends{}
@@ -571,6 +586,12 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 			err = errors.Join(err, be.shutdown(ctx, cfg.ShutdownTimeout))
 		}
 	}()
+	if opts.metrics == nil {
+		opts.metrics = prometheus.NewRegistry()
+	}
+	// Without KAFKA_BROKERS the broker is the embedded one, this process's
+	// or that of the playwatch it attaches to.
+	embedded := len(cfg.KafkaBrokers) == 0
 	var missing []string
 	if cfg.DatabaseURL == "" {
 		missing = append(missing, "DATABASE_URL")
@@ -590,6 +611,7 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 		if err != nil {
 			return nil, err
 		}
+		embedded = embedded && r.EmbeddedBroker
 		if r.Version != version {
 			logger.Warn("the playwatch that runs on the data directory is another version", "its_version", r.Version, "version", version)
 		}
@@ -612,19 +634,74 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 	if !opts.broker {
 		return be, nil
 	}
-	if be.brokers, err = openBroker(cfg, logger, be); err != nil {
+	var budget brokerBudget
+	if embedded {
+		if budget, err = planBrokerBudget(cfg.BrokerMaxBytes, cfg.topicRetention(true), allTopics); err != nil {
+			return nil, err
+		}
+	}
+	if be.brokers, err = openBroker(cfg, budget.segmentBytes(), logger, be); err != nil {
 		return nil, err
+	}
+	if be.embedded != nil {
+		opts.metrics.MustRegister(be.embedded.Collectors()...)
 	}
 	be.kafka, err = kgo.NewClient(kgo.SeedBrokers(be.brokers...))
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
 	be.onClose(func(context.Context) error { be.kafka.Close(); return nil })
-	spec := topicSpec{Partitions: cfg.TopicPartitions, Replication: cfg.TopicReplication, Retention: cfg.TopicRetention}
+	spec := topicSpec{Partitions: cfg.TopicPartitions, Replication: cfg.TopicReplication, Retention: cfg.topicRetention(false)}
+	if embedded {
+		spec.Retention = 0 // trimmed by the budget keeper instead
+	}
 	if err := ensureTopics(ctx, kadm.NewClient(be.kafka), spec, allTopics, logger); err != nil {
 		return nil, err
 	}
+	if embedded {
+		be.budget = newBrokerBudgetKeeper(budget, kadm.NewClient(be.kafka),
+			newConsumerStore(be.pool, cfg.ConsumerGroup).loadOffsets, opts.metrics, logger)
+	}
+	if be.embedded != nil {
+		be.keepBrokerTrimmed(ctx, logger)
+	}
 	return be, nil
+}
+
+// keepBrokerTrimmed trims the embedded broker now, before anything is
+// published, and then every brokerTrimInterval until shutdown.
+func (be *backends) keepBrokerTrimmed(ctx context.Context, logger *slog.Logger) {
+	if err := be.budget.trim(ctx); err != nil {
+		logger.Warn("embedded broker: trimming its topics to PLAYWATCH_BROKER_MAX_BYTES failed; it is tried again", "err", err)
+	}
+	tctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		be.budget.keepTrimmed(tctx, brokerTrimInterval)
+	}()
+	be.onClose(func(context.Context) error { cancel(); <-done; return nil })
+}
+
+// brokerReady is the broker's readiness: it answers, and the embedded
+// broker this process runs can write its files.
+func (be *backends) brokerReady(ctx context.Context) error {
+	if err := be.kafka.Ping(ctx); err != nil {
+		return err
+	}
+	if be.embedded != nil {
+		return be.embedded.CheckWrites(ctx)
+	}
+	return nil
+}
+
+// publishGate holds sends back while the embedded broker's budget is full
+// of records the storage consumer has not stored; nil on a user's cluster.
+func (be *backends) publishGate() publishGate {
+	if be.budget == nil {
+		return nil
+	}
+	return be.budget
 }
 
 // attachedConfig points what cfg leaves empty of DATABASE_URL and
@@ -697,7 +774,7 @@ func openDatabase(ctx context.Context, cfg Config, logger *slog.Logger, be *back
 
 // openBroker returns the seed brokers of KAFKA_BROKERS, or starts the
 // embedded broker when it is empty; it is stopped by be's shutdown.
-func openBroker(cfg Config, logger *slog.Logger, be *backends) ([]string, error) {
+func openBroker(cfg Config, segmentBytes int64, logger *slog.Logger, be *backends) ([]string, error) {
 	if len(cfg.KafkaBrokers) > 0 {
 		return cfg.KafkaBrokers, nil
 	}
@@ -706,10 +783,12 @@ func openBroker(cfg Config, logger *slog.Logger, be *backends) ([]string, error)
 		DataDir:        filepath.Join(cfg.DataDir, "broker"),
 		Fsync:          cfg.BrokerFsync,
 		RetentionCheck: 5 * time.Minute,
+		SegmentBytes:   segmentBytes,
 	}, logger)
 	if err != nil {
 		return nil, fmt.Errorf("PLAYWATCH_BROKER_ADDR: %w", err)
 	}
+	be.embedded = b
 	be.onClose(func(context.Context) error { b.Close(); return nil })
 	return b.Addrs(), nil
 }

@@ -75,9 +75,21 @@ type publisher struct {
 	// a broker outage does not stall the cycle.
 	confirmWait time.Duration
 	clock       clock // the waits before resends
-	metrics     *publishMetrics
-	logger      *slog.Logger
+	// gate, when set, holds a send back while the broker has no room for
+	// it (the embedded broker's budget, broker_budget.go).
+	gate    publishGate
+	metrics *publishMetrics
+	logger  *slog.Logger
 }
+
+// publishGate says why a topic has no room for more records now, or "" when
+// it has.
+type publishGate interface {
+	full(ctx context.Context, topic string) (string, error)
+}
+
+// roomPollInterval is how often a send held back by the gate asks again.
+const roomPollInterval = time.Second
 
 func newPublisher(p recordProducer, s producerSettings, reg prometheus.Registerer, logger *slog.Logger) *publisher {
 	return &publisher{producer: p, delays: s.AppRetryDelays, confirmWait: s.DeliveryTimeout + s.RequestTimeout,
@@ -147,6 +159,9 @@ func (p *publisher) send(ctx context.Context, topic string, recs []*kgo.Record) 
 		return nil // nothing would ever confirm, and the wait would last its whole bound
 	}
 	total := len(recs)
+	if err := p.waitForRoom(ctx, topic); err != nil {
+		return &publishError{Topic: topic, Failed: total, Total: total, LastError: err}
+	}
 	pending := recs
 	for attempt := 0; ; attempt++ {
 		failed, unconfirmed, lastErr := p.produceAndWait(context.WithoutCancel(ctx), pending)
@@ -174,6 +189,38 @@ func (p *publisher) send(ctx context.Context, topic string, recs []*kgo.Record) 
 		for i, r := range failed {
 			pending[i] = &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value}
 		}
+	}
+}
+
+// waitForRoom waits until the gate lets topic take more records, or ctx
+// ends. A gate that cannot tell lets the send through: the broker still
+// deletes nothing the storage consumer has not stored.
+func (p *publisher) waitForRoom(ctx context.Context, topic string) error {
+	if p.gate == nil {
+		return nil
+	}
+	var since time.Time
+	for {
+		why, err := p.gate.full(ctx, topic)
+		if err != nil {
+			p.logger.Warn("cannot tell whether the broker has room; publishing", "topic", topic, "err", err)
+			return nil
+		}
+		if why == "" {
+			if !since.IsZero() {
+				p.logger.Info("the broker has room again; publishing", "topic", topic, "waited", p.clock.Now().Sub(since).Round(time.Millisecond))
+			}
+			return nil
+		}
+		if since.IsZero() {
+			since = p.clock.Now()
+			p.metrics.backpressureWaits.WithLabelValues(topic).Inc()
+			p.logger.Warn("waiting before publishing: "+why+"; the crawl goes on once the consumer has stored them", "topic", topic)
+		}
+		if err := sleepOn(ctx, p.clock, roomPollInterval); err != nil {
+			return fmt.Errorf("waiting for room on the broker: %w", err)
+		}
+		p.metrics.backpressureSeconds.WithLabelValues(topic).Add(roomPollInterval.Seconds())
 	}
 }
 
@@ -212,10 +259,12 @@ func (p *publisher) produceAndWait(ctx context.Context, recs []*kgo.Record) (fai
 }
 
 type publishMetrics struct {
-	produced        *prometheus.CounterVec
-	failed          *prometheus.CounterVec
-	residualRetries *prometheus.CounterVec
-	failedClosed    *prometheus.CounterVec
+	produced            *prometheus.CounterVec
+	failed              *prometheus.CounterVec
+	residualRetries     *prometheus.CounterVec
+	failedClosed        *prometheus.CounterVec
+	backpressureWaits   *prometheus.CounterVec
+	backpressureSeconds *prometheus.CounterVec
 }
 
 func newPublishMetrics(reg prometheus.Registerer) *publishMetrics {
@@ -236,13 +285,23 @@ func newPublishMetrics(reg prometheus.Registerer) *publishMetrics {
 			Name: "playwatch_publish_failed_closed_total",
 			Help: "Sends given up after every retry (that path of that app is skipped this cycle), by topic.",
 		}, []string{"topic"}),
+		backpressureWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "playwatch_publish_backpressure_waits_total",
+			Help: "Sends held back because records the storage consumer has not stored fill the embedded broker's share for the topic, by topic.",
+		}, []string{"topic"}),
+		backpressureSeconds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "playwatch_publish_backpressure_seconds_total",
+			Help: "Time sends spent held back for room on the embedded broker, by topic.",
+		}, []string{"topic"}),
 	}
-	reg.MustRegister(m.produced, m.failed, m.residualRetries, m.failedClosed)
+	reg.MustRegister(m.produced, m.failed, m.residualRetries, m.failedClosed, m.backpressureWaits, m.backpressureSeconds)
 	for _, t := range allTopics {
 		m.produced.WithLabelValues(t)
 		m.failed.WithLabelValues(t)
 		m.residualRetries.WithLabelValues(t)
 		m.failedClosed.WithLabelValues(t)
+		m.backpressureWaits.WithLabelValues(t)
+		m.backpressureSeconds.WithLabelValues(t)
 	}
 	return m
 }

@@ -1,0 +1,262 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Every topic playwatch creates has its share of the broker budget, and the
+// topics the storage consumer reads are the ones trimmed only behind it.
+func TestBrokerBudgetCoversEveryTopic(t *testing.T) {
+	b, err := planBrokerBudget(256<<20, 24*time.Hour, allTopics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for _, topic := range allTopics {
+		if b.shares[topic] <= 0 || !topicShares[topic].drained {
+			t.Errorf("%s: share %d, drained %v; the storage consumer reads it", topic, b.shares[topic], topicShares[topic].drained)
+		}
+		sum += b.shares[topic]
+	}
+	if sum > b.total || sum < b.total*99/100 {
+		t.Errorf("the shares add up to %d of %d bytes", sum, b.total)
+	}
+	if b.segmentBytes() != 1<<20 {
+		t.Errorf("segment %d bytes at 256 MiB, want 1 MiB", b.segmentBytes())
+	}
+	if _, err := planBrokerBudget(256<<20, time.Hour, append(allTopics, "raw-pages")); err == nil || !strings.Contains(err.Error(), "raw-pages") {
+		t.Errorf("a topic without a share: %v, want an error naming it", err)
+	}
+}
+
+// brokerShares reads each partition's retained bytes and offsets.
+func brokerShares(t *testing.T, adm *kadm.Client, topic string) (bytes map[int32]int64, starts, ends kadm.ListedOffsets) {
+	t.Helper()
+	ctx := context.Background()
+	dirs, err := adm.DescribeAllLogDirs(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bytes = map[int32]int64{}
+	dirs.Each(func(d kadm.DescribedLogDir) {
+		for p, dp := range d.Topics[topic] {
+			bytes[p] += dp.Size
+		}
+	})
+	if starts, err = adm.ListStartOffsets(ctx, topic); err != nil {
+		t.Fatal(err)
+	}
+	if ends, err = adm.ListEndOffsets(ctx, topic); err != nil {
+		t.Fatal(err)
+	}
+	return bytes, starts, ends
+}
+
+// The appliance with a 1 MiB broker budget crawls while no storage consumer
+// runs. Once the reviews nobody has stored fill a partition's share, the
+// crawl waits instead of publishing (a metric and a log line say so), and
+// the broker trims none of them. When a consumer starts, the crawl goes on,
+// every review is stored, and the broker then trims the stored records to
+// the share.
+func TestBrokerBudgetHoldsTheCrawlUntilTheConsumerStores(t *testing.T) {
+	const apps, reviewsPerApp = 12, 1500
+	dbURL := newTestDatabase(t)
+	pool := newTestPoolFor(t, dbURL)
+	replay := newReplayPlayStore(t)
+	var pkgs []string
+	for i := range apps {
+		pkg := fmt.Sprintf("com.example.budget%d", i)
+		replay.setApp(pkg, replayApp{Reviews: reviewsPerApp})
+		pkgs = append(pkgs, pkg)
+	}
+	registerApps(t, pool, pkgs...)
+	env := map[string]string{
+		"DATABASE_URL":               dbURL,
+		"PLAYWATCH_DATA_DIR":         filepath.Join(t.TempDir(), "data"),
+		"PLAYWATCH_HTTP_ADDR":        freeAddr(t),
+		"PLAYWATCH_BROKER_ADDR":      freeAddr(t),
+		"PLAYWATCH_BROKER_MAX_BYTES": "1MiB",
+		"PLAYSTORE_URL":              replay.URL,
+		"RATE_LIMIT_REQUESTS":        "0",
+		"EGRESS_MIN_GAP":             "0s",
+		"REVIEWS_PER_APP":            fmt.Sprint(reviewsPerApp),
+		"CRAWL_WORKERS":              "1",
+	}
+	base, stop, logs := startRun(t, env, "--roles", "registry,crawler")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("playwatch run:\n%s", logs)
+		}
+	})
+	brokers := []string{env["PLAYWATCH_BROKER_ADDR"]}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	share := int64(1<<20) / 10 * 8 / 3 // reviews: 8 of 10 parts, over 3 partitions
+
+	waitFor(t, 60*time.Second, "the crawl to wait for room on the broker", func() bool {
+		return scrapeMetric(t, base, "playwatch_publish_backpressure_waits_total", `topic="reviews"`) >= 1
+	})
+	// A trim has run since the share filled up: it deleted nothing.
+	waitFor(t, 30*time.Second, "a trim of the full partitions", func() bool {
+		return scrapeMetric(t, base, "playwatch_broker_retained_bytes", `topic="reviews"`) > float64(share)
+	})
+	bytes, starts, ends := brokerShares(t, adm, topicReviews)
+	starts.Each(func(o kadm.ListedOffset) {
+		if o.Offset != 0 {
+			t.Errorf("reviews/%d starts at %d: records nobody stored were trimmed", o.Partition, o.Offset)
+		}
+	})
+	if n := scrapeMetric(t, base, "playwatch_crawl_cycles_total", ""); n != 0 {
+		t.Fatalf("%v cycles done while the broker had no room", n)
+	}
+	if !strings.Contains(logs.String(), "waiting before publishing") {
+		t.Errorf("no log line says the crawl waits:\n%s", logs)
+	}
+	t.Logf("held back: reviews partitions hold %v bytes (share %d), end offsets %v", bytes, share, ends)
+
+	tc := startTestConsumer(t, pool, brokers, testConsumerOptions(), consumerHooks{})
+	waitFor(t, 60*time.Second, "the crawl cycle to finish", func() bool {
+		return scrapeMetric(t, base, "playwatch_crawl_cycles_total", "") >= 1
+	})
+	waitStored(t, 60*time.Second, brokers, pool, testConsumerOptions().Group)
+	if n := count(t, pool, `SELECT count(*) FROM reviews`); n != apps*reviewsPerApp {
+		t.Errorf("%d reviews stored, want %d", n, apps*reviewsPerApp)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM app_stats`); n != apps {
+		t.Errorf("%d app_stats rows, want %d", n, apps)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM dead_letter_events`); n != 0 {
+		t.Errorf("%d dead letters", n)
+	}
+	if !strings.Contains(logs.String(), "the broker has room again") {
+		t.Errorf("no log line says the crawl went on:\n%s", logs)
+	}
+
+	// Stored, the records are trimmed down to the share.
+	waitFor(t, 30*time.Second, "the broker to trim the stored reviews to their share", func() bool {
+		bytes, _, _ := brokerShares(t, adm, topicReviews)
+		for _, n := range bytes {
+			if n > share {
+				return false
+			}
+		}
+		return true
+	})
+	bytes, starts, _ = brokerShares(t, adm, topicReviews)
+	trimmed := false
+	starts.Each(func(o kadm.ListedOffset) { trimmed = trimmed || o.Offset > 0 })
+	if !trimmed {
+		t.Errorf("nothing trimmed: %v", bytes)
+	}
+	if n := scrapeMetric(t, base, "playwatch_broker_trimmed_records_total", `topic="reviews"`); n <= 0 {
+		t.Errorf("trimmed records metric %v", n)
+	}
+	t.Logf("after storing: reviews partitions hold %v bytes, start offsets %v", bytes, starts)
+	if err := tc.stop(); err != nil {
+		t.Error(err)
+	}
+	if err := stop(); err != nil {
+		t.Error(err)
+	}
+}
+
+// On the embedded broker the topics keep everything as far as the broker is
+// concerned (it would delete records nobody stored), also those an older
+// playwatch created with a retention; playwatch's trim deletes the records
+// older than the retention once they are stored, and not before.
+func TestBrokerBudgetTrimsOldRecordsOnceStored(t *testing.T) {
+	ctx := context.Background()
+	logger := testLogger(t)
+	b, err := startEmbeddedBroker(embeddedBrokerOptions{Addr: "127.0.0.1:0", DataDir: t.TempDir()}, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	brokers := b.Addrs()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	// An older playwatch created the topics with the broker's retention.
+	if err := ensureTopics(ctx, adm, topicSpec{Partitions: 1, Replication: -1, Retention: 7 * 24 * time.Hour}, allTopics, logger); err != nil {
+		t.Fatal(err)
+	}
+	if err := ensureTopics(ctx, adm, topicSpec{Partitions: 1, Replication: -1}, allTopics, logger); err != nil {
+		t.Fatal(err)
+	}
+	configs, err := adm.DescribeTopicConfigs(ctx, topicAppStats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"retention.ms", "retention.bytes"} {
+		if c, err := configs.On(topicAppStats, nil); err != nil || !slices.ContainsFunc(c.Configs, func(c kadm.Config) bool {
+			return c.Key == name && c.MaybeValue() == "-1"
+		}) {
+			t.Errorf("app-stats has no %s=-1 on the embedded broker: %v %v", name, c, err)
+		}
+	}
+
+	pool := newTestPool(t)
+	const pkg = "com.example.aged"
+	registerApps(t, pool, pkg)
+	produceStats := func(n int) {
+		var recs []*kgo.Record
+		for range n {
+			recs = append(recs, rec(topicAppStats, pkg, msgJSON(statFields(pkg, time.Now().Add(time.Duration(len(recs))*time.Millisecond)))))
+		}
+		produce(t, brokers, recs...)
+	}
+	start := func() int64 {
+		starts, err := adm.ListStartOffsets(ctx, topicAppStats)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, _ := starts.Lookup(topicAppStats, 0)
+		return o.Offset
+	}
+	budget, err := planBrokerBudget(256<<20, 200*time.Millisecond, allTopics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keeper := newBrokerBudgetKeeper(budget, adm, newConsumerStore(pool, testConsumerOptions().Group).loadOffsets, prometheus.NewRegistry(), logger)
+
+	produceStats(10)
+	time.Sleep(300 * time.Millisecond)
+	if err := keeper.trim(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := start(); s != 0 {
+		t.Fatalf("app-stats starts at %d: old records nobody stored were trimmed", s)
+	}
+	tc := startTestConsumer(t, pool, brokers, testConsumerOptions(), consumerHooks{})
+	waitStored(t, 30*time.Second, brokers, pool, testConsumerOptions().Group)
+	if err := tc.stop(); err != nil {
+		t.Fatal(err)
+	}
+	produceStats(5) // new, and not stored
+	if err := keeper.trim(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := start(); s != 10 {
+		t.Errorf("app-stats starts at %d after the trim, want 10: the stored old records go, the new ones stay", s)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM app_stats`); n != 10 {
+		t.Errorf("%d app_stats rows, want 10", n)
+	}
+}
