@@ -283,11 +283,10 @@ func (c *playStoreClient) reviewsPage(ctx context.Context, route *egressRoute, p
 		}
 		return req, err
 	}, func(body []byte, at time.Time) error {
-		payload, err := parseBatchexecute(body, reviewsRPC)
-		if err != nil {
+		var err error
+		if page, err = parseReviewsAnswer(body, reviewsRPC); err != nil {
 			return err
 		}
-		page = parseReviewsPayload(payload)
 		for i := range page.Reviews {
 			page.Reviews[i].FetchedAt = at
 		}

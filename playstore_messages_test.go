@@ -89,11 +89,11 @@ func TestPlayAppStatsMessageFromFixtures(t *testing.T) {
 
 func TestPlayReviewMessage(t *testing.T) {
 	body := readPlaystoreFixture(t, "reviews_UsvDTd_com.google.android.apps.translate_en_us_page1.txt")
-	payload, err := parseBatchexecute(body, "UsvDTd")
+	page, err := parseReviewsAnswer(body, "UsvDTd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := parseReviewsPayload(payload).Reviews[0]
+	r := page.Reviews[0]
 	r.FetchedAt = time.Date(2026, 7, 7, 10, 0, 0, 0, time.UTC)
 	raw, err := json.Marshal(reviewMessageFrom("com.google.android.apps.translate", r))
 	if err != nil {
