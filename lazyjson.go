@@ -17,7 +17,8 @@ import (
 // for a reviews page) of which playwatch reads a few dozen slots; walking the
 // raw bytes to those slots is several times faster than decoding the whole tree
 // and allocates almost nothing. A nil jsonValue means "absent". Every accessor
-// tolerates malformed input: it answers "absent" and never panics.
+// tolerates malformed input: it never panics, and answers "absent" (get may
+// also answer what the part before the damage holds).
 type jsonValue []byte
 
 // present reports whether v holds a value other than JSON null.
