@@ -193,12 +193,12 @@ func TestConsumerReadsMessagesOfAnOlderPlaywatch(t *testing.T) {
 	}
 	later := time.Date(2026, 7, 8, 10, 0, 0, 0, time.UTC)
 	d.PackageName, d.FetchedAt = minecraft, later
-	payload, err := parseBatchexecute(readPlaystoreFixture(t, "reviews_UsvDTd_com.google.android.apps.translate_en_us_page1.txt"), "UsvDTd")
+	page, err := parseReviewsAnswer(readPlaystoreFixture(t, "reviews_UsvDTd_com.google.android.apps.translate_en_us_page1.txt"), "UsvDTd")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var newer reviewMessage
-	for _, r := range parseReviewsPayload(payload).Reviews {
+	for _, r := range page.Reviews {
 		if r.ReviewID == reviewID {
 			r.FetchedAt = later
 			newer = reviewMessageFrom(translate, r)

@@ -6,7 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 )
+
+// defaultFetchMaxWait is fetch's --max-wait. The crawler sits out a bench (1,
+// 2, 4 … minutes); a one-off command rather says at once that the Play Store
+// is turning it away, and until when.
+const defaultFetchMaxWait = 30 * time.Second
 
 // fetchApp is the body of `playwatch fetch`: it prints the app's app-stats
 // message, then one reviews message per review, as JSON lines. Stats and

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -88,5 +90,70 @@ func TestFetchErrorsReadAsOneLine(t *testing.T) {
 				t.Errorf("%d lines printed, want %d", n, tc.wantLines)
 			}
 		})
+	}
+}
+
+// A captcha benches the egress for a minute. fetch does not sit the bench
+// out: the next request is refused at once, with the egress, the end of its
+// cool-down and its cause, and nothing waits longer than the limit.
+func TestFetchGivesUpOnABenchedEgress(t *testing.T) {
+	rs := newReplayPlayStore(t)
+	rs.setApp("com.example.app", replayApp{DetailsAlways: faultCaptcha, ReviewsAlways: faultCaptcha})
+	const maxWait = 30 * time.Second
+	ts := newTestPlayStore(t, rs.URL, func(p *proxyPoolConfig, c *playStoreConfig) { p.MaxWait, c.MaxWait = maxWait, maxWait })
+	var out bytes.Buffer
+	err := fetchApp(context.Background(), ts.client, "com.example.app", locale{"en", "us"}, 100, &out)
+	var werr *benchWaitError
+	if !errors.As(err, &werr) || len(werr.Benched) != 1 || werr.Benched[0].Name != "direct" || werr.Benched[0].Until.Sub(werr.At) <= maxWait {
+		t.Fatalf("error %v, want the pool refusing to wait for the benched direct egress", err)
+	}
+	until := werr.Benched[0].Until.Format(time.TimeOnly)
+	for _, w := range []string{"details of com.example.app", "reviews of com.example.app", "longer than the longest wait allowed (30s)", "direct benched until " + until + " (in 1m0s) after: blocked by a captcha", "(0 reviews printed)"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q lacks %q", err, w)
+		}
+	}
+	for _, w := range append(ts.clock.allWaits(), ts.poolClock.allWaits()...) {
+		if w > maxWait {
+			t.Errorf("waited %v, longer than %v", w, maxWait)
+		}
+	}
+	// The second captcha benched the egress; nothing was sent after it.
+	if d, r := rs.requests("details", "com.example.app"), rs.requests("reviews", "com.example.app"); d != 2 || r != 0 {
+		t.Errorf("%d details and %d reviews requests, want 2 and 0", d, r)
+	}
+}
+
+// The command line: --max-wait bounds the retry waits too, so with a second
+// to spare fetch gives up at the first captcha of each path, within that
+// second, and says which egress is benched until when.
+func TestFetchMaxWaitFlag(t *testing.T) {
+	rs := newReplayPlayStore(t)
+	rs.setApp("com.example.app", replayApp{DetailsAlways: faultCaptcha, ReviewsAlways: faultCaptcha})
+	env := map[string]string{"PLAYSTORE_URL": rs.URL, "RATE_LIMIT_REQUESTS": "0", "EGRESS_MIN_GAP": "0s"}
+	var out, stderr bytes.Buffer
+	start := time.Now()
+	err := run(context.Background(), []string{"fetch", "--max-wait", "1s", "com.example.app"}, envFunc(env), &out, &stderr)
+	if took := time.Since(start); took >= time.Second {
+		t.Errorf("fetch took %v, longer than --max-wait", took)
+	}
+	if err == nil || out.Len() > 0 {
+		t.Fatalf("fetch: %v, printed %q", err, out.String())
+	}
+	for _, w := range []string{"would be a longer wait than allowed (1s)", "direct benched until ", "(in 1m0s) after: blocked by a captcha", "(0 reviews printed)"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q lacks %q", err, w)
+		}
+	}
+	// The bench is logged the moment it starts, with its end.
+	if log := stderr.String(); !strings.Contains(log, `msg="egress benched" proxy=direct`) || !strings.Contains(log, " until=") {
+		t.Errorf("stderr does not tell of the bench:\n%s", log)
+	}
+	if err := run(context.Background(), []string{"fetch", "--max-wait", "-1s", "com.example.app"}, envFunc(env), io.Discard, io.Discard); !errors.As(err, new(usageError)) {
+		t.Errorf("a negative --max-wait: %v, want a usage error", err)
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"fetch", "--help"}, envFunc(nil), &out, io.Discard); err != nil || !strings.Contains(out.String(), "--max-wait\tgive up rather than wait longer than this") {
+		t.Errorf("fetch --help: %v\n%s", err, out.String())
 	}
 }

@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"iter"
 	"math"
+	"math/bits"
+	"slices"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -14,7 +17,8 @@ import (
 // for a reviews page) of which playwatch reads a few dozen slots; walking the
 // raw bytes to those slots is several times faster than decoding the whole tree
 // and allocates almost nothing. A nil jsonValue means "absent". Every accessor
-// tolerates malformed input: it answers "absent" and never panics.
+// tolerates malformed input: it never panics, and answers "absent" (get may
+// also answer what the part before the damage holds).
 type jsonValue []byte
 
 // present reports whether v holds a value other than JSON null.
@@ -74,9 +78,20 @@ func (v jsonValue) elements() iter.Seq2[int, jsonValue] {
 // arrays (docs/playstore-protocol.md §2.4): when the array is cut short, high
 // fields live in a trailing object keyed by field number (index+1). It reads
 // no further than element i.
-func (v jsonValue) index(i int) jsonValue {
+func (v jsonValue) index(i int) jsonValue { return v.seek(i, false) }
+
+// seek is index. With open set, an element i that is an array is returned
+// from its start to the end of v, without finding where it ends: get reads
+// only its beginning, and scanning it whole would read it twice.
+func (v jsonValue) seek(i int, open bool) jsonValue {
 	pos, ok := v.firstElement()
 	for n := 0; ok && i >= 0; n++ {
+		if open && n == i {
+			// An array cannot be the trailing object of the sparse rule.
+			if p := skipSpace(v, pos); p < len(v) && v[p] == '[' {
+				return v[p:]
+			}
+		}
 		e, next, last, valid := v.element(pos)
 		switch {
 		case !valid:
@@ -129,20 +144,21 @@ func (v jsonValue) element(i int) (e jsonValue, next int, last, ok bool) {
 // returns the offset after the array.
 func splitArray(b []byte, i int, dst []jsonValue) (int, bool) {
 	clear(dst)
-	var last jsonValue
-	slots := 0
+	// The last element is kept as offsets: storing a slice per element costs
+	// a write barrier each while the GC runs.
+	lastStart, lastEnd, slots := 0, 0, 0
 	end, ok := walkArray(b, i, func(n, start int) (int, bool) {
 		s, e, ok := scanValue(b, start)
 		if !ok {
 			return 0, false
 		}
-		last, slots = b[s:e], n+1
+		lastStart, lastEnd, slots = s, e, n+1
 		if n < len(dst) {
-			dst[n] = last
+			dst[n] = b[s:e]
 		}
 		return e, true
 	})
-	if ok && last.isObject() {
+	if last := jsonValue(b[lastStart:lastEnd]); ok && last.isObject() {
 		for k := slots - 1; k < len(dst); k++ {
 			dst[k] = last.key(strconv.Itoa(k + 1))
 		}
@@ -171,13 +187,15 @@ func eachRecord(b []byte, i int, dst []jsonValue, fn func(rec []jsonValue)) (int
 	})
 }
 
-// get follows a path of array indexes, applying index at every level.
+// get follows a path of array indexes, applying index at every level. Only
+// the value at the end of the path is scanned whole; on malformed input, the
+// levels above it may be read as far as they go.
 func (v jsonValue) get(path ...int) jsonValue {
-	for _, i := range path {
+	for k, i := range path {
 		if !v.isArray() {
 			return nil
 		}
-		v = v.index(i)
+		v = v.seek(i, k < len(path)-1)
 	}
 	return v
 }
@@ -241,19 +259,14 @@ func (v jsonValue) str() (string, bool) {
 	if plainJSONString(body) {
 		return string(body), true
 	}
-	b, ok := unquoteJSON(body, true)
-	return string(b), ok
-}
-
-// strBytes is str for large strings that are parsed again (a batchexecute
-// payload is JSON text inside a JSON string).
-func (v jsonValue) strBytes() ([]byte, bool) {
-	if !v.isString() || v[len(v)-1] != '"' {
-		return nil, false
+	var buf [256]byte // most escaped strings decode here, not on the heap
+	b, end, ok := appendUnquoted(buf[:0], v, 0)
+	if !utf8.Valid(b) {
+		// Escapes decode to whole runes, so repairing the decoded text
+		// replaces the same bytes as repairing each run between them.
+		b = appendValidUTF8(nil, b)
 	}
-	// No UTF-8 repair here: the text is parsed again, and every string read
-	// from it is repaired then.
-	return unquoteJSON(v[1:len(v)-1], false)
+	return string(b), ok && end == len(v)
 }
 
 // strPtr returns the decoded string, or nil when absent or not a string.
@@ -456,69 +469,93 @@ func plainJSONString(body []byte) bool {
 	return bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body)
 }
 
-// unquoteJSON decodes the body of a JSON string (without its quotes), as
-// encoding/json does for valid input when fixUTF8 is set: invalid bytes
-// become U+FFFD. Runs between escapes are copied whole. Raw control
-// characters, invalid in JSON, are kept (cleanText drops them).
-func unquoteJSON(body []byte, fixUTF8 bool) ([]byte, bool) {
-	out := make([]byte, 0, len(body))
-	for len(body) > 0 {
-		run := body
-		if k := bytes.IndexByte(body, '\\'); k >= 0 {
-			run = body[:k]
-		}
-		if fixUTF8 {
-			out = appendValidUTF8(out, run)
-		} else {
-			out = append(out, run...)
-		}
-		body = body[len(run):]
-		if len(body) == 0 {
-			break
-		}
-		if len(body) < 2 {
-			return nil, false
-		}
-		switch body[1] {
-		case '"', '\\', '/':
-			out = append(out, body[1])
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		case 'u':
-			r, ok := hex4(body[2:])
-			if !ok {
-				return nil, false
+// appendUnquoted decodes the JSON string that opens at b[i], appends it to
+// out and returns the offset after its closing quote: finding the end and
+// decoding take one pass, which matters for a batchexecute payload (~110 KB
+// of JSON text inside one string). Invalid UTF-8 is kept as it is (str
+// repairs it). Raw control characters, invalid in JSON, are kept too
+// (cleanText drops them).
+func appendUnquoted(out, b []byte, i int) ([]byte, int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return out, 0, false
+	}
+	// The text is copied a word at a time into dst, written past n as far
+	// as the next word: decoding never lengthens the text, so this room is
+	// enough.
+	n := len(out)
+	out = slices.Grow(out, len(b)-i+8)
+	dst := out[:cap(out)]
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for j := i + 1; ; {
+		// The runs between escapes are short (a payload escapes every quote
+		// of the text inside), so the next quote or backslash is sought
+		// eight bytes at a time, with the has-a-zero-byte test on the word
+		// xored with each, rather than with a call per run.
+		for j+8 <= len(b) {
+			x := binary.LittleEndian.Uint64(b[j:])
+			binary.LittleEndian.PutUint64(dst[n:], x)
+			q, s := x^(ones*'"'), x^(ones*'\\')
+			// The lowest flagged byte is exact; flags above it may not be.
+			if m := ((q-ones)&^q | (s-ones)&^s) & highs; m != 0 {
+				k := bits.TrailingZeros64(m) >> 3
+				j, n = j+k, n+k
+				break
 			}
-			body = body[6:]
+			j, n = j+8, n+8
+		}
+		for j < len(b) && b[j] != '"' && b[j] != '\\' {
+			dst[n] = b[j]
+			j, n = j+1, n+1
+		}
+		switch {
+		case j >= len(b):
+			return out, 0, false
+		case b[j] == '"':
+			return dst[:n], j + 1, true
+		case j+1 >= len(b):
+			return out, 0, false
+		}
+		c := b[j+1]
+		j += 2
+		switch c {
+		case '"', '\\', '/':
+		case 'b':
+			c = '\b'
+		case 'f':
+			c = '\f'
+		case 'n':
+			c = '\n'
+		case 'r':
+			c = '\r'
+		case 't':
+			c = '\t'
+		case 'u':
+			r, ok := hex4(b[j:])
+			if !ok {
+				return out, 0, false
+			}
+			j += 4
 			if utf16.IsSurrogate(r) {
 				// A pair decodes to one rune; a lone half becomes U+FFFD.
 				high := r
 				r = utf8.RuneError
-				if len(body) >= 6 && body[0] == '\\' && body[1] == 'u' {
-					if low, ok := hex4(body[2:]); ok {
+				if j+6 <= len(b) && b[j] == '\\' && b[j+1] == 'u' {
+					if low, ok := hex4(b[j+2:]); ok {
 						if pair := utf16.DecodeRune(high, low); pair != utf8.RuneError {
 							r = pair
-							body = body[6:]
+							j += 6
 						}
 					}
 				}
 			}
-			out = utf8.AppendRune(out, r)
+			n += utf8.EncodeRune(dst[n:], r)
 			continue
 		default:
-			return nil, false
+			return out, 0, false
 		}
-		body = body[2:]
+		dst[n] = c
+		n++
 	}
-	return out, true
 }
 
 // appendValidUTF8 appends run, each invalid byte replaced by U+FFFD.

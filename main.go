@@ -69,7 +69,7 @@ Usage:
   playwatch run [--roles registry,crawler,consumer] [flags]
                                              run the appliance (all roles unless --roles picks some)
   playwatch crawl [--once] [flags]           crawl the active apps now (--once: one cycle, then a summary)
-  playwatch fetch [--lang L --country C] [--reviews N] PACKAGE
+  playwatch fetch [--lang L --country C] [--reviews N] [--max-wait D] PACKAGE
                                              read one app from the Play Store and print its messages as JSON lines
   playwatch migrate [flags]                  apply the database migrations and exit
   playwatch pcap --app PKG --scenario UPLOAD|DOWNLOAD [--dry-run] FILE...
@@ -292,7 +292,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		startRole("consumer", func(ctx context.Context) error { return sc.Run(ctx, cl) })
 	}
 	if slices.Contains(roles, "crawler") {
-		store, err := newPlayStore(cfg, reg, logger)
+		store, err := newPlayStore(cfg, 0, reg, logger)
 		if err != nil {
 			return errors.Join(err, shutdown())
 		}
@@ -358,17 +358,19 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 }
 
 // newPlayStore builds the Play Store client with its egresses (PROXIES or
-// direct), each with its token bucket.
-func newPlayStore(cfg Config, reg prometheus.Registerer, logger *slog.Logger) (*playStoreClient, error) {
+// direct), each with its token bucket. maxWait bounds every wait for a
+// benched egress or a retry (fetch's --max-wait); 0, for the crawler, bounds
+// none.
+func newPlayStore(cfg Config, maxWait time.Duration, reg prometheus.Registerer, logger *slog.Logger) (*playStoreClient, error) {
 	pc := defaultProxyPoolConfig()
 	pc.Proxies, pc.RateLimitRequests, pc.RateLimitPeriod = cfg.Proxies, cfg.RateLimitRequests, cfg.RateLimitPeriod
-	pc.MinGap, pc.MaxInFlight = cfg.EgressMinGap, cfg.EgressMaxInFlight
+	pc.MinGap, pc.MaxInFlight, pc.MaxWait = cfg.EgressMinGap, cfg.EgressMaxInFlight, maxWait
 	pool, err := newProxyPool(pc, reg, logger)
 	if err != nil {
 		return nil, fmt.Errorf("PROXIES: %w", err)
 	}
 	sc := defaultPlayStoreConfig()
-	sc.BaseURL = cfg.PlayStoreURL
+	sc.BaseURL, sc.MaxWait = cfg.PlayStoreURL, maxWait
 	client, err := newPlayStoreClient(sc, pool, reg, logger)
 	if err != nil {
 		return nil, fmt.Errorf("PLAYSTORE_URL: %w", err)
@@ -420,7 +422,7 @@ func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	defer func() { err = errors.Join(err, be.shutdown(ctx, cfg.ShutdownTimeout)) }()
 	reg := prometheus.NewRegistry()
-	store, err := newPlayStore(cfg, reg, logger)
+	store, err := newPlayStore(cfg, 0, reg, logger)
 	if err != nil {
 		return err
 	}
@@ -443,10 +445,12 @@ func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, st
 func cmdFetch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var lang, country string
 	var n int
-	cl, err := parseCommandLine("fetch", "fetch [--lang L --country C] [--reviews N] PACKAGE", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
+	var maxWait time.Duration
+	cl, err := parseCommandLine("fetch", "fetch [--lang L --country C] [--reviews N] [--max-wait D] PACKAGE", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&lang, "lang", "", "language (hl); default PLAYSTORE_LANG")
 		fs.StringVar(&country, "country", "", "storefront country (gl); default PLAYSTORE_COUNTRY")
 		fs.IntVar(&n, "reviews", 0, "newest reviews to read; default REVIEWS_PER_APP")
+		fs.DurationVar(&maxWait, "max-wait", defaultFetchMaxWait, "give up rather than wait longer than this for a benched egress or a retry; 0: wait as long as it takes")
 	})
 	if err != nil {
 		return err
@@ -477,7 +481,10 @@ func cmdFetch(ctx context.Context, args []string, getenv func(string) string, st
 	if n < 0 {
 		return usageError{"--reviews must be positive"}
 	}
-	store, err := newPlayStore(cl.cfg, prometheus.NewRegistry(), cl.logger)
+	if maxWait < 0 {
+		return usageError{"--max-wait must not be negative"}
+	}
+	store, err := newPlayStore(cl.cfg, maxWait, prometheus.NewRegistry(), cl.logger)
 	if err != nil {
 		return err
 	}

@@ -118,8 +118,13 @@ type playStoreConfig struct {
 	BackoffCap  time.Duration // longest wait before jitter (30 s)
 	PageSize    int           // reviews per batchexecute call (150)
 	MaxBody     int64         // bytes read from one answer at most
-	Clock       clock
-	Random      func() float64
+	// MaxWait, when set, is the longest wait before a retry: a longer one
+	// (a backoff or a Retry-After) ends the request instead. 0 (the
+	// crawler): only the caller's deadline limits it. playwatch fetch sets
+	// its --max-wait, as it does the pool's.
+	MaxWait time.Duration
+	Clock   clock
+	Random  func() float64
 }
 
 // Defaults of the client.
@@ -283,11 +288,10 @@ func (c *playStoreClient) reviewsPage(ctx context.Context, route *egressRoute, p
 		}
 		return req, err
 	}, func(body []byte, at time.Time) error {
-		payload, err := parseBatchexecute(body, reviewsRPC)
-		if err != nil {
+		var err error
+		if page, err = parseReviewsAnswer(body, reviewsRPC); err != nil {
 			return err
 		}
-		page = parseReviewsPayload(payload)
 		for i := range page.Reviews {
 			page.Reviews[i].FetchedAt = at
 		}
@@ -304,8 +308,8 @@ func (c *playStoreClient) setHeaders(req *http.Request, lang, country string) {
 // call sends a request until it succeeds, fails permanently or runs out of
 // retries (docs/playstore-protocol.md §4.2). Only transient errors are
 // retried, after min(base·2^n, cap)·(0.5+rand), or after Retry-After when the
-// server asks for longer; a wait that would outlive ctx's deadline is not
-// started.
+// server asks for longer; a wait that would outlive ctx's deadline, or last
+// longer than MaxWait, is not started.
 func (c *playStoreClient) call(ctx context.Context, endpoint string, route *egressRoute, newRequest func(context.Context) (*http.Request, error), parse func(body []byte, at time.Time) error) error {
 	for attempt := 0; ; attempt++ {
 		err := c.attempt(ctx, endpoint, route, newRequest, parse)
@@ -320,6 +324,11 @@ func (c *playStoreClient) call(ctx context.Context, endpoint string, route *egre
 		wait := c.backoff(attempt, err)
 		if deadline, ok := ctx.Deadline(); ok && c.cfg.Clock.Now().Add(wait).After(deadline) {
 			return fmt.Errorf("%w, gave up after %d attempts: the next in %v would pass the deadline", err, attempt+1, wait.Round(time.Millisecond))
+		}
+		if c.cfg.MaxWait > 0 && wait > c.cfg.MaxWait {
+			// Whoever reads this also wants to know whether the egress is
+			// benched, and until when.
+			return c.pool.benchedError(fmt.Errorf("%w, gave up after %d attempts: the next in %v would be a longer wait than allowed (%v)", err, attempt+1, wait.Round(time.Millisecond), c.cfg.MaxWait))
 		}
 		c.log.Warn("Play Store request failed, retrying", "endpoint", endpoint, "attempt", attempt+1, "wait", wait, "error", err)
 		if serr := sleepOn(ctx, c.cfg.Clock, wait); serr != nil {

@@ -22,12 +22,8 @@ func BenchmarkPlayParseReviewsPage(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		payload, err := parseBatchexecute(body, "UsvDTd")
-		if err != nil {
-			b.Fatal(err)
-		}
-		if p := parseReviewsPayload(payload); len(p.Reviews) != 150 {
-			b.Fatal(len(p.Reviews))
+		if p, err := parseReviewsAnswer(body, "UsvDTd"); err != nil || len(p.Reviews) != 150 {
+			b.Fatal(len(p.Reviews), err)
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pages/s")

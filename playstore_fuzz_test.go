@@ -40,11 +40,10 @@ func FuzzExtractDataBlock(f *testing.F) {
 func FuzzBatchexecuteFrames(f *testing.F) {
 	f.Add([]byte(")]}'\n\n" + `[["wrb.fr","UsvDTd","[[[\"id\",[\"n\"],5,null,\"c\",[1,2],0]],[null,\"t\"]]",null,null,null,"generic"]]`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		payload, err := parseBatchexecute(body, "UsvDTd")
+		page, err := parseReviewsAnswer(body, "UsvDTd")
 		if err != nil {
 			return
 		}
-		page := parseReviewsPayload(payload)
 		for _, r := range page.Reviews {
 			if r.ReviewID == "" || r.At.IsZero() {
 				t.Fatalf("unusable review %+v", r)
@@ -82,7 +81,7 @@ func FuzzJSONFieldReader(f *testing.F) {
 // reader, exponential).
 func exerciseReader(v jsonValue, depth int) {
 	_, _ = v.str()
-	_, _ = v.strBytes()
+	_, _, _ = appendUnquoted(nil, v, 0)
 	_, _ = v.int64()
 	_, _ = v.float64()
 	_ = v.keys()
@@ -135,9 +134,9 @@ func compareLazy(t *testing.T, got jsonValue, want any, path string, depth int) 
 		if s, ok := got.str(); !ok || s != w {
 			t.Fatalf("%s: str() = %q %v, want %q", path, s, ok, w)
 		}
-		// strBytes leaves UTF-8 repair to the second parse.
-		if b, ok := got.strBytes(); !ok || string(appendValidUTF8(nil, b)) != w {
-			t.Fatalf("%s: strBytes() = %q %v, want %q", path, b, ok, w)
+		// appendUnquoted leaves UTF-8 repair to the second parse.
+		if b, end, ok := appendUnquoted([]byte("x"), got, 0); !ok || end != len(got) || string(appendValidUTF8(nil, b[1:])) != w {
+			t.Fatalf("%s: appendUnquoted() = %q %d %v, want x%q %d", path, b, end, ok, w, len(got))
 		}
 	case json.Number:
 		if f, err := strconv.ParseFloat(string(w), 64); err == nil {
@@ -168,6 +167,13 @@ func compareLazy(t *testing.T, got jsonValue, want any, path string, depth int) 
 			ref, ok := refIndex(w, i)
 			if i < len(dst) && !bytes.Equal(dst[i], e) {
 				t.Fatalf("%s: splitArray()[%d] = %q, index(%d) = %q", path, i, dst[i], i, e)
+			}
+			// get descends without scanning the levels above the end of
+			// its path, and finds the same values.
+			for k := range 3 {
+				if g, want := got.get(i, k), e.get(k); !bytes.Equal(g, want) || (g == nil) != (want == nil) {
+					t.Fatalf("%s: get(%d, %d) = %q, index(%d).index(%d) = %q", path, i, k, g, i, k, want)
+				}
 			}
 			if !ok {
 				if e != nil {

@@ -116,11 +116,11 @@ func TestPlayAppStatsMessageFromFixtures(t *testing.T) {
 
 func TestPlayReviewMessage(t *testing.T) {
 	body := readPlaystoreFixture(t, "reviews_UsvDTd_com.google.android.apps.translate_en_us_page1.txt")
-	payload, err := parseBatchexecute(body, "UsvDTd")
+	page, err := parseReviewsAnswer(body, "UsvDTd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	reviews := parseReviewsPayload(payload).Reviews
+	reviews := page.Reviews
 	for _, c := range []struct {
 		i    int
 		want string

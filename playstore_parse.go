@@ -7,6 +7,7 @@ import (
 	"iter"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -348,27 +349,60 @@ func developerID(link jsonValue) *string {
 	return &id
 }
 
+// parseReviewsAnswer reads a reviews page out of a batchexecute answer: the
+// payload of the rpcid frame, read and checked in one pass.
+func parseReviewsAnswer(body []byte, rpcid string) (reviewsPage, error) {
+	buf := payloadBuffers.Get().(*[]byte)
+	defer func() {
+		if cap(*buf) <= maxPooledPayload {
+			payloadBuffers.Put(buf)
+		}
+	}()
+	payload, err := parseBatchexecute(body, rpcid, buf)
+	if err != nil || payload == nil {
+		return reviewsPage{}, err
+	}
+	return parseReviewsPayload(payload, fmt.Sprintf(`["wrb.fr",%q][2]`, rpcid))
+}
+
+// payloadBuffers holds the buffers reviews payloads are unescaped into. A
+// page's payload is ~110 KB, and allocating one per page (and collecting it)
+// took about a tenth of the parse. Reuse is safe because nothing read from a
+// payload points into it: every string is copied out.
+var payloadBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// reviewBuffers holds the slices parseReviewsPayload gathers reviews in.
+var reviewBuffers = sync.Pool{New: func() any { return new([]review) }}
+
+// maxPooledPayload keeps a rare huge answer from pinning its buffer.
+const maxPooledPayload = 1 << 20
+
 // parseBatchexecute returns the payload of the rpcid answer in a batchexecute
-// body, in either framing (docs/playstore-protocol.md §3.2). A nil payload
-// with a nil error means the server answered "nothing" (no more reviews); a
-// null payload with an error entry is a transient backend error.
-func parseBatchexecute(body []byte, rpcid string) (jsonValue, error) {
+// body, in either framing (docs/playstore-protocol.md §3.2), unescaped into
+// *buf but not yet checked: parseReviewsPayload checks it while reading it.
+// A nil payload with a nil error means the server answered "nothing" (no more
+// reviews); a null payload with an error entry is a transient backend error.
+func parseBatchexecute(body []byte, rpcid string, buf *[]byte) (jsonValue, error) {
 	for rest := body; ; {
 		i := bytes.IndexByte(rest, '[')
 		if i < 0 {
 			return nil, &parseError{Path: fmt.Sprintf(`batchexecute ["wrb.fr",%q] frame`, rpcid), Detail: "not in the answer"}
 		}
 		// One array of frames; the chunked framing sends several.
-		var match []jsonValue
-		end, ok := eachRecord(rest, i, make([]jsonValue, 6), func(f []jsonValue) {
-			name, _ := f[0].str()
-			id, _ := f[1].str()
-			if match == nil && name == "wrb.fr" && id == rpcid {
-				match = slices.Clone(f)
+		var match rpcFrame
+		end, ok := walkArray(rest, i, func(_, start int) (int, bool) {
+			if match.found || start >= len(rest) || rest[start] != '[' {
+				_, end, ok := scanValue(rest, start)
+				return end, ok
 			}
+			f, end, ok := readFrame(rest, start, rpcid, buf)
+			if ok && f.found {
+				match = f
+			}
+			return end, ok
 		})
-		if match != nil {
-			return framePayload(match, rpcid)
+		if match.found {
+			return match.payload(rpcid)
 		}
 		if !ok {
 			return nil, &parseError{Path: "batchexecute frames", Detail: "malformed or cut short"}
@@ -377,55 +411,130 @@ func parseBatchexecute(body []byte, rpcid string) (jsonValue, error) {
 	}
 }
 
-// framePayload reads frame[2], the payload as JSON text inside a string, or
-// the error entry at frame[5] when the payload is null.
-func framePayload(f []jsonValue, rpcid string) (jsonValue, error) {
-	payload := f[2]
-	if payload.isString() {
-		text, ok := payload.strBytes()
-		if !ok {
-			return nil, &parseError{Path: fmt.Sprintf(`["wrb.fr",%q][2]`, rpcid), Detail: "bad string"}
+// rpcFrame is what parseBatchexecute keeps of a frame
+// ["wrb.fr", rpcid, payload, _, _, error entry, ...].
+type rpcFrame struct {
+	found   bool      // [0] is "wrb.fr" and [1] the rpcid sought
+	text    jsonValue // [2] decoded, when isText
+	isText  bool      // [2] is a string that decodes
+	badText bool      // [2] is a string that does not
+	entry   jsonValue // [5]
+}
+
+// readFrame reads the frame at b[i]. The payload string of the frame sought
+// is decoded into *buf in the pass that finds its end.
+func readFrame(b []byte, i int, rpcid string, buf *[]byte) (rpcFrame, int, bool) {
+	var f rpcFrame
+	var name, id string
+	end, ok := walkArray(b, i, func(n, start int) (int, bool) {
+		if n == 2 && name == "wrb.fr" && id == rpcid && start < len(b) && b[start] == '"' {
+			text, end, ok := appendUnquoted((*buf)[:0], b, start)
+			if ok {
+				// No UTF-8 repair: every string read from the text is
+				// repaired then.
+				*buf, f.text, f.isText = text, text, true
+				return end, true
+			}
+			// A string with a bad escape still has an end.
+			_, end, ok = scanValue(b, start)
+			f.badText = ok
+			return end, ok
 		}
-		text = bytes.TrimSpace(text)
-		if _, end, ok := scanValue(text, 0); !ok || end != len(text) {
-			return nil, &parseError{Path: fmt.Sprintf(`["wrb.fr",%q][2]`, rpcid), Detail: "payload is not one JSON value"}
+		s, e, ok := scanValue(b, start)
+		switch {
+		case !ok:
+			return 0, false
+		case n == 0:
+			name, _ = jsonValue(b[s:e]).str()
+		case n == 1:
+			id, _ = jsonValue(b[s:e]).str()
+		case n == 5:
+			f.entry = b[s:e]
+		}
+		return e, true
+	})
+	f.found = ok && name == "wrb.fr" && id == rpcid
+	return f, end, ok
+}
+
+// payload returns the frame's payload, or the error its entry at [5] stands
+// for when the payload is null.
+func (f rpcFrame) payload(rpcid string) (jsonValue, error) {
+	switch {
+	case f.isText:
+		text := bytes.TrimSpace(f.text)
+		if text == nil {
+			// Empty text is a payload too (parseReviewsPayload rejects
+			// it), not the absence of one.
+			text = f.text[:0:0]
 		}
 		return jsonValue(text), nil
-	}
-	if detail := f[5]; detail.present() {
-		return nil, fmt.Errorf("%w: %s answered %s", errRPCEntry, rpcid, truncate(string(detail), 200))
+	case f.badText:
+		return nil, &parseError{Path: fmt.Sprintf(`["wrb.fr",%q][2]`, rpcid), Detail: "bad string"}
+	case f.entry.present():
+		return nil, fmt.Errorf("%w: %s answered %s", errRPCEntry, rpcid, truncate(string(f.entry), 200))
 	}
 	return nil, nil
 }
 
 // parseReviewsPayload reads the reviews and the next-page token out of a
 // UsvDTd/oCPfdb payload: [[review...], [null, token], ...]
-// (docs/playstore-protocol.md §3.3). The reviews are read while the list's
-// end is sought, in one pass over the ~110 KB.
-func parseReviewsPayload(payload jsonValue) reviewsPage {
+// (docs/playstore-protocol.md §3.3). One pass over the ~110 KB reads the
+// reviews and checks that the payload is exactly one JSON value; when it is
+// not, the *parseError's path is at (where the payload came from) followed by
+// the element that could not be read.
+func parseReviewsPayload(payload jsonValue, at string) (reviewsPage, error) {
 	var page reviewsPage
-	i, ok := payload.firstElement()
-	if !ok {
-		return page
-	}
+	// The reviews are gathered in a pooled slice and copied out at their
+	// exact number: growing page.Reviews by appending allocated twice that.
+	scratch := reviewBuffers.Get().(*[]review)
+	reviews := (*scratch)[:0]
+	defer func() {
+		clear(reviews) // the pool must not keep the strings alive
+		*scratch = reviews[:0]
+		reviewBuffers.Put(scratch)
+	}()
+	place := ""
 	var end int
-	if payload[i] == '[' {
-		end, ok = eachRecord(payload, i, make([]jsonValue, reviewSlots), func(rec []jsonValue) {
-			if rv, ok := readReview(rec); ok {
-				page.Reviews = append(page.Reviews, rv)
-			} else {
-				page.Skipped++
+	var ok bool
+	if payload.isArray() {
+		end, ok = walkArray(payload, 0, func(n, start int) (int, bool) {
+			if n == 0 && start < len(payload) && payload[start] == '[' {
+				end, ok := eachRecord(payload, start, make([]jsonValue, reviewSlots), func(rec []jsonValue) {
+					if rv, ok := readReview(rec); ok {
+						reviews = append(reviews, rv)
+					} else {
+						page.Skipped++
+					}
+				})
+				if !ok {
+					place = fmt.Sprintf("[0][%d]", len(reviews)+page.Skipped)
+				}
+				return end, ok
 			}
+			s, e, ok := scanValue(payload, start)
+			if !ok {
+				place = fmt.Sprintf("[%d]", n)
+				return 0, false
+			}
+			if n == 1 {
+				page.NextToken, _ = payload[s:e].index(1).str()
+			}
+			return e, true
 		})
 	} else {
-		_, end, ok = scanValue(payload, i)
+		_, end, ok = scanValue(payload, 0)
 	}
-	if j := skipSpace(payload, end); ok && j < len(payload) && payload[j] == ',' {
-		if s, e, ok := scanValue(payload, j+1); ok {
-			page.NextToken, _ = payload[s:e].index(1).str()
-		}
+	if !ok {
+		return reviewsPage{}, &parseError{Path: at + place, Detail: "payload is not one JSON value: malformed or cut short"}
 	}
-	return page
+	if skipSpace(payload, end) != len(payload) {
+		return reviewsPage{}, &parseError{Path: at, Detail: "payload is not one JSON value: text follows it"}
+	}
+	if len(reviews) > 0 {
+		page.Reviews = slices.Clone(reviews)
+	}
+	return page, nil
 }
 
 // reviewSlots is how many slots of a review record readReview looks at.

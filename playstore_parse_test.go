@@ -166,11 +166,10 @@ func TestPlayParseReviewsFixtures(t *testing.T) {
 		name := "reviews_UsvDTd_com.google.android.apps.translate_en_us_" + page + ".txt"
 		t.Run(page, func(t *testing.T) {
 			want := exp[name]
-			payload, err := parseBatchexecute(readPlaystoreFixture(t, name), "UsvDTd")
+			p, err := parseReviewsAnswer(readPlaystoreFixture(t, name), "UsvDTd")
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := parseReviewsPayload(payload)
 			if len(p.Reviews) != 150 || p.Skipped != 0 {
 				t.Fatalf("%d reviews, %d skipped; want 150, 0", len(p.Reviews), p.Skipped)
 			}
@@ -230,7 +229,10 @@ func TestPlayParseEmbeddedReviews(t *testing.T) {
 		var got *reviewsPage
 		for key, data := range dataBlocks(page) {
 			if key == keys[0] {
-				p := parseReviewsPayload(jsonValue(data))
+				p, err := parseReviewsPayload(jsonValue(data), key)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
 				got = &p
 			}
 		}
@@ -281,6 +283,42 @@ func TestPlayParseDetailsErrorsNameThePath(t *testing.T) {
 		}
 		if errorReason(err) != "parse_error" {
 			t.Errorf("%s: reason %q", name, errorReason(err))
+		}
+	}
+}
+
+// The reviews payload is checked in the pass that reads it: a payload that is
+// not exactly one JSON value is a parse error naming the element where
+// reading stopped, never a short page.
+func TestPlayParseReviewsRejectMalformedPayload(t *testing.T) {
+	body := readPlaystoreFixture(t, "reviews_UsvDTd_com.google.android.apps.translate_en_us_page1.txt")
+	var buf []byte
+	payload, err := parseBatchexecute(body, "UsvDTd", &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(payload)
+	var records []string
+	for _, r := range payload.index(0).elements() {
+		records = append(records, string(r))
+	}
+	// Review 3 loses the comma after its id: its brackets still pair up.
+	noComma := strings.Replace(text, records[3], strings.Replace(records[3], `",[`, `" [`, 1), 1)
+	cut := text[:strings.Index(text, records[40])+len(records[40])/2]
+	for name, c := range map[string]struct{ payload, path string }{
+		"review without a comma":      {noComma, `["wrb.fr","UsvDTd"][2][0][3]`},
+		"cut in review 40":            {cut, `["wrb.fr","UsvDTd"][2][0][40]`},
+		"bad element after the token": {`[[],[null,"t"],nul]`, `["wrb.fr","UsvDTd"][2][2]`},
+		"text after the value":        {text + ` []`, `["wrb.fr","UsvDTd"][2]`},
+		"empty":                       {"", `["wrb.fr","UsvDTd"][2]`},
+	} {
+		page, err := parseReviewsAnswer(replayFrames("UsvDTd", c.payload), "UsvDTd")
+		var perr *parseError
+		if !errors.As(err, &perr) || perr.Path != c.path || !strings.Contains(perr.Detail, "not one JSON value") {
+			t.Errorf("%s: error %v, want a parse error at %s", name, err, c.path)
+		}
+		if len(page.Reviews) != 0 || errorReason(err) != "parse_error" {
+			t.Errorf("%s: %d reviews, reason %q", name, len(page.Reviews), errorReason(err))
 		}
 	}
 }

@@ -33,6 +33,11 @@ type proxyPoolConfig struct {
 	FailureFactor  float64       // score multiplier on a 429, timeout or network error
 	BaseCooldown   time.Duration // first bench; doubles on each bench in a row
 	MaxCooldown    time.Duration
+	// MaxWait, when set, is the longest Acquire waits for a bench to end:
+	// with every egress benched for longer it fails at once with a
+	// *benchWaitError. 0 (the crawler) waits out any bench; playwatch fetch
+	// sets its --max-wait.
+	MaxWait time.Duration
 
 	ConnectTimeout time.Duration // TCP and TLS handshake
 	HeaderTimeout  time.Duration // request sent to response headers
@@ -252,6 +257,10 @@ func (p *proxyPool) AcquireSame(ctx context.Context, prev *egress) (*lease, erro
 			}
 			return l, nil
 		}
+		if err := p.benchTooLong(now, wakeAt); err != nil {
+			p.mu.Unlock()
+			return nil, err
+		}
 		p.mu.Unlock()
 		if err := p.waitForChange(ctx, changed, wakeAt.Sub(now)); err != nil {
 			return nil, p.benchedError(err)
@@ -265,16 +274,71 @@ func (p *proxyPool) AcquireSame(ctx context.Context, prev *egress) (*lease, erro
 func (p *proxyPool) benchedError(err error) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	now := p.cfg.Clock.Now()
 	var benched []string
 	for _, e := range p.egresses {
 		if !e.benchedUntil.IsZero() && e.benchCause != nil {
-			benched = append(benched, fmt.Sprintf("%s benched until %s after: %v", e.name, e.benchedUntil.Format(time.TimeOnly), e.benchCause))
+			benched = append(benched, benchedEgress{Name: e.name, Until: e.benchedUntil, Cause: e.benchCause}.describe(now))
 		}
 	}
 	if len(benched) == 0 {
 		return err
 	}
-	return fmt.Errorf("%w (%s)", err, strings.Join(benched, "; "))
+	return fmt.Errorf("%w; %s", err, strings.Join(benched, "; "))
+}
+
+// benchWaitError is Acquire declining to wait: every egress is benched for
+// longer than MaxWait. It says which, until when and after what.
+type benchWaitError struct {
+	MaxWait time.Duration
+	At      time.Time // when Acquire declined
+	Benched []benchedEgress
+}
+
+type benchedEgress struct {
+	Name  string
+	Until time.Time // end of the cool-down
+	Cause error     // the failure that benched it
+}
+
+func (e *benchWaitError) Error() string {
+	parts := make([]string, len(e.Benched))
+	for i, b := range e.Benched {
+		parts[i] = b.describe(e.At)
+	}
+	return fmt.Sprintf("every egress is benched for longer than the longest wait allowed (%v): %s", e.MaxWait, strings.Join(parts, "; "))
+}
+
+// describe says, as of now, until when the egress is benched and why.
+func (b benchedEgress) describe(now time.Time) string {
+	s := fmt.Sprintf("%s benched until %s", b.Name, b.Until.Format(time.TimeOnly))
+	if left := b.Until.Sub(now); left > 0 {
+		s += fmt.Sprintf(" (in %v)", left.Round(time.Second))
+	} else {
+		s += " (cool-down over, a probe decides)"
+	}
+	if b.Cause != nil {
+		s += fmt.Sprintf(" after: %v", b.Cause)
+	}
+	return s
+}
+
+// benchTooLong returns a *benchWaitError when MaxWait is set, every egress
+// is on the bench and the first cool-down ends more than MaxWait after now
+// (wakeAt, from pick). An egress in service or probing can free up sooner,
+// so its wait is not refused. The caller holds p.mu.
+func (p *proxyPool) benchTooLong(now, wakeAt time.Time) error {
+	if p.cfg.MaxWait <= 0 || wakeAt.IsZero() || wakeAt.Sub(now) <= p.cfg.MaxWait {
+		return nil
+	}
+	err := &benchWaitError{MaxWait: p.cfg.MaxWait, At: now}
+	for _, e := range p.egresses {
+		if !now.Before(e.benchedUntil) {
+			return nil
+		}
+		err.Benched = append(err.Benched, benchedEgress{Name: e.name, Until: e.benchedUntil, Cause: e.benchCause})
+	}
+	return err
 }
 
 // pick chooses an egress; with none free it returns the time the next bench
@@ -406,7 +470,8 @@ func (l *lease) Release(outcome leaseOutcome, cause error) {
 			e.benchedUntil = now.Add(cooldown)
 			e.benchCause = cause
 			e.benches++
-			p.log.Warn("egress benched", "proxy", e.name, "score", e.score, "cooldown", cooldown, "benches_in_a_row", e.benches)
+			p.log.Warn("egress benched", "proxy", e.name, "score", e.score, "cooldown", cooldown,
+				"until", e.benchedUntil.Format(time.TimeOnly), "benches_in_a_row", e.benches)
 		}
 	}
 	inService := 0

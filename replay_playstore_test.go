@@ -144,11 +144,11 @@ func (s *replayPlayStore) useFixtureReviews(pkg string) {
 }
 
 func fixtureToken(t testing.TB, body []byte) string {
-	payload, err := parseBatchexecute(body, "UsvDTd")
+	page, err := parseReviewsAnswer(body, "UsvDTd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return parseReviewsPayload(payload).NextToken
+	return page.NextToken
 }
 
 // requests counts the requests for endpoint ("details" or "reviews") of pkg.
