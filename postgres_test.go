@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -210,6 +212,7 @@ func TestManagedPostgresKilledDuringInitdb(t *testing.T) {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		_ = cmd.Wait()
 		t.Logf("killed playwatch and its initdb %s into initdb", after)
+		unmakeFinishedCluster(t, filepath.Join(dataDir, "postgres"))
 	}
 
 	// playwatch alone: its initdb goes on.
@@ -242,6 +245,24 @@ func TestManagedPostgresKilledDuringInitdb(t *testing.T) {
 	if b, _ := os.ReadFile(logPath); !strings.Contains(string(b), "waiting for it to end") && len(orphans) > 0 {
 		t.Errorf("the start after the kill of playwatch alone did not wait for its initdb %v", orphans)
 	}
+}
+
+// unmakeFinishedCluster removes the cluster in dir if initdb finished it
+// before the kill (a fast machine), once the server it may have started has
+// stopped, so that the next start makes the cluster again.
+func unmakeFinishedCluster(t *testing.T, dir string) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); err != nil {
+		return
+	}
+	waitFor(t, 30*time.Second, "the server of the finished cluster to stop", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "postmaster.pid"))
+		return errors.Is(err, fs.ErrNotExist)
+	})
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("initdb had finished before the kill; the cluster is removed so that the next start makes it again")
 }
 
 // lineWatcher copies what it is written to w and closes seen at the first
