@@ -420,11 +420,13 @@ func (p *dbPause) begin(now time.Time) bool {
 	return true
 }
 
-// count returns the time of the pause not counted yet.
+// count returns the time of the pause not counted yet. Writers read the
+// clock before they take the lock, so a now older than the last count
+// counts nothing (a counter cannot go down).
 func (p *dbPause) count(now time.Time) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.since.IsZero() {
+	if p.since.IsZero() || !now.After(p.counted) {
 		return 0
 	}
 	d := now.Sub(p.counted)
@@ -440,7 +442,7 @@ func (p *dbPause) end(now time.Time) (length, uncounted time.Duration, ok bool) 
 	if p.since.IsZero() {
 		return 0, 0, false
 	}
-	length, uncounted = now.Sub(p.since), now.Sub(p.counted)
+	length, uncounted = now.Sub(p.since), max(now.Sub(p.counted), 0)
 	p.since, p.counted = time.Time{}, time.Time{}
 	return length, uncounted, true
 }

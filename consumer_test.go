@@ -689,3 +689,24 @@ func TestConsumerPackageIDsSurviveConcurrentForget(t *testing.T) {
 		t.Fatalf("%d rows resolved, %d dead letters: %+v", len(rows), len(b.dead), b.dead)
 	}
 }
+
+// Two writers count one pause: a writer that read the clock before the
+// other counted adds nothing, and the total is the time that passed.
+func TestDBPauseCountsEachMomentOnce(t *testing.T) {
+	var p dbPause
+	t0 := time.Now()
+	p.begin(t0)
+	if d := p.count(t0.Add(2 * time.Second)); d != 2*time.Second {
+		t.Fatalf("first count %v", d)
+	}
+	if d := p.count(t0.Add(time.Second)); d != 0 {
+		t.Fatalf("an earlier reading counted %v, want 0", d)
+	}
+	length, rest, ok := p.end(t0.Add(3 * time.Second))
+	if !ok || length != 3*time.Second || rest != time.Second {
+		t.Fatalf("end: %v %v %v", length, rest, ok)
+	}
+	if _, _, ok := p.end(t0.Add(4 * time.Second)); ok {
+		t.Fatal("a second end found a pause")
+	}
+}

@@ -213,7 +213,8 @@ func (c *checks) number(field string, v *float64, lo, hi float64, required bool)
 
 func (c *checks) timestamp(field string, t *time.Time, required bool) {
 	switch {
-	case t == nil || t.IsZero():
+	case t == nil || t.IsZero() && required:
+		// An optional zero time is given, and out of range below.
 		if required {
 			c.fail(reasonMissing, "%s is required", field)
 		}

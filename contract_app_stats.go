@@ -32,8 +32,9 @@ type appStatsMessage struct {
 	AppUpdatedAt *time.Time `json:"app_updated_at"`
 	CrawledAt    time.Time  `json:"crawled_at"`
 	RealInstalls *int64     `json:"real_installs"`
-	// Histogram is the number of ratings of 1 to 5 stars, in that order.
-	Histogram     []int64    `json:"histogram"`
+	// Histogram is the number of ratings of 1 to 5 stars, in that order;
+	// pointers, so that a null count is refused rather than read as 0.
+	Histogram     []*int64   `json:"histogram"`
 	Developer     *string    `json:"developer"`
 	ReleasedAt    *time.Time `json:"released_at"`
 	RecentChanges *string    `json:"recent_changes"`
@@ -64,7 +65,9 @@ func appStatsFromDetails(d appDetails) appStatsMessage {
 		m.Score = d.Score
 	}
 	if d.Histogram != nil {
-		m.Histogram = d.Histogram[:]
+		for i := range d.Histogram {
+			m.Histogram = append(m.Histogram, &d.Histogram[i])
+		}
 	}
 	return m
 }
@@ -99,8 +102,11 @@ func (m *appStatsMessage) validate(now time.Time) *invalidRecord {
 		c.fail(reasonBadValue, "histogram has %d counts, the contract wants five (1 to 5 stars)", len(m.Histogram))
 	}
 	for i, n := range m.Histogram {
-		if n < 0 {
-			c.fail(reasonOutOfRange, "histogram[%d] is %d, a count cannot be negative", i, n)
+		switch {
+		case n == nil:
+			c.fail(reasonWrongType, "histogram[%d] is null, the contract wants a count", i)
+		case *n < 0:
+			c.fail(reasonOutOfRange, "histogram[%d] is %d, a count cannot be negative", i, *n)
 		}
 	}
 	c.text("developer", m.Developer, maxVarchar255)
@@ -118,7 +124,7 @@ func ratingsOf(stars int) func(*appStatsMessage) any {
 		if m.Histogram == nil {
 			return nil
 		}
-		return m.Histogram[stars-1]
+		return *m.Histogram[stars-1]
 	}
 }
 

@@ -77,8 +77,6 @@ func parseUUID(s string) ([16]byte, bool) {
 	return id, true
 }
 
-// networkRow is one row of network_metrics.
-type networkRow = row[networkMetricsMessage]
 
 // networkMetricsContract appends one row per analysis; analysis_id is the
 // idempotency key, so a redelivered message adds nothing.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -53,9 +54,12 @@ type crawler struct {
 	logger  *slog.Logger
 
 	// crawled are the apps of the current cycle, and those crawled early
-	// since it began; nil until the first cycle has listed its apps.
+	// since it began; nil until the first cycle has listed its apps. early
+	// is the app the new-app watch is crawling: a cycle that begins
+	// meanwhile counts that crawl as its own.
 	crawledMu sync.Mutex
 	crawled   map[string]bool
+	early     string
 }
 
 func newCrawler(cfg crawlerConfig, apps activeAppLister, store storeReader, pub crawlPublisher, reg prometheus.Registerer, logger *slog.Logger) *crawler {
@@ -128,21 +132,22 @@ func (c *crawler) crawlNewApps(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list active apps: %w", err)
 	}
-	c.crawledMu.Lock()
-	var fresh []app
-	if c.crawled != nil {
-		for _, a := range apps {
-			if !c.crawled[a.PackageName] {
-				c.crawled[a.PackageName] = true
-				fresh = append(fresh, a)
-			}
+	for _, a := range apps {
+		c.crawledMu.Lock()
+		fresh := c.crawled != nil && !c.crawled[a.PackageName]
+		if fresh {
+			c.crawled[a.PackageName], c.early = true, a.PackageName
 		}
-	}
-	c.crawledMu.Unlock()
-	for _, a := range fresh {
+		c.crawledMu.Unlock()
+		if !fresh {
+			continue
+		}
 		c.logger.Info("crawling a newly active app now; the next cycle crawls it with the others", "package", a.PackageName)
 		c.metrics.newApps.Inc()
 		c.crawlApp(ctx, a)
+		c.crawledMu.Lock()
+		c.early = ""
+		c.crawledMu.Unlock()
 	}
 	return nil
 }
@@ -180,14 +185,18 @@ func (c *crawler) RunCycle(ctx context.Context) (cycleSummary, error) {
 	if err != nil {
 		return sum, fmt.Errorf("list active apps: %w", err)
 	}
-	sum.Apps = len(apps)
 	crawled := make(map[string]bool, len(apps))
+	c.crawledMu.Lock()
+	apps = slices.DeleteFunc(apps, func(a app) bool { return a.PackageName == c.early })
 	for _, a := range apps {
 		crawled[a.PackageName] = true
 	}
-	c.crawledMu.Lock()
+	if c.early != "" {
+		crawled[c.early] = true
+	}
 	c.crawled = crawled
 	c.crawledMu.Unlock()
+	sum.Apps = len(apps)
 	if len(apps) == 0 {
 		c.logger.Info("no active apps to crawl; register some with POST /api/v1/apps")
 		return sum, nil
