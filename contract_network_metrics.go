@@ -77,7 +77,6 @@ func parseUUID(s string) ([16]byte, bool) {
 	return id, true
 }
 
-
 // networkMetricsContract appends one row per analysis; analysis_id is the
 // idempotency key, so a redelivered message adds nothing.
 var networkMetricsContract = newTableContract(tableContract[networkMetricsMessage, *networkMetricsMessage]{

@@ -221,18 +221,35 @@ func postgresSocketDir(dataDir string, port int) string {
 }
 
 // makeOwnedDir creates dir (0700, its parents 0755) for the server's OS user.
+// A dir that exists must be a directory of that user or of playwatch's, not
+// a symbolic link: the socket directory may sit in a shared /tmp, where
+// another user could have made it first to catch the trusted connections.
 func makeOwnedDir(dir string, cred *syscall.Credential) error {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", filepath.Dir(dir), err)
+		return fmt.Errorf("create the parent of %s: %w", dir, err)
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("create %s: %w", dir, err)
+		return err // an *fs.PathError: it names dir
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	uid := uint32(os.Geteuid())
+	if cred != nil {
+		uid = cred.Uid
+	}
+	if owner := fi.Sys().(*syscall.Stat_t).Uid; !fi.IsDir() || (owner != uid && owner != uint32(os.Geteuid())) {
+		return fmt.Errorf("%s is not a directory of playwatch or of the postgres OS user (owner uid %d, mode %s): remove it", dir, owner, fi.Mode())
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return err
 	}
 	if cred == nil {
 		return nil
 	}
 	if err := os.Lchown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-		return fmt.Errorf("hand %s to the postgres OS user: %w", dir, err)
+		return fmt.Errorf("hand the directory to the postgres OS user: %w", err)
 	}
 	return nil
 }
@@ -244,12 +261,18 @@ func handOver(dir string, cred *syscall.Credential) error {
 	if cred == nil {
 		return nil
 	}
+	// A tree whose top already is the user's was handed over, or made by
+	// the user: walking it as root again would only give a user who can
+	// swap a directory for a symbolic link mid-walk a way to own other files.
+	if fi, err := os.Lstat(dir); err == nil && fi.Sys().(*syscall.Stat_t).Uid == cred.Uid {
+		return nil
+	}
 	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
 		if err == nil {
 			err = os.Lchown(p, int(cred.Uid), int(cred.Gid))
 		}
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("hand %s to the postgres OS user: %w", p, err)
+			return fmt.Errorf("hand the cluster's files to the postgres OS user: %w", err)
 		}
 		return nil
 	})
@@ -422,25 +445,6 @@ func (m *managedPostgres) clearLeftovers(ctx context.Context) error {
 	}
 	_ = os.Remove(filepath.Join(m.socketDir, fmt.Sprintf(".s.PGSQL.%d.lock", m.port)))
 	return nil
-}
-
-// isPostmasterOf reports whether pid is a live postgres whose command line
-// names dataDir.
-func isPostmasterOf(pid int, dataDir string) bool {
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return false
-	}
-	args := strings.Split(string(cmdline), "\x00")
-	if len(args) == 0 || filepath.Base(args[0]) != "postgres" {
-		return false
-	}
-	for i := range args[:len(args)-1] {
-		if args[i] == "-D" && args[i+1] == dataDir {
-			return true
-		}
-	}
-	return false
 }
 
 func stopOrphanPostmaster(ctx context.Context, pid int) error {

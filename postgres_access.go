@@ -228,7 +228,10 @@ ALTER ROLE %[2]s LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPAS
 	if _, err := conn.Exec(ctx, grants); err != nil {
 		return fmt.Errorf("grants on database %s: %w", m.opts.Database, err)
 	}
-	grants = fmt.Sprintf(`REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+	// Before PostgreSQL 15 the bootstrap superuser owns public, and the
+	// writer could not create its tables there once PUBLIC may not.
+	grants = fmt.Sprintf(`ALTER SCHEMA public OWNER TO %[1]s;
+REVOKE CREATE ON SCHEMA public FROM PUBLIC;
 GRANT USAGE ON SCHEMA public TO %[2]s;
 GRANT SELECT ON ALL TABLES IN SCHEMA public TO %[2]s;
 ALTER DEFAULT PRIVILEGES FOR ROLE %[1]s IN SCHEMA public GRANT SELECT ON TABLES TO %[2]s;`, writer, reader)
