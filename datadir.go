@@ -44,7 +44,14 @@ func lockDataDir(dir string) (release func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock the data directory: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	// A one-off command looking for a running playwatch holds the lock
+	// shared for a moment: that is worth a short wait, not a refusal.
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	for deadline := time.Now().Add(time.Second); errors.Is(err, syscall.EWOULDBLOCK) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	}
+	if err != nil {
 		b, _ := os.ReadFile(path)
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
@@ -80,8 +87,15 @@ type runningPlaywatch struct {
 	// for `playwatch db-url`; empty: socket only, or an external database.
 	PGListen string `json:"pg_listen,omitempty"`
 	// EmbeddedBroker: Brokers is the broker it runs, whose byte budget a
-	// command's publishing respects too.
-	EmbeddedBroker bool `json:"embedded_broker"`
+	// command's publishing respects too: the budget, the retention and the
+	// consumer group whose stored offsets guard the unstored records are the
+	// running playwatch's, not the command's.
+	EmbeddedBroker bool          `json:"embedded_broker"`
+	BrokerMaxBytes int64         `json:"broker_max_bytes,omitempty"`
+	TopicRetention time.Duration `json:"topic_retention,omitempty"`
+	ConsumerGroup  string        `json:"consumer_group,omitempty"`
+	// ManagedPostgres: DatabaseURL is the cluster it runs.
+	ManagedPostgres bool `json:"managed_postgres"`
 }
 
 // publishRunning writes r to the attach file of dir, atomically: a command

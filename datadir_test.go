@@ -198,6 +198,23 @@ func TestStaleAttachFileIsIgnored(t *testing.T) {
 	if !strings.Contains(errOut.String(), "another version") || !strings.Contains(errOut.String(), "its_version=v0.0.1-other") {
 		t.Errorf("no warning about the other version:\n%s", errOut.String())
 	}
+
+	// The embedded broker's budget, retention and consumer group are the
+	// running playwatch's: the command guards what that consumer has not
+	// stored, with that budget.
+	running := runningPlaywatch{PID: os.Getpid(), Version: version, DatabaseURL: dbURL, Brokers: brokers,
+		EmbeddedBroker: true, BrokerMaxBytes: 64 << 20, TopicRetention: 3 * time.Hour, ConsumerGroup: "group-of-run"}
+	if _, err := publishRunning(dir, running); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadTestConfig(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := attachedConfig(cfg)
+	if err != nil || got.BrokerMaxBytes != running.BrokerMaxBytes || got.topicRetention(true) != running.TopicRetention || got.ConsumerGroup != running.ConsumerGroup {
+		t.Errorf("attached: %v, budget %d, retention %s, group %q; want the running playwatch's", err, got.BrokerMaxBytes, got.topicRetention(true), got.ConsumerGroup)
+	}
 }
 
 // A one-off command on a data directory where no playwatch runs fails, says

@@ -134,8 +134,10 @@ func TestFetchMaxWaitFlag(t *testing.T) {
 	var out, stderr bytes.Buffer
 	start := time.Now()
 	err := run(context.Background(), []string{"fetch", "--max-wait", "1s", "com.example.app"}, envFunc(env), &out, &stderr)
-	if took := time.Since(start); took >= time.Second {
-		t.Errorf("fetch took %v, longer than --max-wait", took)
+	// Well within the minute-long bench it would wait out without the flag;
+	// loose, for a loaded machine.
+	if took := time.Since(start); took >= 20*time.Second {
+		t.Errorf("fetch took %v: it waited for the benched egress", took)
 	}
 	if err == nil || out.Len() > 0 {
 		t.Fatalf("fetch: %v, printed %q", err, out.String())

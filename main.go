@@ -321,7 +321,8 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	if be.ownsDataDir {
 		up, err := publishRunning(cfg.DataDir, runningPlaywatch{PID: os.Getpid(), Version: version, StartedAt: started,
-			DatabaseURL: be.databaseURL, Brokers: be.brokers, PGListen: managedPGListen(cfg), EmbeddedBroker: be.embedded != nil})
+			DatabaseURL: be.databaseURL, Brokers: be.brokers, PGListen: managedPGListen(cfg), ManagedPostgres: cfg.DatabaseURL == "",
+			EmbeddedBroker: be.embedded != nil, BrokerMaxBytes: cfg.BrokerMaxBytes, TopicRetention: cfg.topicRetention(true), ConsumerGroup: cfg.ConsumerGroup})
 		if err != nil {
 			ln.Close()
 			return errors.Join(err, shutdown())
@@ -724,6 +725,9 @@ func attachedConfig(cfg Config) (Config, runningPlaywatch, error) {
 	}
 	if len(cfg.KafkaBrokers) == 0 {
 		cfg.KafkaBrokers = r.Brokers
+		if r.EmbeddedBroker {
+			cfg.BrokerMaxBytes, cfg.TopicRetention, cfg.ConsumerGroup = r.BrokerMaxBytes, r.TopicRetention, r.ConsumerGroup
+		}
 	}
 	return cfg, r, nil
 }
@@ -828,8 +832,6 @@ func cmdDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 	return errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout))
 }
 
-// cmdDBURL is `playwatch db-url`: the writer's URL, or the reader's, of the
-// managed cluster, with its generated password (postgres_access.go).
 // managedPGListen is PLAYWATCH_PG_LISTEN when playwatch runs the cluster.
 func managedPGListen(cfg Config) string {
 	if cfg.DatabaseURL != "" {
@@ -838,6 +840,8 @@ func managedPGListen(cfg Config) string {
 	return cfg.PGListen
 }
 
+// cmdDBURL is `playwatch db-url`: the writer's URL, or the reader's, of the
+// managed cluster, with its generated password (postgres_access.go).
 func cmdDBURL(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var reader bool
 	cl, err := parseCommandLine("db-url", "db-url [--reader] [flags]", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
@@ -854,6 +858,9 @@ func cmdDBURL(args []string, getenv func(string) string, stdout, stderr io.Write
 		role = pgReaderRole
 	}
 	if r, err := findRunning(cl.cfg.DataDir); err == nil && cl.cfg.DatabaseURL == "" {
+		if !r.ManagedPostgres {
+			return fmt.Errorf("the playwatch that runs on %s uses its DATABASE_URL, not a managed cluster", cl.cfg.DataDir)
+		}
 		cl.cfg.PGListen = r.PGListen // the address the running cluster listens on
 	}
 	u, err := managedClusterURL(cl.cfg, role)

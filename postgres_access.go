@@ -104,7 +104,13 @@ func loadPasswords(path, db string) (map[string]string, error) {
 // given: a crash leaves the old file or the new one.
 func writeFileAtomic(path string, data []byte, cred *syscall.Credential) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	// Synced before the rename: after a power loss the file is whole, old or new.
+	_, err = f.Write(data)
+	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
 		return err
 	}
 	if cred != nil {

@@ -256,7 +256,6 @@ func TestRegistryRequiresTokenForWrites(t *testing.T) {
 	}
 }
 
-// Every bad request gets its 4xx with a JSON error, and changes nothing.
 // A surrogate pair escape is one character, and an escaped backslash before
 // a u is no escape at all: both are stored as sent.
 func TestRegistryStoresEscapedText(t *testing.T) {
@@ -267,6 +266,7 @@ func TestRegistryStoresEscapedText(t *testing.T) {
 	}
 }
 
+// Every bad request gets its 4xx with a JSON error, and changes nothing.
 func TestRegistryRejectsBadRequests(t *testing.T) {
 	f := newRegistryFixture(t, "")
 	if r := f.do(t, "POST", "/api/v1/apps", `{"package_name":"com.example.app"}`); r.code != 201 {
@@ -435,7 +435,7 @@ func TestRegistrySlowBodyIs408(t *testing.T) {
 	reg := newMetricsRegistry("test")
 	api := &registryAPI{store: newAppStore(pool), logger: testLogger(t)}
 	srv := newHTTPServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, nil))
-	srv.ReadTimeout = 300 * time.Millisecond
+	srv.ReadTimeout = time.Second
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
