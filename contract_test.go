@@ -76,7 +76,10 @@ func TestConsumerStoresNewFieldsOfRecordedPages(t *testing.T) {
 			at := time.Unix(int64(r[0].(float64)), int64(r[1].(float64)))
 			wantReleased = &at
 		}
-		html := e["recentChanges"].(string)
+		html, ok := e["recentChanges"].(string)
+		if !ok {
+			t.Fatalf("%s: expected_values.json has no recentChanges text", pkg)
+		}
 		switch {
 		case real == nil || float64(*real) != e["realInstalls"]:
 			t.Errorf("%s: real_installs %v, want %v", pkg, deref(real), e["realInstalls"])
