@@ -74,14 +74,12 @@ func startLoggedTestConsumer(t testing.TB, logger *slog.Logger, pool *pgxpool.Po
 func newConsumerTestBroker(t testing.TB) []string {
 	t.Helper()
 	_, brokers := newTestBroker(t, t.TempDir())
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	v := "100"
-	resps, err := kadm.NewClient(cl).AlterBrokerConfigs(context.Background(),
-		[]kadm.AlterConfig{{Op: kadm.SetConfig, Name: "group.consumer.heartbeat.interval.ms", Value: &v}})
+	var resps kadm.AlterConfigsResponses
+	var err error
+	withAdmin(t, brokers, func(ctx context.Context, adm *kadm.Client) {
+		resps, err = adm.AlterBrokerConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "group.consumer.heartbeat.interval.ms", Value: &v}})
+	})
 	if err == nil {
 		for _, r := range resps {
 			if r.Err != nil {
@@ -98,14 +96,12 @@ func newConsumerTestBroker(t testing.TB) []string {
 // allowLargeRecords raises max.message.bytes of the topics to 4 MiB.
 func allowLargeRecords(t testing.TB, brokers []string) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	v := fmt.Sprint(4 << 20)
-	resps, err := kadm.NewClient(cl).AlterTopicConfigs(context.Background(),
-		[]kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &v}}, allTopics...)
+	var resps kadm.AlterConfigsResponses
+	var err error
+	withAdmin(t, brokers, func(ctx context.Context, adm *kadm.Client) {
+		resps, err = adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &v}}, allTopics...)
+	})
 	if err == nil {
 		for _, r := range resps {
 			if r.Err != nil {
@@ -440,12 +436,9 @@ func produceToPartitions(t testing.TB, brokers []string, recs ...*kgo.Record) {
 // kafkaCommitted is the sum of the group's committed offsets in Kafka.
 func kafkaCommitted(t testing.TB, brokers []string, group string) int {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	offs, err := kadm.NewClient(cl).FetchOffsets(context.Background(), group)
+	var offs kadm.OffsetResponses
+	var err error
+	withAdmin(t, brokers, func(ctx context.Context, adm *kadm.Client) { offs, err = adm.FetchOffsets(ctx, group) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -194,8 +194,9 @@ func scrapeMetric(t testing.TB, base, name, labels string) float64 {
 	return scrapeMetrics(t, base)[name]
 }
 
-// endOffsets sums the end offsets of topics: every record the brokers acknowledged.
-func endOffsets(t testing.TB, brokers []string, topics ...string) int64 {
+// withAdmin runs fn with an admin client of brokers and a 30 s context; the
+// client is closed when fn returns.
+func withAdmin(t testing.TB, brokers []string, fn func(context.Context, *kadm.Client)) {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
@@ -204,7 +205,15 @@ func endOffsets(t testing.TB, brokers []string, topics ...string) int64 {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topics...)
+	fn(ctx, kadm.NewClient(cl))
+}
+
+// endOffsets sums the end offsets of topics: every record the brokers acknowledged.
+func endOffsets(t testing.TB, brokers []string, topics ...string) int64 {
+	t.Helper()
+	var ends kadm.ListedOffsets
+	var err error
+	withAdmin(t, brokers, func(ctx context.Context, adm *kadm.Client) { ends, err = adm.ListEndOffsets(ctx, topics...) })
 	if err != nil {
 		t.Fatalf("list end offsets: %v", err)
 	}

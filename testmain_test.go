@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // TestMain stops the shared test services once every test has run.
@@ -182,16 +181,11 @@ func newTestBroker(t testing.TB, dataDir string) (*embeddedBroker, []string) {
 
 func createTestTopics(t testing.TB, brokers []string, spec topicSpec) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := ensureTopics(ctx, kadm.NewClient(cl), spec, allTopics, testLogger(t)); err != nil {
-		t.Fatalf("create topics: %v", err)
-	}
+	withAdmin(t, brokers, func(ctx context.Context, adm *kadm.Client) {
+		if err := ensureTopics(ctx, adm, spec, allTopics, testLogger(t)); err != nil {
+			t.Fatalf("create topics: %v", err)
+		}
+	})
 }
 
 // startDedicatedPostgres starts a managed cluster of a test's own in dataDir,
