@@ -41,7 +41,7 @@ func peakRSS(t *testing.T, pid int) int64 {
 }
 
 // dirBytes sums the sizes of the files under dir.
-func dirBytes(t *testing.T, dir string) int64 {
+func dirBytes(t testing.TB, dir string) int64 {
 	t.Helper()
 	var n int64
 	// The broker deletes segments meanwhile: a file gone is not counted.

@@ -25,7 +25,7 @@ var testProducerSettings = producerSettings{
 	AppRetryDelays: []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond},
 }
 
-func newTestPublisher(t *testing.T, brokers []string, s producerSettings) *publisher {
+func newTestPublisher(t testing.TB, brokers []string, s producerSettings) *publisher {
 	t.Helper()
 	cl, err := kgo.NewClient(append(producerOptions(s), kgo.SeedBrokers(brokers...))...)
 	if err != nil {
