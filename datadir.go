@@ -107,17 +107,7 @@ func publishRunning(dir string, r runningPlaywatch) (unpublish func(), err error
 		return nil, err
 	}
 	path := filepath.Join(dir, attachFileName)
-	tmp, err := os.CreateTemp(dir, attachFileName+".*")
-	if err != nil {
-		return nil, fmt.Errorf("publish the services for other commands: %w", err)
-	}
-	_, err = tmp.Write(append(b, '\n'))
-	err = errors.Join(err, tmp.Chmod(0o644), tmp.Close())
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
+	if err := writeFileAtomic(path, append(b, '\n'), 0o644, nil); err != nil {
 		return nil, fmt.Errorf("publish the services for other commands: %w", err)
 	}
 	return func() { _ = os.Remove(path) }, nil

@@ -94,34 +94,10 @@ func loadPasswords(path, db string) (map[string]string, error) {
 	for _, role := range []string{pgWriterRole, pgReaderRole} {
 		fmt.Fprintf(&b, "*:*:%s:%s:%s\n", db, role, pw[role])
 	}
-	if err := writeFileAtomic(path, []byte(b.String()), nil); err != nil {
+	if err := writeFileAtomic(path, []byte(b.String()), 0o600, nil); err != nil {
 		return nil, err
 	}
 	return pw, nil
-}
-
-// writeFileAtomic replaces path with data, mode 0600, owned by cred when
-// given: a crash leaves the old file or the new one.
-func writeFileAtomic(path string, data []byte, cred *syscall.Credential) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	// Synced before the rename: after a power loss the file is whole, old or new.
-	_, err = f.Write(data)
-	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
-		return err
-	}
-	if cred != nil {
-		if err := os.Lchown(tmp, int(cred.Uid), int(cred.Gid)); err != nil {
-			return err
-		}
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return nil
 }
 
 // scramVerifier is what PostgreSQL stores for a scram-sha-256 password
@@ -165,7 +141,7 @@ func pgHBA(listen, db string) string {
 // writeAccessRules writes pg_hba.conf before the server reads it.
 func (m *managedPostgres) writeAccessRules(cred *syscall.Credential) error {
 	path := filepath.Join(m.opts.DataDir, "pg_hba.conf")
-	if err := writeFileAtomic(path, []byte(pgHBA(m.opts.Listen, m.opts.Database)), cred); err != nil {
+	if err := writeFileAtomic(path, []byte(pgHBA(m.opts.Listen, m.opts.Database)), 0o600, cred); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
