@@ -234,7 +234,11 @@ func (k *brokerBudgetKeeper) keepTrimmed(ctx context.Context, interval time.Dura
 			return
 		case <-t.C:
 		}
-		if err := k.trim(ctx); err != nil && ctx.Err() == nil {
+		err := k.trim(ctx)
+		if err == nil {
+			k.metrics.passes.Inc()
+		}
+		if err != nil && ctx.Err() == nil {
 			k.logger.Warn("embedded broker: trimming its topics to PLAYWATCH_BROKER_MAX_BYTES failed; next try in "+interval.String(), "err", err)
 		}
 	}
@@ -267,6 +271,7 @@ type brokerBudgetMetrics struct {
 	share    *prometheus.GaugeVec
 	retained *prometheus.GaugeVec
 	trimmed  *prometheus.CounterVec
+	passes   prometheus.Counter
 }
 
 func newBrokerBudgetMetrics(reg prometheus.Registerer) *brokerBudgetMetrics {
@@ -283,7 +288,11 @@ func newBrokerBudgetMetrics(reg prometheus.Registerer) *brokerBudgetMetrics {
 			Name: "playwatch_broker_trimmed_records_total",
 			Help: "Records deleted from the embedded broker for its byte budget or its retention, by topic.",
 		}, []string{"topic"}),
+		passes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "playwatch_broker_trim_passes_total",
+			Help: "Periodic passes over the embedded broker's topics that trimmed them to the budget (or found nothing to trim).",
+		}),
 	}
-	reg.MustRegister(m.share, m.retained, m.trimmed)
+	reg.MustRegister(m.share, m.retained, m.trimmed, m.passes)
 	return m
 }

@@ -110,9 +110,11 @@ func TestBrokerBudgetHoldsTheCrawlUntilTheConsumerStores(t *testing.T) {
 	waitFor(t, 60*time.Second, "the crawl to wait for room on the broker", func() bool {
 		return scrapeMetric(t, base, "playwatch_publish_backpressure_waits_total", `topic="reviews"`) >= 1
 	})
-	// A trim has run since the share filled up: it deleted nothing.
-	waitFor(t, 30*time.Second, "a trim of the full partitions", func() bool {
-		return scrapeMetric(t, base, "playwatch_broker_retained_bytes", `topic="reviews"`) > float64(share)
+	// A whole trim pass has run since the share filled up (the second to
+	// end from now began after it): it deleted nothing.
+	passes := scrapeMetric(t, base, "playwatch_broker_trim_passes_total", "")
+	waitFor(t, 30*time.Second, "a trim pass over the full partitions", func() bool {
+		return scrapeMetric(t, base, "playwatch_broker_trim_passes_total", "") >= passes+2
 	})
 	bytes, starts, ends := brokerShares(t, adm, topicReviews)
 	starts.Each(func(o kadm.ListedOffset) {
