@@ -204,12 +204,14 @@ func (s kafkaSecurity) explainKafkaError(err error) error {
 			trust = "KAFKA_TLS_CA_FILE=" + s.CAFile
 		}
 		return fmt.Errorf("KAFKA_TLS: the brokers' certificate is not trusted: it is not signed by a CA of %s: %w", trust, err)
-	case errors.As(err, &notTLS):
+	case errors.As(err, &notTLS), s.TLS && errors.As(err, &firstRead) && strings.Contains(firstRead.Error(), "after a dial"):
 		return fmt.Errorf("KAFKA_TLS=on but the brokers do not answer in TLS (a plaintext listener in KAFKA_BROKERS?): %w", err)
 	case strings.Contains(err.Error(), "remote error: tls:"):
 		return fmt.Errorf("KAFKA_TLS: the brokers refused the TLS handshake (with mTLS: KAFKA_TLS_CERT_FILE and KAFKA_TLS_KEY_FILE): %w", err)
-	case errors.As(err, &firstRead) && !s.enabled():
-		return fmt.Errorf("the brokers closed the connection before answering: a listener with TLS or SASL needs KAFKA_TLS and KAFKA_SASL_MECHANISM: %w", err)
+	case !s.TLS && (strings.Contains(err.Error(), "speaking to a tls endpoint") || errors.As(err, &firstRead) && strings.Contains(firstRead.Error(), "api versions")):
+		return fmt.Errorf("the brokers of KAFKA_BROKERS expect TLS: set KAFKA_TLS=on (and KAFKA_SASL_MECHANISM if they ask for SASL): %w", err)
+	case s.SASLMechanism == "" && errors.As(err, &firstRead):
+		return fmt.Errorf("the brokers closed the connection after the first request: a SASL listener needs KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD: %w", err)
 	}
 	return err
 }
