@@ -37,9 +37,6 @@ type kafkaSecurity struct {
 // saslMechanisms are the values of KAFKA_SASL_MECHANISM.
 var saslMechanisms = []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
 
-// enabled reports whether any TLS or SASL is asked for.
-func (s kafkaSecurity) enabled() bool { return s.TLS || s.SASLMechanism != "" }
-
 // finish checks the KAFKA_TLS* and KAFKA_SASL_* settings together, reads
 // the files they name and builds the TLS configuration, so that a wrong
 // path or a bad certificate fails at start. Errors name the variables.

@@ -46,7 +46,7 @@ func TestConfigKafkaSecurity(t *testing.T) {
 	if n := len(kafkaClientOptions(k, c.KafkaBrokers)); n != 3 {
 		t.Errorf("%d client options, want seed brokers, TLS and SASL", n)
 	}
-	if c, err := loadTestConfig(nil); err != nil || c.Kafka.enabled() || len(kafkaClientOptions(c.Kafka, nil)) != 1 {
+	if c, err := loadTestConfig(nil); err != nil || c.Kafka.TLS || c.Kafka.SASLMechanism != "" || len(kafkaClientOptions(c.Kafka, nil)) != 1 {
 		t.Errorf("defaults: %v, %+v; want neither TLS nor SASL", err, c.Kafka)
 	}
 
