@@ -8,7 +8,9 @@ package main
 //     and the embedded broker;
 //   - TestEndToEndApacheKafka: real Apache Kafka and the tests' PostgreSQL;
 //   - TestEndToEndRedpanda: Redpanda and PostgreSQL in containers
-//     (testcontainers-go; skipped without a Docker daemon).
+//     (testcontainers-go; skipped without a Docker daemon);
+//   - TestApacheKafkaSecured (kafka_secured_test.go): Apache Kafka over
+//     SASL_SSL with SCRAM-SHA-512.
 //
 // The helpers here (e2eAppliance, waitDrained, scrapeMetrics) also serve
 // the offline demo (demo_test.go).

@@ -7,6 +7,7 @@ package main
 // Use:
 //
 //	k := apacheKafkaCluster(t, 1)          // or 3; skips when Java or the jars are missing
+//	k := apacheKafkaSecuredCluster(t)      // one node, also with SASL_SSL and mTLS listeners
 //	topic := k.TopicName(t)                // clusters are shared by all tests of the binary
 //	err := k.CreateTopic(ctx, topic, 3, 1, nil)
 //	cl := k.Client(t, kgo.ConsumeTopics(topic))
