@@ -36,6 +36,7 @@ type Config struct {
 	LogLevel         slog.Level
 	LogFormat        string
 	Producer         producerSettings
+	Kafka            kafkaSecurity // TLS and SASL (kafka_security.go)
 
 	PlayStoreURL      string
 	Proxies           []string
@@ -138,6 +139,32 @@ var settings = []setting{
 		}},
 	{"PUBLISH_RETRY_DELAYS", "5s,10s,20s", "waits before each resend of the records the client gave up on; none: fail at once",
 		func(c *Config, v string) (err error) { c.Producer.AppRetryDelays, err = parseDurations(v); return }},
+	{"KAFKA_TLS", "off", "on: connect to KAFKA_BROKERS with TLS (off, on)",
+		func(c *Config, v string) (err error) { c.Kafka.TLS, err = parseOnOff(v); return }},
+	{"KAFKA_TLS_CA_FILE", "", "PEM file of the CA certificates that sign the brokers' certificates; empty: the system's",
+		func(c *Config, v string) error { c.Kafka.CAFile = v; return nil }},
+	{"KAFKA_TLS_CERT_FILE", "", "PEM client certificate for mTLS (with KAFKA_TLS_KEY_FILE); empty: none",
+		func(c *Config, v string) error { c.Kafka.CertFile = v; return nil }},
+	{"KAFKA_TLS_KEY_FILE", "", "PEM private key of KAFKA_TLS_CERT_FILE",
+		func(c *Config, v string) error { c.Kafka.KeyFile = v; return nil }},
+	{"KAFKA_TLS_SERVER_NAME", "", "name the brokers' certificates must hold; empty: the host of each broker address",
+		func(c *Config, v string) error { c.Kafka.ServerName = v; return nil }},
+	{"KAFKA_SASL_MECHANISM", "", "SASL authentication to the brokers: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty: none",
+		func(c *Config, v string) error {
+			c.Kafka.SASLMechanism = strings.ToUpper(v)
+			if v == "" {
+				return nil
+			}
+			return oneOf(c.Kafka.SASLMechanism, saslMechanisms...)
+		}},
+	{"KAFKA_SASL_USERNAME", "", "SASL user name",
+		func(c *Config, v string) error { c.Kafka.SASLUsername = v; return nil }},
+	{"KAFKA_SASL_USERNAME_FILE", "", "file holding the SASL user name, instead of KAFKA_SASL_USERNAME",
+		func(c *Config, v string) error { c.Kafka.UsernameFile = v; return nil }},
+	{"KAFKA_SASL_PASSWORD", "", "SASL password (never logged; KAFKA_SASL_PASSWORD_FILE keeps it out of the environment)",
+		func(c *Config, v string) error { c.Kafka.SASLPassword = v; return nil }},
+	{"KAFKA_SASL_PASSWORD_FILE", "", "file holding the SASL password, instead of KAFKA_SASL_PASSWORD",
+		func(c *Config, v string) error { c.Kafka.PasswordFile = v; return nil }},
 	{"PLAYSTORE_URL", "https://play.google.com", "base URL of the Play Store (a local replay server in tests and demos)",
 		func(c *Config, v string) (err error) { c.PlayStoreURL, err = parseHTTPURL(v); return }},
 	{"PROXIES", "", "comma-separated proxy URLs (http, https, socks5) for Play Store requests; empty: direct",
@@ -238,8 +265,15 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, cf configFlags) (C
 			v, from = *cf[s.env], "--"+s.flagName()
 		}
 		if err := s.apply(&c, v); err != nil {
-			return Config{}, fmt.Errorf("invalid %s=%q (from %s): %w", s.env, v, from, err)
+			shown := strconv.Quote(v)
+			if isSecretSetting(s.env) {
+				shown = "(not shown)"
+			}
+			return Config{}, fmt.Errorf("invalid %s=%s (from %s): %w", s.env, shown, from, err)
 		}
+	}
+	if err := c.Kafka.finish(); err != nil {
+		return Config{}, err
 	}
 	if c.Producer.Idempotent && c.Producer.Acks != "all" {
 		return Config{}, fmt.Errorf("KAFKA_IDEMPOTENT=true needs KAFKA_ACKS=all (got %q): set KAFKA_IDEMPOTENT=false to use it", c.Producer.Acks)
@@ -282,6 +316,22 @@ func (c Config) topicRetention(embedded bool) time.Duration {
 	default:
 		return 7 * 24 * time.Hour
 	}
+}
+
+// isSecretSetting: the value of the variable never appears in a message.
+func isSecretSetting(env string) bool {
+	return strings.HasSuffix(env, "_PASSWORD") || strings.HasSuffix(env, "_TOKEN")
+}
+
+// parseOnOff reads a switch: on or off (true and false too).
+func parseOnOff(v string) (bool, error) {
+	switch strings.ToLower(v) {
+	case "on", "true":
+		return true, nil
+	case "off", "false":
+		return false, nil
+	}
+	return false, errors.New("must be on or off")
 }
 
 func nonEmpty(v string) error {

@@ -96,6 +96,12 @@ type runningPlaywatch struct {
 	ConsumerGroup  string        `json:"consumer_group,omitempty"`
 	// ManagedPostgres: DatabaseURL is the cluster it runs.
 	ManagedPostgres bool `json:"managed_postgres"`
+	// KafkaTLS and KafkaSASLMechanism say how Brokers are reached, so that
+	// a command without the same settings fails with a clear message. The
+	// credentials and key files are not here: a command brings its own
+	// KAFKA_TLS* and KAFKA_SASL_* (kafka_security.go).
+	KafkaTLS           bool   `json:"kafka_tls,omitempty"`
+	KafkaSASLMechanism string `json:"kafka_sasl_mechanism,omitempty"`
 }
 
 // publishRunning writes r to the attach file of dir, atomically: a command

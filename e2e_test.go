@@ -8,7 +8,9 @@ package main
 //     and the embedded broker;
 //   - TestEndToEndApacheKafka: real Apache Kafka and the tests' PostgreSQL;
 //   - TestEndToEndRedpanda: Redpanda and PostgreSQL in containers
-//     (testcontainers-go; skipped without a Docker daemon).
+//     (testcontainers-go; skipped without a Docker daemon);
+//   - TestApacheKafkaSecured (kafka_secured_test.go): Apache Kafka over
+//     SASL_SSL with SCRAM-SHA-512.
 //
 // The helpers here (e2eAppliance, waitDrained, scrapeMetrics) also serve
 // the offline demo (demo_test.go).
@@ -452,7 +454,7 @@ func checkPcapRoundTrip(t *testing.T, a *e2eAppliance, pkg string) {
 	}
 	checkAgainstGolden(t, got[0], capture)
 
-	recs := consumeAll(t, a.brokers, topicNetworkMetrics, 1)
+	recs := consumeAllWith(t, a.kafka, topicNetworkMetrics, 1)
 	a.produce(rec(topicNetworkMetrics, string(recs[0].Key), recs[0].Value))
 	a.waitDrained()
 	if again := readNetworkMetrics(t, a.pool); len(again) != 1 || !reflect.DeepEqual(again[0], got[0]) {
@@ -518,6 +520,7 @@ type e2eAppliance struct {
 	logs    *syncBuffer
 	group   string
 	brokers []string
+	kafka   []kgo.Opt   // how the appliance's clients reach the brokers
 	client  *kgo.Client // produces and reads end offsets
 	pool    *pgxpool.Pool
 }
@@ -539,8 +542,8 @@ func startE2EAppliance(t *testing.T, env map[string]string) *e2eAppliance {
 			t.Fatal(err)
 		}
 	}
-	a.group, a.brokers = cfg.ConsumerGroup, cfg.KafkaBrokers
-	if a.client, err = kgo.NewClient(kgo.SeedBrokers(a.brokers...), kgo.ProducerLinger(0)); err != nil {
+	a.group, a.brokers, a.kafka = cfg.ConsumerGroup, cfg.KafkaBrokers, kafkaClientOptions(cfg.Kafka, cfg.KafkaBrokers)
+	if a.client, err = kgo.NewClient(append(a.kafka, kgo.ProducerLinger(0))...); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.client.Close)

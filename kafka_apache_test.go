@@ -7,6 +7,7 @@ package main
 // Use:
 //
 //	k := apacheKafkaCluster(t, 1)          // or 3; skips when Java or the jars are missing
+//	k := apacheKafkaSecuredCluster(t)      // one node, also with SASL_SSL and mTLS listeners
 //	topic := k.TopicName(t)                // clusters are shared by all tests of the binary
 //	err := k.CreateTopic(ctx, topic, 3, 1, nil)
 //	cl := k.Client(t, kgo.ConsumeTopics(topic))
@@ -53,11 +54,20 @@ const (
 )
 
 // apacheKafkaClusters is the once-per-binary registry of started clusters,
-// keyed by node count. It is the only package-level mutable state.
+// keyed by node count and whether they are secured. It is the only
+// package-level mutable state.
 var apacheKafkaClusters = struct {
 	mu      sync.Mutex
-	byNodes map[int]*apacheKafkaStart
-}{byNodes: map[int]*apacheKafkaStart{}}
+	byNodes map[apacheKafkaKind]*apacheKafkaStart
+}{byNodes: map[apacheKafkaKind]*apacheKafkaStart{}}
+
+// apacheKafkaKind tells the clusters of a binary apart.
+type apacheKafkaKind struct {
+	nodes int
+	// secured: each node also has a SASL_SSL and an mTLS listener
+	// (kafka_secured_test.go).
+	secured bool
+}
 
 // apacheKafkaStart remembers the outcome of the one start attempt per node
 // count, so that a failed start fails every later test at once.
@@ -83,6 +93,11 @@ type apacheKafka struct {
 
 	mu      sync.Mutex
 	running map[int32]*apacheKafkaNode
+
+	// Of a secured cluster only: the client ports of its SASL_SSL and mTLS
+	// listeners, and the certificates and users they accept.
+	saslPorts, mtlsPorts []int
+	secure               *kafkaTestSecurity
 }
 
 // apacheKafkaNode is one JVM process of a node.
@@ -120,6 +135,12 @@ func apacheKafkaUnavailable() string {
 // node that an earlier test left stopped is started again first.
 func apacheKafkaCluster(t testing.TB, nodes int) *apacheKafka {
 	t.Helper()
+	return apacheKafkaClusterOf(t, apacheKafkaKind{nodes: nodes})
+}
+
+func apacheKafkaClusterOf(t testing.TB, kind apacheKafkaKind) *apacheKafka {
+	t.Helper()
+	nodes := kind.nodes
 	if why := apacheKafkaUnavailable(); why != "" {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("Apache Kafka is required under CI=true: %s", why)
@@ -128,10 +149,10 @@ func apacheKafkaCluster(t testing.TB, nodes int) *apacheKafka {
 	}
 
 	apacheKafkaClusters.mu.Lock()
-	start := apacheKafkaClusters.byNodes[nodes]
+	start := apacheKafkaClusters.byNodes[kind]
 	if start == nil {
 		start = &apacheKafkaStart{}
-		apacheKafkaClusters.byNodes[nodes] = start
+		apacheKafkaClusters.byNodes[kind] = start
 	}
 	apacheKafkaClusters.mu.Unlock()
 
@@ -143,7 +164,7 @@ func apacheKafkaCluster(t testing.TB, nodes int) *apacheKafka {
 		ctx, cancel := context.WithTimeout(context.Background(), apacheKafkaStartTimeout)
 		defer cancel()
 		begin := time.Now()
-		start.cluster, start.err = startApacheKafka(ctx, nodes)
+		start.cluster, start.err = startApacheKafka(ctx, kind)
 		start.duration = time.Since(begin)
 	})
 	if start.err != nil {
@@ -192,7 +213,8 @@ func stopApacheKafkaClusters() {
 
 // startApacheKafka configures, formats and starts a fresh cluster in a new
 // temporary directory, and returns once every node is a registered broker.
-func startApacheKafka(ctx context.Context, nodes int) (*apacheKafka, error) {
+func startApacheKafka(ctx context.Context, kind apacheKafkaKind) (*apacheKafka, error) {
+	nodes := kind.nodes
 	if nodes != 1 && nodes != 3 {
 		return nil, fmt.Errorf("node count must be 1 or 3, got %d", nodes)
 	}
@@ -214,7 +236,11 @@ func startApacheKafka(ctx context.Context, nodes int) (*apacheKafka, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	ports, err := freeLoopbackPorts(2 * nodes)
+	listeners := 2
+	if kind.secured {
+		listeners = 4
+	}
+	ports, err := freeLoopbackPorts(listeners * nodes)
 	if err != nil {
 		lock.Close()
 		os.RemoveAll(dir)
@@ -228,7 +254,17 @@ func startApacheKafka(ctx context.Context, nodes int) (*apacheKafka, error) {
 		ports:   ports[:nodes],
 		running: map[int32]*apacheKafkaNode{},
 	}
-	if err := k.runScript(ctx, "configure", dir, joinPorts(ports[:nodes]), joinPorts(ports[nodes:])); err != nil {
+	args := []string{"configure", dir, joinPorts(ports[:nodes]), joinPorts(ports[nodes : 2*nodes])}
+	if kind.secured {
+		k.saslPorts, k.mtlsPorts = ports[2*nodes:3*nodes], ports[3*nodes:]
+		if k.secure, err = writeKafkaTestSecurity(filepath.Join(dir, "tls")); err != nil {
+			k.close(context.WithoutCancel(ctx))
+			return nil, err
+		}
+		k.env = append(k.env, k.secure.scriptEnv()...)
+		args = append(args, joinPorts(k.saslPorts), joinPorts(k.mtlsPorts))
+	}
+	if err := k.runScript(ctx, args...); err != nil {
 		k.close(context.WithoutCancel(ctx))
 		return nil, err
 	}

@@ -284,7 +284,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	// the producer flushed, and commits what it stored; intake stops first.
 	if slices.Contains(roles, "consumer") {
 		sc := newStorageConsumer(be.pool, consumerOptionsFrom(cfg), reg, logger)
-		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(be.brokers...)}, sc.clientOptions()...)...)
+		cl, err := kgo.NewClient(append(kafkaClientOptions(cfg.Kafka, be.brokers), sc.clientOptions()...)...)
 		if err != nil {
 			return errors.Join(fmt.Errorf("storage consumer kafka client: %w", err), shutdown())
 		}
@@ -322,7 +322,8 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	if be.ownsDataDir {
 		up, err := publishRunning(cfg.DataDir, runningPlaywatch{PID: os.Getpid(), Version: version, StartedAt: started,
 			DatabaseURL: be.databaseURL, Brokers: be.brokers, PGListen: managedPGListen(cfg), ManagedPostgres: cfg.DatabaseURL == "",
-			EmbeddedBroker: be.embedded != nil, BrokerMaxBytes: cfg.BrokerMaxBytes, TopicRetention: cfg.topicRetention(true), ConsumerGroup: cfg.ConsumerGroup})
+			EmbeddedBroker: be.embedded != nil, BrokerMaxBytes: cfg.BrokerMaxBytes, TopicRetention: cfg.topicRetention(true), ConsumerGroup: cfg.ConsumerGroup,
+			KafkaTLS: cfg.Kafka.TLS, KafkaSASLMechanism: cfg.Kafka.SASLMechanism})
 		if err != nil {
 			ln.Close()
 			return errors.Join(err, shutdown())
@@ -381,7 +382,7 @@ func newPlayStore(cfg Config, maxWait time.Duration, reg prometheus.Registerer, 
 
 // newProducer is a Kafka client with the producer guarantees of cfg.
 func newProducer(cfg Config, brokers []string) (*kgo.Client, error) {
-	cl, err := kgo.NewClient(append(producerOptions(cfg.Producer), kgo.SeedBrokers(brokers...))...)
+	cl, err := kgo.NewClient(append(producerOptions(cfg.Producer), kafkaClientOptions(cfg.Kafka, brokers)...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka producer: %w", err)
 	}
@@ -619,6 +620,12 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 		if err != nil {
 			return nil, err
 		}
+		if opts.broker && embedded && !r.EmbeddedBroker {
+			// Its brokers, reached with this command's own credentials.
+			if err := cfg.Kafka.checkAttached(r); err != nil {
+				return nil, err
+			}
+		}
 		embedded = embedded && r.EmbeddedBroker
 		if r.Version != version {
 			logger.Warn("the playwatch that runs on the data directory is another version", "its_version", r.Version, "version", version)
@@ -632,6 +639,11 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 		}
 		be.ownsDataDir = true
 		be.onClose(func(context.Context) error { release(); return nil })
+	}
+	if opts.broker && embedded {
+		if err := cfg.Kafka.checkEmbeddedBroker(); err != nil {
+			return nil, err
+		}
 	}
 	if be.pool, err = openDatabase(ctx, cfg, logger, be); err != nil {
 		return nil, err
@@ -654,7 +666,7 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 	if be.embedded != nil {
 		opts.metrics.MustRegister(be.embedded.Collectors()...)
 	}
-	be.kafka, err = kgo.NewClient(kgo.SeedBrokers(be.brokers...))
+	be.kafka, err = kgo.NewClient(kafkaClientOptions(cfg.Kafka, be.brokers)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
@@ -664,7 +676,8 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 		spec.Retention = 0 // trimmed by the budget keeper instead
 	}
 	if err := ensureTopics(ctx, kadm.NewClient(be.kafka), spec, allTopics, logger); err != nil {
-		return nil, err
+		// The first requests to the brokers: where TLS and SASL fail.
+		return nil, cfg.Kafka.explainKafkaError(err)
 	}
 	if embedded {
 		be.budget = newBrokerBudgetKeeper(budget, kadm.NewClient(be.kafka),

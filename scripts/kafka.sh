@@ -20,9 +20,15 @@
 #
 # Building blocks, also used by the Go test helper (kafka_apache_test.go), which
 # starts the JVMs itself so that they die with the test binary:
-#   scripts/kafka.sh configure DIR CLIENT_PORTS CONTROLLER_PORTS
+#   scripts/kafka.sh configure DIR CLIENT_PORTS CONTROLLER_PORTS [SASL_SSL_PORTS MTLS_PORTS]
 #       Comma-separated port lists, one entry per node. Writes DIR/node-ID/server.properties
-#       and formats each node's storage with a fixed cluster id.
+#       and formats each node's storage with a fixed cluster id. With the two optional
+#       lists each node also listens with SASL_SSL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)
+#       and with SSL that requires a client certificate (mTLS), using the PEM files of
+#       $PLAYWATCH_KAFKA_TLS_DIR: keystore.pem (private key, then the certificate chain)
+#       and ca.pem (the CA of client certificates). $PLAYWATCH_KAFKA_SASL_USERS lists
+#       the users, "name:password" separated by spaces (letters and digits only): each
+#       gets PLAIN and both SCRAM credentials, the latter added when the storage is formatted.
 #   scripts/kafka.sh run-node DIR ID
 #       exec the JVM of one configured node in the foreground (same pid).
 #   scripts/kafka.sh wait-node DIR ID [TIMEOUT_SECONDS]
@@ -159,13 +165,52 @@ node_count() {
 	echo "$n"
 }
 
-# configure DIR CLIENT_PORTS CONTROLLER_PORTS
+# secured_properties SASL_SSL_PORT MTLS_PORT CLIENT_PORT CONTROLLER_PORT prints
+# the lines that add the secured listeners to a node's server.properties; the
+# later of two equal keys wins.
+secured_properties() {
+	local sasl_port=$1 mtls_port=$2 client_port=$3 controller_port=$4
+	local tls_dir=${PLAYWATCH_KAFKA_TLS_DIR:?PLAYWATCH_KAFKA_TLS_DIR is not set}
+	local user plain_users=""
+	for user in ${PLAYWATCH_KAFKA_SASL_USERS:-}; do
+		plain_users+=" user_${user%%:*}=\"${user#*:}\""
+	done
+	cat <<EOF
+listeners=PLAINTEXT://127.0.0.1:$client_port,CONTROLLER://127.0.0.1:$controller_port,SASL_SSL://127.0.0.1:$sasl_port,SSL://127.0.0.1:$mtls_port
+advertised.listeners=PLAINTEXT://127.0.0.1:$client_port,SASL_SSL://127.0.0.1:$sasl_port,SSL://127.0.0.1:$mtls_port
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL
+ssl.keystore.type=PEM
+ssl.keystore.location=$tls_dir/keystore.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$tls_dir/ca.pem
+ssl.client.auth=none
+listener.name.ssl.ssl.client.auth=required
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required$plain_users;
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+EOF
+}
+
+# configure DIR CLIENT_PORTS CONTROLLER_PORTS [SASL_SSL_PORTS MTLS_PORTS]
 cmd_configure() {
-	local dir=$1 client_csv=$2 controller_csv=$3
+	local dir=$1 client_csv=$2 controller_csv=$3 sasl_csv=${4:-} mtls_csv=${5:-}
 	require_runtime
-	local -a client_ports controller_ports
+	local -a client_ports controller_ports sasl_ports=() mtls_ports=() scram_args=()
 	IFS=, read -r -a client_ports <<<"$client_csv"
 	IFS=, read -r -a controller_ports <<<"$controller_csv"
+	if [[ -n $sasl_csv ]]; then
+		IFS=, read -r -a sasl_ports <<<"$sasl_csv"
+		IFS=, read -r -a mtls_ports <<<"$mtls_csv"
+		[[ ${#sasl_ports[@]} -eq ${#client_ports[@]} && ${#mtls_ports[@]} -eq ${#client_ports[@]} ]] ||
+			die "need as many SASL_SSL and mTLS ports as client ports"
+		local user
+		for user in ${PLAYWATCH_KAFKA_SASL_USERS:-}; do
+			[[ $user =~ ^[A-Za-z0-9]+:[A-Za-z0-9]+$ ]] || die "PLAYWATCH_KAFKA_SASL_USERS: \"$user\" is not name:password of letters and digits"
+			scram_args+=(--add-scram "SCRAM-SHA-256=[name=${user%%:*},password=${user#*:}]"
+				--add-scram "SCRAM-SHA-512=[name=${user%%:*},password=${user#*:}]")
+		done
+	fi
 	local nodes=${#client_ports[@]}
 	[[ $nodes -eq ${#controller_ports[@]} ]] || die "need as many controller ports as client ports"
 	[[ $nodes -eq 1 || $nodes -eq 3 ]] || die "NODES must be 1 or 3, got $nodes"
@@ -230,6 +275,9 @@ broker.heartbeat.interval.ms=1000
 broker.session.timeout.ms=6000
 replica.lag.time.max.ms=10000
 EOF
+		if [[ -n $sasl_csv ]]; then
+			secured_properties "${sasl_ports[i - 1]}" "${mtls_ports[i - 1]}" "${client_ports[i - 1]}" "${controller_ports[i - 1]}" >>"$nd/server.properties"
+		fi
 		cat >"$nd/log4j2.properties" <<EOF
 status = warn
 appender.file.type = File
@@ -253,7 +301,7 @@ EOF
 		nd=$(node_dir "$dir" "$i")
 		java "${kafka_java_opts[@]}" "${cds_flags[@]}" -Dlog4j2.configurationFile="$nd/log4j2.properties" \
 			-cp "$libs_dir/*" kafka.tools.StorageTool format --ignore-formatted \
-			--cluster-id "$cluster_id" --config "$nd/server.properties" \
+			--cluster-id "$cluster_id" --config "$nd/server.properties" "${scram_args[@]}" \
 			>"$nd/format.log" 2>&1 &
 		pids+=($!)
 	done
@@ -410,7 +458,7 @@ esac
 case $sub in
 fetch) cmd_fetch ;;
 check) cmd_check ;;
-configure) [[ $# -eq 3 ]] || usage && cmd_configure "$@" ;;
+configure) [[ $# -eq 3 || $# -eq 5 ]] || usage && cmd_configure "$@" ;;
 run-node) [[ $# -eq 2 ]] || usage && cmd_run_node "$@" ;;
 wait-node) [[ $# -ge 2 ]] || usage && cmd_wait_node "$@" ;;
 start) [[ $# -eq 3 ]] || usage && cmd_start "$@" ;;
