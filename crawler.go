@@ -433,6 +433,13 @@ func newCrawlMetrics(reg prometheus.Registerer, interval time.Duration) *crawlMe
 		}),
 	}
 	m.interval.Set(interval.Seconds())
+	// Every outcome exists from the start: increase() sees the first parse
+	// error of a counter that is already there, not one born at 1.
+	for _, path := range []string{pathStats, pathReviews} {
+		for _, outcome := range []string{"ok", "not_found", "rate_limited", "parse_error", "error", "publish_failed", "canceled"} {
+			m.apps.WithLabelValues(path, outcome)
+		}
+	}
 	reg.MustRegister(m.queueDepth, m.busy, m.apps, m.cycleDuration, m.cycles, m.overruns, m.lastCycle, m.lastSuccess, m.failures, m.interval, m.newApps)
 	return m
 }
