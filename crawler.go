@@ -382,7 +382,7 @@ type crawlMetrics struct {
 
 // newCrawlMetrics registers the crawl metrics. The interval and the per-app
 // failure streak let an alert find an app that has not succeeded for two
-// intervals, also one that never succeeded (README "Alerts and dashboards").
+// intervals, also one that never succeeded (docs/design.md "Failure rules").
 func newCrawlMetrics(reg prometheus.Registerer, interval time.Duration) *crawlMetrics {
 	m := &crawlMetrics{
 		known: map[string]bool{},
