@@ -63,7 +63,7 @@ type crawler struct {
 }
 
 func newCrawler(cfg crawlerConfig, apps activeAppLister, store storeReader, pub crawlPublisher, reg prometheus.Registerer, logger *slog.Logger) *crawler {
-	return &crawler{cfg: cfg, apps: apps, store: store, pub: pub, metrics: newCrawlMetrics(reg), logger: logger}
+	return &crawler{cfg: cfg, apps: apps, store: store, pub: pub, metrics: newCrawlMetrics(reg, cfg.Interval), logger: logger}
 }
 
 // Crawl paths, as metric labels.
@@ -196,8 +196,10 @@ func (c *crawler) RunCycle(ctx context.Context) (cycleSummary, error) {
 	}
 	c.crawled = crawled
 	c.crawledMu.Unlock()
+	c.metrics.forgetInactive(crawled)
 	sum.Apps = len(apps)
 	if len(apps) == 0 {
+		c.metrics.lastCycle.SetToCurrentTime()
 		c.logger.Info("no active apps to crawl; register some with POST /api/v1/apps")
 		return sum, nil
 	}
@@ -326,9 +328,36 @@ func (c *crawler) crawlApp(ctx context.Context, a app) appResult {
 }
 
 func (c *crawler) observe(pkg, path string, err error) {
-	c.metrics.apps.WithLabelValues(path, crawlFailureReason(err)).Inc()
-	if err == nil {
-		c.metrics.lastSuccess.WithLabelValues(pkg, path).SetToCurrentTime()
+	outcome := crawlFailureReason(err)
+	c.metrics.apps.WithLabelValues(path, outcome).Inc()
+	m := c.metrics
+	m.knownMu.Lock()
+	defer m.knownMu.Unlock()
+	switch outcome {
+	case "ok":
+		m.lastSuccess.WithLabelValues(pkg, path).SetToCurrentTime()
+		m.failures.WithLabelValues(pkg, path).Set(0)
+	case "canceled":
+		// A crawl cut short by shutdown says nothing about the app.
+		return
+	default:
+		m.failures.WithLabelValues(pkg, path).Inc()
+	}
+	m.known[pkg] = true
+}
+
+// forgetInactive drops the per-app series of apps no longer active, so a
+// deleted app neither alerts as stale nor stays on the dashboards.
+func (m *crawlMetrics) forgetInactive(active map[string]bool) {
+	m.knownMu.Lock()
+	defer m.knownMu.Unlock()
+	for pkg := range m.known {
+		if active[pkg] {
+			continue
+		}
+		m.lastSuccess.DeletePartialMatch(prometheus.Labels{"package": pkg})
+		m.failures.DeletePartialMatch(prometheus.Labels{"package": pkg})
+		delete(m.known, pkg)
 	}
 }
 
@@ -341,11 +370,22 @@ type crawlMetrics struct {
 	overruns      prometheus.Counter
 	lastCycle     prometheus.Gauge
 	lastSuccess   *prometheus.GaugeVec
+	failures      *prometheus.GaugeVec
+	interval      prometheus.Gauge
 	newApps       prometheus.Counter
+
+	// known are the packages with per-app series; the lock also keeps a
+	// forget from racing an observe of the same app.
+	knownMu sync.Mutex
+	known   map[string]bool
 }
 
-func newCrawlMetrics(reg prometheus.Registerer) *crawlMetrics {
+// newCrawlMetrics registers the crawl metrics. The interval and the per-app
+// failure streak let an alert find an app that has not succeeded for two
+// intervals, also one that never succeeded (docs/design.md "Failure rules").
+func newCrawlMetrics(reg prometheus.Registerer, interval time.Duration) *crawlMetrics {
 	m := &crawlMetrics{
+		known: map[string]bool{},
 		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "playwatch_crawl_queue_depth",
 			Help: "Apps of the running cycle not yet taken by a worker.",
@@ -379,11 +419,27 @@ func newCrawlMetrics(reg prometheus.Registerer) *crawlMetrics {
 			Name: "playwatch_crawl_last_success_timestamp_seconds",
 			Help: "Unix time of the last successful crawl of an app's path: data freshness per app.",
 		}, []string{"package", "path"}),
+		failures: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "playwatch_crawl_consecutive_failures",
+			Help: "Crawls of an app's path in a row that failed (0 after a success); present from the app's first crawl, so an app that never succeeded shows too.",
+		}, []string{"package", "path"}),
+		interval: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "playwatch_crawl_interval_seconds",
+			Help: "CRAWL_INTERVAL: time between the starts of two crawl cycles.",
+		}),
 		newApps: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "playwatch_crawl_new_apps_total",
 			Help: "Apps crawled between cycles because they became active after their cycle began.",
 		}),
 	}
-	reg.MustRegister(m.queueDepth, m.busy, m.apps, m.cycleDuration, m.cycles, m.overruns, m.lastCycle, m.lastSuccess, m.newApps)
+	m.interval.Set(interval.Seconds())
+	// Every outcome exists from the start: increase() sees the first parse
+	// error of a counter that is already there, not one born at 1.
+	for _, path := range []string{pathStats, pathReviews} {
+		for _, outcome := range []string{"ok", "not_found", "rate_limited", "parse_error", "error", "publish_failed", "canceled"} {
+			m.apps.WithLabelValues(path, outcome)
+		}
+	}
+	reg.MustRegister(m.queueDepth, m.busy, m.apps, m.cycleDuration, m.cycles, m.overruns, m.lastCycle, m.lastSuccess, m.failures, m.interval, m.newApps)
 	return m
 }

@@ -500,3 +500,46 @@ func TestCrawlNewAppWithoutWaitingForTheCycle(t *testing.T) {
 		t.Errorf("%v cycles, want 1: the hourly rhythm is kept", n)
 	}
 }
+
+// The failure streak counts an app that never succeeded, a success resets
+// it, and an app that is no longer active loses its per-app series.
+func TestCrawlFailureStreakAndForget(t *testing.T) {
+	f := newCrawlFixture(t, testCrawlerConfig(2, 5), nil)
+	const gone, good = "com.example.gone", "com.example.good"
+	f.replay.setApp(gone, replayApp{DetailsAlways: fault404})
+	f.register(t, gone, false)
+	f.register(t, good, false)
+	streak := func(pkg, path string) float64 {
+		return metricValue(t, f.reg, "playwatch_crawl_consecutive_failures", map[string]string{"package": pkg, "path": path})
+	}
+	for cycle := 1; cycle <= 2; cycle++ {
+		if _, err := f.crawler.RunCycle(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := streak(gone, pathStats); got != float64(cycle) {
+			t.Errorf("cycle %d: %s stats streak %v, want %d", cycle, gone, got, cycle)
+		}
+		if got := streak(good, pathReviews); got != 0 {
+			t.Errorf("cycle %d: %s reviews streak %v, want 0", cycle, good, got)
+		}
+	}
+	if got := metricValue(t, f.reg, "playwatch_crawl_interval_seconds", nil); got != 3600 {
+		t.Errorf("playwatch_crawl_interval_seconds = %v, want 3600", got)
+	}
+	f.replay.setApp(gone, replayApp{})
+	if _, err := f.crawler.RunCycle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := streak(gone, pathStats); got != 0 {
+		t.Errorf("after a success the streak is %v, want 0", got)
+	}
+	if err := f.apps.Deactivate(context.Background(), gone); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.crawler.RunCycle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(f.crawler.metrics.failures) + testutil.CollectAndCount(f.crawler.metrics.lastSuccess); n != 4 {
+		t.Errorf("%d per-app series after deactivating %s, want 4 (%s's two paths, twice)", n, gone, good)
+	}
+}
