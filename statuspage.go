@@ -287,7 +287,7 @@ func (p *statusPage) healthOf(apps []overviewApp, deadLetters int64, now time.Ti
 	failing.Detail = "no stored crawl within 2 × CRAWL_INTERVAL (" + (2 * p.interval).String() + ")"
 	if len(names) > 0 {
 		failing.Class = "bad"
-		failing.Detail = strings.Join(firstN(names, 5), ", ") + "; " + failing.Detail
+		failing.Detail = strings.Join(shortList(names, 5), ", ") + "; " + failing.Detail
 	}
 	if len(apps) == 0 {
 		failing.Value, failing.Class, failing.Detail = "no apps", "unknown", "register apps with POST /api/v1/apps"
@@ -333,7 +333,7 @@ func (p *statusPage) healthOf(apps []overviewApp, deadLetters int64, now time.Ti
 	return healthView{Cards: cards}
 }
 
-func firstN(s []string, n int) []string {
+func shortList(s []string, n int) []string {
 	if len(s) <= n {
 		return s
 	}

@@ -117,9 +117,11 @@ func loadOverview(ctx context.Context, tx pgx.Tx, now time.Time) ([]overviewApp,
 	return apps, nil
 }
 
+const deadLettersSQL = `SELECT count(*) FROM dead_letter_events WHERE occurred_at >= $1`
+
 func countDeadLetters(ctx context.Context, tx pgx.Tx, since time.Time) (int64, error) {
 	var n int64
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM dead_letter_events WHERE occurred_at >= $1`, since).Scan(&n); err != nil {
+	if err := tx.QueryRow(ctx, deadLettersSQL, since).Scan(&n); err != nil {
 		return 0, fmt.Errorf("status page: dead letters: %w", err)
 	}
 	return n, nil
@@ -197,10 +199,31 @@ func scanStats(row pgx.Row) (statsSample, error) {
 // negativeLimit is how many of the newest negative reviews the app page lists.
 const negativeLimit = 10
 
+// The app page's queries; $1 is the app's id.
+const (
+	appRowSQL = `SELECT id, package_name, coalesce(nullif(display_name, ''), package_name), category,
+		is_messaging_app, is_iranian_app, is_active FROM apps_registry_application WHERE package_name = $1`
+	appLatestStatsSQL = `SELECT ` + statsColumns + ` FROM app_stats WHERE application_id = $1
+		ORDER BY crawled_at DESC LIMIT 1`
+	appStatsSQL = `SELECT ` + statsColumns + ` FROM app_stats WHERE application_id = $1 AND crawled_at > $2
+		AND crawled_at <= $3 ORDER BY crawled_at`
+	appReviewDaysSQL = `SELECT date_trunc('day', at, 'UTC') AS d,
+		count(*) FILTER (WHERE sentiment = 'POSITIVE'), count(*) FILTER (WHERE sentiment = 'NEUTRAL'),
+		count(*) FILTER (WHERE sentiment = 'NEGATIVE'), count(*) FILTER (WHERE sentiment IS NULL)
+		FROM reviews WHERE application_id = $1 AND at > $2 AND at <= $3 GROUP BY 1 ORDER BY 1`
+	// Negative: what the sentiment job labelled so, and until it has scored
+	// a review, one or two stars.
+	appNegativeSQL = `SELECT at, score, user_name, content, sentiment, app_version, thumbs_up_count FROM reviews
+		WHERE application_id = $1 AND (sentiment = 'NEGATIVE' OR (sentiment IS NULL AND score <= 2))
+		ORDER BY at DESC LIMIT $2`
+	appNetworkSQL = `SELECT scenario, analyzed_at, rtt_handshake, retransmission_count, out_of_order_count,
+		zero_window_count, tcp_reset_count, bytes_transferred_total, overhead_ratio, source_pcap_filename
+		FROM network_metrics WHERE application_id = $1 ORDER BY analyzed_at DESC LIMIT 200`
+)
+
 func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (appDetail, error) {
 	var d appDetail
-	err := tx.QueryRow(ctx, `SELECT id, package_name, coalesce(nullif(display_name, ''), package_name), category,
-		is_messaging_app, is_iranian_app, is_active FROM apps_registry_application WHERE package_name = $1`, pkg).
+	err := tx.QueryRow(ctx, appRowSQL, pkg).
 		Scan(&d.ID, &d.Package, &d.Name, &d.Category, &d.Messaging, &d.Iranian, &d.Active)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return d, errStatusAppNotFound
@@ -210,8 +233,7 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (a
 	}
 	since := now.Add(-90 * 24 * time.Hour)
 
-	latest, err := scanStats(tx.QueryRow(ctx, `SELECT `+statsColumns+` FROM app_stats WHERE application_id = $1
-		ORDER BY crawled_at DESC LIMIT 1`, d.ID))
+	latest, err := scanStats(tx.QueryRow(ctx, appLatestStatsSQL, d.ID))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
@@ -220,8 +242,7 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (a
 		d.Latest = &latest
 	}
 
-	rows, err := tx.Query(ctx, `SELECT `+statsColumns+` FROM app_stats WHERE application_id = $1 AND crawled_at > $2
-		AND crawled_at <= $3 ORDER BY crawled_at`, d.ID, since, now)
+	rows, err := tx.Query(ctx, appStatsSQL, d.ID, since, now)
 	if err != nil {
 		return d, fmt.Errorf("status page: stats of %s: %w", pkg, err)
 	}
@@ -237,10 +258,7 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (a
 		return d, fmt.Errorf("status page: stats of %s: %w", pkg, err)
 	}
 
-	rows, err = tx.Query(ctx, `SELECT date_trunc('day', at, 'UTC') AS d,
-		count(*) FILTER (WHERE sentiment = 'POSITIVE'), count(*) FILTER (WHERE sentiment = 'NEUTRAL'),
-		count(*) FILTER (WHERE sentiment = 'NEGATIVE'), count(*) FILTER (WHERE sentiment IS NULL)
-		FROM reviews WHERE application_id = $1 AND at > $2 AND at <= $3 GROUP BY 1 ORDER BY 1`, d.ID, since, now)
+	rows, err = tx.Query(ctx, appReviewDaysSQL, d.ID, since, now)
 	if err != nil {
 		return d, fmt.Errorf("status page: reviews per day of %s: %w", pkg, err)
 	}
@@ -256,11 +274,7 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (a
 		return d, fmt.Errorf("status page: reviews per day of %s: %w", pkg, err)
 	}
 
-	// Negative: what the sentiment job labelled so, and until it has scored
-	// a review, one or two stars.
-	rows, err = tx.Query(ctx, `SELECT at, score, user_name, content, sentiment, app_version, thumbs_up_count FROM reviews
-		WHERE application_id = $1 AND (sentiment = 'NEGATIVE' OR (sentiment IS NULL AND score <= 2))
-		ORDER BY at DESC LIMIT $2`, d.ID, negativeLimit)
+	rows, err = tx.Query(ctx, appNegativeSQL, d.ID, negativeLimit)
 	if err != nil {
 		return d, fmt.Errorf("status page: negative reviews of %s: %w", pkg, err)
 	}
@@ -276,9 +290,7 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (a
 		return d, fmt.Errorf("status page: negative reviews of %s: %w", pkg, err)
 	}
 
-	rows, err = tx.Query(ctx, `SELECT scenario, analyzed_at, rtt_handshake, retransmission_count, out_of_order_count,
-		zero_window_count, tcp_reset_count, bytes_transferred_total, overhead_ratio, source_pcap_filename
-		FROM network_metrics WHERE application_id = $1 ORDER BY analyzed_at DESC LIMIT 200`, d.ID)
+	rows, err = tx.Query(ctx, appNetworkSQL, d.ID)
 	if err != nil {
 		return d, fmt.Errorf("status page: network metrics of %s: %w", pkg, err)
 	}
