@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -116,8 +117,9 @@ func niceTicks(lo, hi float64, n int) []float64 {
 		}
 	}
 	step := niceStep((hi - lo) / float64(n-1))
-	first := math.Floor(lo/step) * step
-	last := math.Ceil(hi/step) * step
+	// The epsilon keeps 4.1/0.1 = 40.99999… from starting the axis at 4.0.
+	first := math.Floor(lo/step+1e-9) * step
+	last := math.Ceil(hi/step-1e-9) * step
 	var ts []float64
 	for v := first; v <= last+step/2; v += step {
 		ts = append(ts, roundTo(v, step))
@@ -228,7 +230,10 @@ func timeSeriesChart(c chart, from, to time.Time, series []namedSeries, yFloor, 
 		}
 	}
 	if !math.IsNaN(yCeil) && yt[len(yt)-1] > yCeil {
-		yt[len(yt)-1] = yCeil
+		yt = slices.DeleteFunc(yt, func(v float64) bool { return v > yCeil })
+		if len(yt) == 0 || yt[len(yt)-1] < yCeil {
+			yt = append(yt, yCeil)
+		}
 	}
 	ys := scale{yt[0], yt[len(yt)-1], c.Plot.Bottom(), c.Plot.Y}
 	xs := scale{float64(from.Unix()), float64(to.Unix()), c.Plot.X, c.Plot.Right()}
