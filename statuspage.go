@@ -467,8 +467,13 @@ func (p *statusPage) appPageOf(d appDetail, now time.Time) appPage {
 	for _, rd := range d.ReviewDays {
 		days = append(days, stackedDays{rd.Day, []int64{rd.Counts.Negative, rd.Counts.Neutral, rd.Counts.Positive, rd.Counts.None}})
 	}
-	page.Charts = append(page.Charts, stackedBarChart(newChart("reviews", "Reviews per day by sentiment, last 90 days", "reviews per day (UTC)"),
-		from, now, sentimentCategories, days))
+	reviewsTitle, reviewsFrom := "Reviews per day by sentiment, last 90 days", from
+	if d.ReviewsUntil.Before(now) {
+		reviewsTitle = "Reviews per day by sentiment, the 90 days up to the newest review (" + d.ReviewsUntil.UTC().Format("2 Jan 2006") + ")"
+		reviewsFrom = d.ReviewsUntil.Add(-90 * 24 * time.Hour)
+	}
+	page.Charts = append(page.Charts, stackedBarChart(newChart("reviews", reviewsTitle, "reviews per day (UTC)"),
+		reviewsFrom, d.ReviewsUntil, sentimentCategories, days))
 
 	hist := newChart("histogram", "Rating histogram of the newest listing", "ratings")
 	hist.Height, hist.Plot.H = 180, 180-marginTop-marginBottom

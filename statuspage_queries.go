@@ -137,6 +137,7 @@ type appDetail struct {
 	Latest             *statsSample
 	Stats              []statsSample // the last 90 days, oldest first
 	ReviewDays         []sentimentDay
+	ReviewsUntil       time.Time // the end of ReviewDays' 90 days: now, or the newest review's time if older
 	Negative           []negativeReview
 	Network            []networkSample // newest first
 }
@@ -207,7 +208,8 @@ const (
 		ORDER BY crawled_at DESC LIMIT 1`
 	appStatsSQL = `SELECT ` + statsColumns + ` FROM app_stats WHERE application_id = $1 AND crawled_at > $2
 		AND crawled_at <= $3 ORDER BY crawled_at`
-	appReviewDaysSQL = `SELECT date_trunc('day', at, 'UTC') AS d,
+	appNewestReviewSQL = `SELECT max(at) FROM reviews WHERE application_id = $1`
+	appReviewDaysSQL   = `SELECT date_trunc('day', at, 'UTC') AS d,
 		count(*) FILTER (WHERE sentiment = 'POSITIVE'), count(*) FILTER (WHERE sentiment = 'NEUTRAL'),
 		count(*) FILTER (WHERE sentiment = 'NEGATIVE'), count(*) FILTER (WHERE sentiment IS NULL)
 		FROM reviews WHERE application_id = $1 AND at > $2 AND at <= $3 GROUP BY 1 ORDER BY 1`
@@ -258,7 +260,18 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (a
 		return d, fmt.Errorf("status page: stats of %s: %w", pkg, err)
 	}
 
-	rows, err = tx.Query(ctx, appReviewDaysSQL, d.ID, since, now)
+	// An app whose reviews all predate the 90 days (the store stopped
+	// showing new ones, or a replayed recording) shows its last 90 days of
+	// reviews rather than an empty chart; the page names the end date.
+	var newest *time.Time
+	if err := tx.QueryRow(ctx, appNewestReviewSQL, d.ID).Scan(&newest); err != nil {
+		return d, fmt.Errorf("status page: newest review of %s: %w", pkg, err)
+	}
+	d.ReviewsUntil = now
+	if newest != nil && newest.Before(since) {
+		d.ReviewsUntil = *newest
+	}
+	rows, err = tx.Query(ctx, appReviewDaysSQL, d.ID, d.ReviewsUntil.Add(-90*24*time.Hour), d.ReviewsUntil)
 	if err != nil {
 		return d, fmt.Errorf("status page: reviews per day of %s: %w", pkg, err)
 	}

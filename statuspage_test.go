@@ -365,6 +365,7 @@ func TestStatusPageQueryPlans(t *testing.T) {
 		"latest listing":  {appLatestStatsSQL, []any{id}},
 		"listings":        {appStatsSQL, []any{id, since, statusNow}},
 		"reviews per day": {appReviewDaysSQL, []any{id, since, statusNow}},
+		"newest review":   {appNewestReviewSQL, []any{id}},
 		"negative":        {appNegativeSQL, []any{id, negativeLimit}},
 		"network":         {appNetworkSQL, []any{id}},
 	} {
