@@ -153,7 +153,7 @@ func (p *statusPage) serveOverview(w http.ResponseWriter, r *http.Request) {
 
 func (p *statusPage) overviewRowOf(a overviewApp, now time.Time) overviewRow {
 	row := overviewRow{Package: a.Package, Name: a.Name, Link: "/apps/" + a.Package, Messaging: a.Messaging,
-		Score: "—", Change: "—", Ratings: "—", Installs: "—"}
+		Score: "—", Change: "—", Ratings: "—", Installs: "—", ChangeTitle: "one listing stored so far: no change to show yet"}
 	if a.Score != nil {
 		row.Score = fmt.Sprintf("%.2f", *a.Score)
 	}
@@ -299,7 +299,7 @@ func (p *statusPage) healthOf(apps []overviewApp, deadLetters int64, now time.Ti
 	if f, ok := families["playwatch_proxy_benched"]; ok {
 		benched, total := sumOf(f), len(f.GetMetric())
 		proxies.Value = fmt.Sprintf("%d of %d", int(benched), total)
-		proxies.Class, proxies.Detail = "ok", "egresses cooling down after 429s or timeouts"
+		proxies.Class, proxies.Detail = "ok", "egresses (each proxy, or direct) cooling down after 429s or timeouts"
 		switch {
 		case total > 0 && int(benched) == total:
 			proxies.Class, proxies.Detail = "bad", "every egress is benched: the crawl waits"
@@ -459,17 +459,17 @@ func (p *statusPage) appPageOf(d appDetail, now time.Time) appPage {
 		}
 	}
 	page.Charts = append(page.Charts,
-		timeSeriesChart(newChart("rating", "Rating, last 90 days", "stars (1–5)"), from, now,
+		timeSeriesChart(newChart("rating", "Rating", "stars, 1–5"), from, now,
 			[]namedSeries{{Class: "s-rating", Values: rating}}, 1, 5, func(v float64) string { return fmt.Sprintf("%.2f stars", v) }),
-		timeSeriesChart(newChart("installs", "Installs, last 90 days", "installs"), from, now,
+		timeSeriesChart(newChart("installs", "Installs", "exact count"), from, now,
 			[]namedSeries{{Class: "s-installs", Values: installs}}, 0, math.NaN(), func(v float64) string { return groupDigits(int64(v)) + " installs" }))
 	var days []stackedDays
 	for _, rd := range d.ReviewDays {
 		days = append(days, stackedDays{rd.Day, []int64{rd.Counts.Negative, rd.Counts.Neutral, rd.Counts.Positive, rd.Counts.None}})
 	}
-	reviewsTitle, reviewsFrom := "Reviews per day by sentiment, last 90 days", from
+	reviewsTitle, reviewsFrom := "Reviews per day by sentiment", from
 	if d.ReviewsUntil.Before(now) {
-		reviewsTitle = "Reviews per day by sentiment, the 90 days up to the newest review (" + d.ReviewsUntil.UTC().Format("2 Jan 2006") + ")"
+		reviewsTitle = "Reviews per day by sentiment, up to the newest review"
 		reviewsFrom = d.ReviewsUntil.Add(-90 * 24 * time.Hour)
 	}
 	page.Charts = append(page.Charts, stackedBarChart(newChart("reviews", reviewsTitle, "reviews per day (UTC)"),
@@ -527,7 +527,7 @@ func (p *statusPage) appPageOf(d appDetail, now time.Time) appPage {
 		slices.Reverse(vals)
 		rtt = append(rtt, namedSeries{Name: strings.ToLower(sc), Class: "s-" + strings.ToLower(sc), Values: vals})
 	}
-	page.RTT = timeSeriesChart(newChart("rtt", "TCP handshake RTT per analysed capture, last 90 days", "milliseconds"), from, now, rtt, 0, math.NaN(),
+	page.RTT = timeSeriesChart(newChart("rtt", "TCP handshake RTT per analysed capture", "milliseconds"), from, now, rtt, 0, math.NaN(),
 		func(v float64) string { return fmt.Sprintf("%.2f ms", v) })
 	return page
 }

@@ -30,6 +30,8 @@ type chart struct {
 	Points        int    // data points drawn, in data-points for tests
 	Empty         string // non-empty: the chart has no data and says this
 	Horizontal    bool   // bars run left to right: the grid follows XTicks
+	Range         string // the period drawn, e.g. "17 Nov – 1 Dec 2026"
+	Note          string // a remark under the title, e.g. that one sample is all there is
 }
 
 type box struct{ X, Y, W, H float64 }
@@ -48,6 +50,11 @@ type line struct {
 	Class  string // CSS class: its colour
 	Path   string // the SVG path's d
 	Points []point
+	// The newest value, written beside the line's end so the current number
+	// needs no reading off the axis.
+	Last         string
+	LastX, LastY float64
+	LastAnchor   string // text-anchor: end when the line ends at the right edge
 }
 
 type point struct {
@@ -195,7 +202,7 @@ func timeTicks(from, to time.Time, n int) []time.Time {
 	var step time.Duration
 	for _, d := range []int{1, 2, 7, 14, 30} {
 		step = time.Duration(d) * day
-		if span/step < time.Duration(n) {
+		if span/step <= time.Duration(n) {
 			break
 		}
 	}
@@ -206,6 +213,27 @@ func timeTicks(from, to time.Time, n int) []time.Time {
 		}
 	}
 	return ts
+}
+
+// minWindow is the shortest period a chart spans: a few days of data are
+// drawn across a fortnight, not squeezed against the right edge of 90 days.
+const minWindow = 14 * 24 * time.Hour
+
+// fitWindow narrows [from, to] to start a day before first (the oldest
+// data), but spans at least minWindow.
+func fitWindow(from, to, first time.Time) time.Time {
+	start := first.Add(-24 * time.Hour)
+	if to.Sub(start) < minWindow {
+		start = to.Add(-minWindow)
+	}
+	if start.Before(from) {
+		return from
+	}
+	return start
+}
+
+func periodLabel(from, to time.Time) string {
+	return from.UTC().Format("2 Jan") + " – " + to.UTC().Format("2 Jan 2006")
 }
 
 // timeSeriesChart draws series over [from, to] (UTC days on the x axis)
@@ -221,6 +249,20 @@ func timeSeriesChart(c chart, from, to time.Time, series []namedSeries, yFloor, 
 	if math.IsInf(lo, 1) {
 		c.Empty = "no data in this period"
 		return c
+	}
+	first, samples := to, 0
+	for _, s := range series {
+		for _, p := range s.Values {
+			if p.T.Before(first) {
+				first = p.T
+			}
+		}
+		samples = max(samples, len(s.Values))
+	}
+	from = fitWindow(from, to, first)
+	c.Range = periodLabel(from, to)
+	if samples == 1 {
+		c.Note = "one sample stored so far: the line starts with the next"
 	}
 	yt := niceTicks(lo, hi, 5)
 	if !math.IsNaN(yFloor) && yt[0] < yFloor {
@@ -256,6 +298,10 @@ func timeSeriesChart(c chart, from, to time.Time, series []namedSeries, yFloor, 
 			}
 		}
 		l.Path = d.String()
+		if n := len(s.Values); n > 0 {
+			last := s.Values[n-1]
+			l.Last, l.LastX, l.LastY, l.LastAnchor = format(last.V), xs.at(float64(last.T.Unix()))-6, ys.at(last.V)-8, "end"
+		}
 		c.Points += len(s.Values)
 		c.Lines = append(c.Lines, l)
 		if s.Name != "" {
@@ -301,6 +347,14 @@ func stackedBarChart(c chart, from, to time.Time, categories []legendEntry, days
 		return c
 	}
 	c.Legend = categories
+	first := to
+	for _, d := range days {
+		if d.Day.Before(first) {
+			first = d.Day
+		}
+	}
+	from = fitWindow(from, to, first)
+	c.Range = periodLabel(from, to)
 	yt := niceTicks(0, float64(top), 5)
 	ys := scale{0, yt[len(yt)-1], c.Plot.Bottom(), c.Plot.Y}
 	for _, v := range yt {
