@@ -13,7 +13,7 @@ import (
 // The status page's and the per-app gauges' SQL (docs/schema.md §Who writes
 // and who reads). Every query walks an index by application: the UNIQUE
 // (application_id, crawled_at) of app_stats, reviews (application_id, at)
-// and (application_id, sentiment), network_metrics (application_id,
+// and (application_id, at) INCLUDE (sentiment), network_metrics (application_id,
 // analyzed_at); statuspage_test.go checks their plans.
 
 // statusDB runs the page's reads, each page in one read-only transaction:
@@ -333,7 +333,8 @@ type appGaugeRow struct {
 }
 
 // appGaugesSQL counts every stored review of each app by sentiment: an
-// index-only scan of reviews (application_id, sentiment) (migration 4).
+// index-only scan of reviews (application_id, at) INCLUDE (sentiment)
+// (migration 4).
 const appGaugesSQL = `
 SELECT a.package_name, s.score, s.ratings, coalesce(s.real_installs, s.min_installs),
 	r.pos, r.neu, r.neg, r.none, n.newest
