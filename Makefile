@@ -14,9 +14,11 @@ run: build
 
 # The offline demo (demo_test.go): the appliance in a temporary directory
 # against a replay Play Store built from testdata; prints what landed in
-# PostgreSQL. Local directory mode (no package argument) streams its output.
+# PostgreSQL and ends with the URL of the status page, which stays up until
+# Ctrl-C when make runs in a terminal. Local directory mode (no package
+# argument) streams its output.
 demo:
-	PLAYWATCH_DEMO=1 $(GO) test -run '^TestDemo$$'
+	PLAYWATCH_DEMO=1 PLAYWATCH_DEMO_WAIT=$$([ -t 0 ] && echo 1) $(GO) test -timeout 0 -run '^TestDemo$$'
 
 test: vet
 	@scripts/kafka.sh check || true

@@ -27,6 +27,7 @@ type Config struct {
 	BrokerFsync      bool
 	BrokerMaxBytes   int64
 	RegistryToken    string
+	StatusPageToken  string
 	PGListen         string
 	PGUser           string
 	TopicPartitions  int
@@ -88,6 +89,8 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.BrokerMaxBytes, err = parseByteSize(v, 1<<20, 1<<40); return }},
 	{"REGISTRY_TOKEN", "", "bearer token required for registry writes; required when PLAYWATCH_HTTP_ADDR is not loopback",
 		func(c *Config, v string) error { c.RegistryToken = v; return nil }},
+	{"STATUS_PAGE_TOKEN", "", "password (HTTP basic auth, any user name) the status page at / asks for; empty: the page is open, as the registry's GETs are",
+		func(c *Config, v string) error { c.StatusPageToken = v; return nil }},
 	{"PLAYWATCH_PG_LISTEN", "", "host:port where the managed PostgreSQL also listens on TCP, with passwords (playwatch db-url prints a URL); empty: unix socket only",
 		func(c *Config, v string) (err error) {
 			if v != "" {

@@ -6,8 +6,10 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -120,10 +122,22 @@ func TestDemo(t *testing.T) {
 			fmt.Fprint(out, "  "+line)
 		}
 	}
+	status := a.base + "/"
+	if os.Getenv("PLAYWATCH_DEMO_WAIT") == "1" {
+		// make demo in a terminal: the page stays up until Ctrl-C.
+		fmt.Fprintf(out, "\nTook %s. The status page shows this data; open it in a browser, Ctrl-C ends the demo:\n\n  %s\n",
+			time.Since(start).Round(100*time.Millisecond), status)
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		<-ctx.Done()
+		stop()
+	}
 	if err := a.stop(); err != nil {
 		t.Fatalf("run: %v\n%s", err, a.logs)
 	}
-	fmt.Fprintf(out, "\nplaywatch stopped; %s is removed when the demo ends. Took %s.\n", dir, time.Since(start).Round(100*time.Millisecond))
+	if os.Getenv("PLAYWATCH_DEMO_WAIT") != "1" {
+		fmt.Fprintf(out, "\nplaywatch stopped; %s is removed when the demo ends. Took %s.\n", dir, time.Since(start).Round(100*time.Millisecond))
+		fmt.Fprintf(out, "While it ran, the status page was at\n\n  %s\n\n(make demo in a terminal keeps it open until Ctrl-C.)\n", status)
+	}
 }
 
 // indent indents every line of s by two spaces.

@@ -308,8 +308,10 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 
 	var api *registryAPI
+	var status *statusPage
 	if slices.Contains(roles, "registry") {
 		api = &registryAPI{store: newAppStore(be.pool), token: cfg.RegistryToken, logger: logger}
+		status = newStatusPage(statusDB{be.pool}, reg, cfg.StatusPageToken, cfg.CrawlInterval, logger)
 	}
 	checks := []readinessCheck{
 		{"database", be.pool.Ping},
@@ -330,7 +332,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		}
 		unpublish = up
 	}
-	srv := newHTTPServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, checks))
+	srv := newHTTPServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, status, checks))
 	startRole("http", func(ctx context.Context) error {
 		go func() {
 			<-ctx.Done()

@@ -16,8 +16,9 @@ type readinessCheck struct {
 }
 
 // newHTTPHandler serves /healthz, /readyz, /metrics and, when the registry
-// role runs, the registry API, all instrumented.
-func newHTTPHandler(reg *prometheus.Registry, hm *httpMetrics, api *registryAPI, checks []readinessCheck) http.Handler {
+// role runs, the registry API and the status page with its per-app gauges,
+// all instrumented.
+func newHTTPHandler(reg *prometheus.Registry, hm *httpMetrics, api *registryAPI, status *statusPage, checks []readinessCheck) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -35,13 +36,20 @@ func newHTTPHandler(reg *prometheus.Registry, hm *httpMetrics, api *registryAPI,
 		}
 		writeJSON(w, code, map[string]any{"status": status, "checks": results})
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	var metrics prometheus.Gatherer = reg
+	if status != nil {
+		metrics = prometheus.Gatherers{reg, status.gauges}
+	}
+	mux.Handle("GET /metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{Registry: reg}))
 	// Without these the catch-all below would answer another method with 404.
 	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
 		mux.HandleFunc(p, methodNotAllowed("GET"))
 	}
 	if api != nil {
 		api.register(mux)
+	}
+	if status != nil {
+		status.register(mux)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)

@@ -1,0 +1,619 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"math"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// The status page (docs/design.md §Status page): `/` shows every active app
+// and the health of the system, `/apps/{package}` one app's history. Server
+// rendered, inline SVG, no script: it works on a server without internet,
+// and its Content-Security-Policy lets the browser load nothing else.
+
+//go:embed web/status.html.tmpl
+var statusTemplateText string
+
+//go:embed web/style.css
+var statusCSS string
+
+// statusCSP allows the one inline stylesheet (by its hash) and nothing else:
+// no script, no image, font or connection to anywhere.
+var statusCSP = func() string {
+	sum := sha256.Sum256([]byte(statusCSS))
+	return "default-src 'none'; style-src 'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) +
+		"'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+}()
+
+var statusTemplates = template.Must(template.New("status").Funcs(template.FuncMap{
+	"css":  func() template.CSS { return template.CSS(statusCSS) },
+	"add":  func(a, b float64) float64 { return a + b },
+	"sub":  func(a, b float64) float64 { return a - b },
+	"half": func(a float64) float64 { return a / 2 },
+}).Parse(statusTemplateText))
+
+// statusPage serves the page. health is the process's own metrics registry:
+// the crawler's, proxies' and consumer's state where those roles run here.
+// gauges holds the per-app gauges apart from it, so that reading the health
+// does not run their query; /metrics serves both.
+type statusPage struct {
+	db       statusDB
+	health   prometheus.Gatherer
+	gauges   *prometheus.Registry
+	token    string        // STATUS_PAGE_TOKEN; empty: the page is open
+	interval time.Duration // CRAWL_INTERVAL: a path older than two is failing
+	now      func() time.Time
+	logger   *slog.Logger
+}
+
+func newStatusPage(db statusDB, health prometheus.Gatherer, token string, interval time.Duration, logger *slog.Logger) *statusPage {
+	gauges := prometheus.NewRegistry()
+	gauges.MustRegister(newAppGaugeCollector(db, logger))
+	return &statusPage{db: db, health: health, gauges: gauges, token: token, interval: interval, now: time.Now, logger: logger}
+}
+
+func (p *statusPage) register(mux *http.ServeMux) {
+	mux.HandleFunc("GET /{$}", p.requireToken(p.serveOverview))
+	mux.HandleFunc("/{$}", methodNotAllowed("GET"))
+	mux.HandleFunc("GET /apps/{package}", p.requireToken(p.serveApp))
+	mux.HandleFunc("/apps/{package}", methodNotAllowed("GET"))
+}
+
+// requireToken asks for HTTP basic auth with STATUS_PAGE_TOKEN as the
+// password (any user name) when it is set.
+func (p *statusPage) requireToken(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if p.token != "" {
+			_, pass, ok := r.BasicAuth()
+			if !ok || subtle.ConstantTimeCompare([]byte(pass), []byte(p.token)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Basic realm="playwatch status", charset="UTF-8"`)
+				http.Error(w, "the status page needs HTTP basic auth with STATUS_PAGE_TOKEN as the password", http.StatusUnauthorized)
+				return
+			}
+		}
+		next(w, r)
+	}
+}
+
+// overviewPage is what the template draws for `/`.
+type overviewPage struct {
+	Title     string
+	Generated string
+	Health    healthView
+	Apps      []overviewRow
+	Interval  string
+}
+
+type overviewRow struct {
+	Package, Name, Link string
+	Messaging           bool
+	Score               string
+	Change              string
+	ChangeClass         string
+	ChangeTitle         string
+	Ratings             string
+	Installs            string
+	InstallsTitle       string
+	Reviews24h          []sentimentChip
+	Reviews24hTotal     string
+	Stats, Reviews      freshness
+	Spark               sparkline
+}
+
+type sentimentChip struct {
+	Class, Label string
+	N            string
+}
+
+// freshness is a path's last stored crawl and its age.
+type freshness struct {
+	When, Age, Class string
+}
+
+func (p *statusPage) serveOverview(w http.ResponseWriter, r *http.Request) {
+	now := p.now()
+	var apps []overviewApp
+	var deadLetters int64
+	err := p.db.read(r.Context(), func(tx pgx.Tx) (err error) {
+		if apps, err = loadOverview(r.Context(), tx, now); err != nil {
+			return err
+		}
+		deadLetters, err = countDeadLetters(r.Context(), tx, now.Add(-24*time.Hour))
+		return err
+	})
+	if err != nil {
+		p.fail(w, r, err)
+		return
+	}
+	page := overviewPage{Title: "playwatch status", Generated: now.UTC().Format("2 Jan 2006 15:04:05 UTC"),
+		Interval: p.interval.String()}
+	page.Health = p.healthOf(apps, deadLetters, now)
+	for _, a := range apps {
+		page.Apps = append(page.Apps, p.overviewRowOf(a, now))
+	}
+	p.render(w, r, "overview", page)
+}
+
+func (p *statusPage) overviewRowOf(a overviewApp, now time.Time) overviewRow {
+	row := overviewRow{Package: a.Package, Name: a.Name, Link: "/apps/" + a.Package, Messaging: a.Messaging,
+		Score: "—", Change: "—", Ratings: "—", Installs: "—", ChangeTitle: "one listing stored so far: no change to show yet"}
+	if a.Score != nil {
+		row.Score = fmt.Sprintf("%.2f", *a.Score)
+	}
+	if a.Score != nil && a.BaseScore != nil && a.BaseAt != nil && a.StatsAt != nil && a.BaseAt.Before(*a.StatsAt) {
+		d := *a.Score - *a.BaseScore
+		row.Change = fmt.Sprintf("%+.2f", d)
+		row.ChangeClass = "flat"
+		switch {
+		case d <= -0.005:
+			row.ChangeClass = "down"
+			row.Change = "▼ " + fmt.Sprintf("%.2f", -d)
+		case d >= 0.005:
+			row.ChangeClass = "up"
+			row.Change = "▲ " + fmt.Sprintf("%.2f", d)
+		}
+		row.ChangeTitle = fmt.Sprintf("score %.2f on %s, %.2f now", *a.BaseScore, a.BaseAt.UTC().Format("2 Jan 15:04"), *a.Score)
+		if now.Sub(*a.BaseAt) < 7*24*time.Hour-time.Hour {
+			row.ChangeTitle += " (less than 7 days of data)"
+		}
+	}
+	if a.Ratings != nil {
+		row.Ratings = groupDigits(*a.Ratings)
+	}
+	switch {
+	case a.RealInstalls != nil:
+		row.Installs = groupDigits(*a.RealInstalls)
+		row.InstallsTitle = "exact install count"
+	case a.MinInstalls != nil:
+		row.Installs = "≥ " + groupDigits(*a.MinInstalls)
+		row.InstallsTitle = "the store showed only its installs bucket"
+	}
+	row.Reviews24h = sentimentChips(a.Reviews24h)
+	row.Reviews24hTotal = groupDigits(a.Reviews24h.Total())
+	row.Stats = p.freshnessOf(a.StatsAt, now)
+	row.Reviews = p.freshnessOf(a.ReviewsSyncedAt, now)
+	row.Spark = newSparkline(a.Spark, now.Add(-30*24*time.Hour), now)
+	return row
+}
+
+// sentimentCategories are the sentiment job's labels plus "not scored", in
+// the order the page stacks and lists them.
+var sentimentCategories = []legendEntry{
+	{"neg", "negative"}, {"neu", "neutral"}, {"pos", "positive"}, {"none", "not scored"},
+}
+
+func sentimentChips(c sentimentCounts) []sentimentChip {
+	var chips []sentimentChip
+	for i, n := range []int64{c.Negative, c.Neutral, c.Positive, c.None} {
+		if n > 0 {
+			chips = append(chips, sentimentChip{sentimentCategories[i].Class, sentimentCategories[i].Label, groupDigits(n)})
+		}
+	}
+	return chips
+}
+
+func (p *statusPage) freshnessOf(t *time.Time, now time.Time) freshness {
+	if t == nil {
+		return freshness{When: "never", Age: "no crawl stored", Class: "bad"}
+	}
+	f := freshness{When: t.UTC().Format("2 Jan 15:04 UTC"), Age: ago(now.Sub(*t)), Class: "ok"}
+	if now.Sub(*t) > 2*p.interval {
+		f.Class = "bad"
+	}
+	return f
+}
+
+// ago is a duration as a person says it: "just now", "12 min ago", "3 h ago", "5 days ago".
+func ago(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return "just now"
+	case d < time.Hour:
+		return fmt.Sprintf("%d min ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%d h ago", int(d.Hours()))
+	default:
+		return fmt.Sprintf("%d days ago", int(d.Hours()/24))
+	}
+}
+
+// healthView is the row of cards above the overview.
+type healthView struct {
+	Cards []healthCard
+}
+
+type healthCard struct {
+	Title, Value, Detail, Class string
+}
+
+// healthOf reads the crawler's, proxies' and consumer's metrics from this
+// process's registry; a role that does not run here has none, and its card
+// says so. Failing apps come from the database: an active app whose stored
+// listing or reviews are older than two crawl intervals, or missing.
+func (p *statusPage) healthOf(apps []overviewApp, deadLetters int64, now time.Time) healthView {
+	families := map[string]*dto.MetricFamily{}
+	if fs, err := p.health.Gather(); err != nil {
+		p.logger.Warn("status page: cannot gather this process's metrics", "err", err)
+	} else {
+		for _, f := range fs {
+			families[f.GetName()] = f
+		}
+	}
+	var cards []healthCard
+
+	cycle := healthCard{Title: "Last crawl cycle", Value: "not running in this process", Class: "unknown",
+		Detail: "the crawler role runs elsewhere, or not at all"}
+	if f, ok := families["playwatch_crawl_cycles_total"]; ok {
+		cycles := sumOf(f)
+		cycle.Class, cycle.Value, cycle.Detail = "warn", "none finished yet", "since this process started"
+		if last := sumOf(families["playwatch_crawl_last_cycle_timestamp_seconds"]); cycles > 0 && last > 0 {
+			at := time.UnixMilli(int64(last * 1000))
+			cycle.Value = "ended " + ago(now.Sub(at))
+			cycle.Class = "ok"
+			if now.Sub(at) > 2*p.interval {
+				cycle.Class = "bad"
+			}
+		}
+		cycle.Detail = fmt.Sprintf("%s cycles since start; app paths: %s", groupDigits(int64(cycles)), outcomeSummary(families["playwatch_crawl_app_paths_total"]))
+	}
+	cards = append(cards, cycle)
+
+	failing := healthCard{Title: "Apps failing", Class: "ok"}
+	var names []string
+	for _, a := range apps {
+		reviewsKnown := a.ReviewsSyncedAt != nil
+		if p.freshnessOf(a.StatsAt, now).Class == "bad" || (reviewsKnown && p.freshnessOf(a.ReviewsSyncedAt, now).Class == "bad") {
+			names = append(names, a.Name)
+		}
+	}
+	failing.Value = fmt.Sprintf("%d of %d", len(names), len(apps))
+	failing.Detail = "no stored crawl within 2 × CRAWL_INTERVAL (" + (2 * p.interval).String() + ")"
+	if len(names) > 0 {
+		failing.Class = "bad"
+		failing.Detail = strings.Join(shortList(names, 5), ", ") + "; " + failing.Detail
+	}
+	if len(apps) == 0 {
+		failing.Value, failing.Class, failing.Detail = "no apps", "unknown", "register apps with POST /api/v1/apps"
+	}
+	cards = append(cards, failing)
+
+	proxies := healthCard{Title: "Proxies benched", Value: "not running in this process", Class: "unknown",
+		Detail: "the crawler role runs elsewhere, or not at all"}
+	if f, ok := families["playwatch_proxy_benched"]; ok {
+		benched, total := sumOf(f), len(f.GetMetric())
+		proxies.Value = fmt.Sprintf("%d of %d", int(benched), total)
+		proxies.Class, proxies.Detail = "ok", "egresses (each proxy, or direct) cooling down after 429s or timeouts"
+		switch {
+		case total > 0 && int(benched) == total:
+			proxies.Class, proxies.Detail = "bad", "every egress is benched: the crawl waits"
+		case benched > 0:
+			proxies.Class = "warn"
+		}
+	}
+	cards = append(cards, proxies)
+
+	consumer := healthCard{Title: "Consumer lag", Value: "not running in this process", Class: "unknown",
+		Detail: "the consumer role runs elsewhere, or not at all"}
+	if f, ok := families["playwatch_consumer_lag_records"]; ok {
+		lag := sumOf(f)
+		consumer.Value = groupDigits(int64(lag)) + " records"
+		consumer.Class, consumer.Detail = "ok", "waiting to be stored, at the last fetch"
+		if lag > 0 {
+			consumer.Class = "warn"
+		}
+		if sumOf(families["playwatch_consumer_paused"]) > 0 {
+			consumer.Class, consumer.Detail = "bad", "paused: the database cannot take the batch"
+		}
+	}
+	cards = append(cards, consumer)
+
+	dl := healthCard{Title: "Dead letters, 24 h", Value: groupDigits(deadLetters), Class: "ok",
+		Detail: "records that can never be stored; see playwatch dlq list"}
+	if deadLetters > 0 {
+		dl.Class = "bad"
+	}
+	cards = append(cards, dl)
+	return healthView{Cards: cards}
+}
+
+func shortList(s []string, n int) []string {
+	if len(s) <= n {
+		return s
+	}
+	return append(slices.Clone(s[:n]), fmt.Sprintf("%d more", len(s)-n))
+}
+
+// sumOf adds the values of a family's series (0 for a missing family).
+func sumOf(f *dto.MetricFamily) float64 {
+	var sum float64
+	for _, m := range f.GetMetric() {
+		switch {
+		case m.Counter != nil:
+			sum += m.Counter.GetValue()
+		case m.Gauge != nil:
+			sum += m.Gauge.GetValue()
+		}
+	}
+	return sum
+}
+
+// outcomeSummary is playwatch_crawl_app_paths_total as "stats ok 40, reviews
+// not_found 2, …", the successes first.
+func outcomeSummary(f *dto.MetricFamily) string {
+	type oc struct {
+		key string
+		n   float64
+	}
+	var ocs []oc
+	for _, m := range f.GetMetric() {
+		var path, outcome string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "path":
+				path = l.GetValue()
+			case "outcome":
+				outcome = l.GetValue()
+			}
+		}
+		if v := m.GetCounter().GetValue(); v > 0 {
+			ocs = append(ocs, oc{path + " " + outcome, v})
+		}
+	}
+	if len(ocs) == 0 {
+		return "none yet"
+	}
+	sort.Slice(ocs, func(i, j int) bool {
+		iok, jok := strings.HasSuffix(ocs[i].key, " ok"), strings.HasSuffix(ocs[j].key, " ok")
+		if iok != jok {
+			return iok
+		}
+		return ocs[i].key < ocs[j].key
+	})
+	parts := make([]string, len(ocs))
+	for i, o := range ocs {
+		parts[i] = fmt.Sprintf("%s %s", o.key, groupDigits(int64(o.n)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// appPage is what the template draws for `/apps/{package}`.
+type appPage struct {
+	Title     string
+	Generated string
+	App       appDetail
+	Facts     []fact
+	Charts    []chart
+	Histogram chart
+	Negative  []negativeView
+	Network   []networkView
+	RTT       chart
+	ShowNet   bool
+}
+
+type fact struct{ Label, Value, Title string }
+
+type negativeView struct {
+	When, Stars, User, Content, Version, Why string
+}
+
+type networkView struct {
+	Scenario, When, File, RTT, Retrans, OutOfOrder, ZeroWin, Resets, Bytes, Overhead string
+	Captures                                                                         int
+}
+
+func (p *statusPage) serveApp(w http.ResponseWriter, r *http.Request) {
+	pkg := r.PathValue("package")
+	if err := validatePackageName(pkg); err != nil {
+		p.notFound(w, r, pkg)
+		return
+	}
+	now := p.now()
+	var d appDetail
+	err := p.db.read(r.Context(), func(tx pgx.Tx) (err error) { d, err = loadAppDetail(r.Context(), tx, pkg, now); return })
+	if errors.Is(err, errStatusAppNotFound) {
+		p.notFound(w, r, pkg)
+		return
+	}
+	if err != nil {
+		p.fail(w, r, err)
+		return
+	}
+	p.render(w, r, "app", p.appPageOf(d, now))
+}
+
+func (p *statusPage) appPageOf(d appDetail, now time.Time) appPage {
+	page := appPage{Title: d.Name + " · playwatch status", Generated: now.UTC().Format("2 Jan 2006 15:04:05 UTC"), App: d}
+	if l := d.Latest; l != nil {
+		page.Facts = append(page.Facts, fact{"Score", optFloat(l.Score, "%.2f"), "average rating of the newest listing"},
+			fact{"Ratings", optInt(l.Ratings), ""}, installsFact(l), fact{"Version", optString(l.Version), ""},
+			fact{"Listing crawled", l.At.UTC().Format("2 Jan 2006 15:04 UTC") + " (" + ago(now.Sub(l.At)) + ")", ""})
+		if l.Developer != nil {
+			page.Facts = append(page.Facts, fact{"Developer", *l.Developer, ""})
+		}
+	}
+	from := now.Add(-90 * 24 * time.Hour)
+	var rating, installs []timeValue
+	for _, s := range d.Stats {
+		if s.Score != nil {
+			rating = append(rating, timeValue{s.At, *s.Score})
+		}
+		if n := firstNonNil(s.RealInstalls, s.MinInstalls); n != nil {
+			installs = append(installs, timeValue{s.At, float64(*n)})
+		}
+	}
+	page.Charts = append(page.Charts,
+		timeSeriesChart(newChart("rating", "Rating", "stars, 1–5"), from, now,
+			[]namedSeries{{Class: "s-rating", Values: rating}}, 1, 5, func(v float64) string { return fmt.Sprintf("%.2f stars", v) }),
+		timeSeriesChart(newChart("installs", "Installs", "exact count"), from, now,
+			[]namedSeries{{Class: "s-installs", Values: installs}}, 0, math.NaN(), func(v float64) string { return groupDigits(int64(v)) + " installs" }))
+	var days []stackedDays
+	for _, rd := range d.ReviewDays {
+		days = append(days, stackedDays{rd.Day, []int64{rd.Counts.Negative, rd.Counts.Neutral, rd.Counts.Positive, rd.Counts.None}})
+	}
+	reviewsTitle, reviewsFrom := "Reviews per day by sentiment", from
+	if d.ReviewsUntil.Before(now) {
+		reviewsTitle = "Reviews per day by sentiment, up to the newest review"
+		reviewsFrom = d.ReviewsUntil.Add(-90 * 24 * time.Hour)
+	}
+	page.Charts = append(page.Charts, stackedBarChart(newChart("reviews", reviewsTitle, "reviews per day (UTC)"),
+		reviewsFrom, d.ReviewsUntil, sentimentCategories, days))
+
+	hist := newChart("histogram", "Rating histogram of the newest listing", "ratings")
+	hist.Height, hist.Plot.H = 180, 180-marginTop-marginBottom
+	var counts []int64
+	if d.Latest != nil {
+		for _, n := range d.Latest.Histogram {
+			counts = append(counts, orZero(n))
+		}
+	} else {
+		counts = make([]int64, 5)
+	}
+	page.Histogram = histogramChart(hist, []string{"1 ★", "2 ★", "3 ★", "4 ★", "5 ★"}, counts, []string{"h1", "h2", "h3", "h4", "h5"})
+
+	for _, r := range d.Negative {
+		v := negativeView{When: r.At.UTC().Format("2 Jan 2006 15:04"), User: optString(r.UserName), Content: optString(r.Content),
+			Version: optString(r.Version), Stars: "no stars"}
+		if r.Score != nil {
+			v.Stars = strings.Repeat("★", int(*r.Score)) + strings.Repeat("☆", 5-int(*r.Score))
+		}
+		v.Why = "sentiment: negative"
+		if r.Sentiment == nil {
+			v.Why = "not scored yet: 1–2 stars"
+		}
+		page.Negative = append(page.Negative, v)
+	}
+
+	page.ShowNet = d.Messaging || len(d.Network) > 0
+	byScenario := map[string]*networkView{}
+	var rtt []namedSeries
+	for _, sc := range []string{"UPLOAD", "DOWNLOAD"} {
+		var vals []timeValue
+		for _, n := range d.Network {
+			if n.Scenario != sc {
+				continue
+			}
+			if byScenario[sc] == nil { // newest first: the first is the latest
+				v := networkView{Scenario: sc, When: n.At.UTC().Format("2 Jan 2006 15:04"), File: optString(n.File),
+					RTT: optFloat(n.RTT, "%.2f ms"), Retrans: groupDigits(int64(n.Retransmissions)), OutOfOrder: groupDigits(int64(n.OutOfOrder)),
+					ZeroWin: groupDigits(int64(n.ZeroWindows)), Resets: groupDigits(int64(n.Resets)), Bytes: groupDigits(n.BytesTotal),
+					Overhead: fmt.Sprintf("%.1f %%", n.Overhead*100)}
+				byScenario[sc] = &v
+			}
+			byScenario[sc].Captures++
+			if n.RTT != nil {
+				vals = append(vals, timeValue{n.At, *n.RTT})
+			}
+		}
+		if v := byScenario[sc]; v != nil {
+			page.Network = append(page.Network, *v)
+		}
+		slices.Reverse(vals)
+		rtt = append(rtt, namedSeries{Name: strings.ToLower(sc), Class: "s-" + strings.ToLower(sc), Values: vals})
+	}
+	page.RTT = timeSeriesChart(newChart("rtt", "TCP handshake RTT per analysed capture", "milliseconds"), from, now, rtt, 0, math.NaN(),
+		func(v float64) string { return fmt.Sprintf("%.2f ms", v) })
+	return page
+}
+
+func installsFact(l *statsSample) fact {
+	switch {
+	case l.RealInstalls != nil:
+		return fact{"Installs", groupDigits(*l.RealInstalls), "exact install count"}
+	case l.MinInstalls != nil:
+		return fact{"Installs", "≥ " + groupDigits(*l.MinInstalls), "the store showed only its installs bucket"}
+	}
+	return fact{"Installs", "—", ""}
+}
+
+func firstNonNil(vs ...*int64) *int64 {
+	for _, v := range vs {
+		if v != nil {
+			return v
+		}
+	}
+	return nil
+}
+
+func orZero(n *int64) int64 {
+	if n == nil {
+		return 0
+	}
+	return *n
+}
+
+func optInt(n *int64) string {
+	if n == nil {
+		return "—"
+	}
+	return groupDigits(*n)
+}
+
+func optFloat(v *float64, format string) string {
+	if v == nil {
+		return "—"
+	}
+	return fmt.Sprintf(format, *v)
+}
+
+func optString(s *string) string {
+	if s == nil || *s == "" {
+		return "—"
+	}
+	return *s
+}
+
+func (p *statusPage) render(w http.ResponseWriter, r *http.Request, name string, data any) {
+	var buf bytes.Buffer
+	if err := statusTemplates.ExecuteTemplate(&buf, name, data); err != nil {
+		p.fail(w, r, fmt.Errorf("status page: render %s: %w", name, err))
+		return
+	}
+	p.writeHTML(w, http.StatusOK, buf.Bytes())
+}
+
+func (p *statusPage) writeHTML(w http.ResponseWriter, code int, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Content-Security-Policy", statusCSP)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}
+
+type messagePage struct{ Title, Message, Generated string }
+
+func (p *statusPage) notFound(w http.ResponseWriter, r *http.Request, pkg string) {
+	var buf bytes.Buffer
+	_ = statusTemplates.ExecuteTemplate(&buf, "message", messagePage{Title: "No such app · playwatch status",
+		Message: "No app is registered as " + pkg + "."})
+	p.writeHTML(w, http.StatusNotFound, buf.Bytes())
+}
+
+func (p *statusPage) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(r.Context().Err(), context.Canceled) {
+		return // the client went away
+	}
+	p.logger.Error("status page failed", "path", r.URL.Path, "err", err)
+	var buf bytes.Buffer
+	_ = statusTemplates.ExecuteTemplate(&buf, "message", messagePage{Title: "Status page unavailable",
+		Message: "The status page cannot read the database right now; the server log says why."})
+	p.writeHTML(w, http.StatusInternalServerError, buf.Bytes())
+}

@@ -1,0 +1,449 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// statusNow is the status tests' clock: every seeded row is placed relative to it.
+var statusNow = time.Date(2026, 5, 10, 12, 0, 0, 0, time.UTC)
+
+const (
+	statusTelegram = "org.telegram.messenger"
+	statusBale     = "ir.example.bale"
+	statusBaleName = "بله پیام‌رسان"
+	hostileReview  = `<script>alert("x")</script> & more`
+	persianReview  = "برنامه خیلی کند است و پیام‌ها دیر می‌رسند"
+)
+
+// seedStatus fills a database with two apps: Telegram with a week of
+// listings, reviews of every sentiment (and unscored ones), captures and
+// dead letters; a Persian-named app with one listing and nothing else.
+func seedStatus(t testing.TB, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec(`INSERT INTO apps_registry_application (package_name, display_name, is_messaging_app) VALUES ($1, 'Telegram', true), ($2, $3, false)`,
+		statusTelegram, statusBale, statusBaleName)
+	at := func(d time.Duration) time.Time { return statusNow.Add(-d) }
+	for _, s := range []struct {
+		ago   time.Duration
+		score float64
+	}{{8 * 24 * time.Hour, 4.50}, {2 * 24 * time.Hour, 4.40}, {time.Hour, 4.32}} {
+		exec(`INSERT INTO app_stats (application_id, min_installs, real_installs, score, ratings, crawled_at,
+			ratings_1, ratings_2, ratings_3, ratings_4, ratings_5)
+			SELECT id, 1000000000, 1000000123, $2, 1234567, $3, 100, 20, 30, 400, 684017 FROM apps_registry_application WHERE package_name = $1`,
+			statusTelegram, s.score, at(s.ago))
+	}
+	exec(`INSERT INTO app_stats (application_id, min_installs, score, ratings, crawled_at)
+		SELECT id, 5000000, 3.9, 4321, $2 FROM apps_registry_application WHERE package_name = $1`, statusBale, at(2*time.Hour))
+	n := 0
+	review := func(ago time.Duration, score int, sentiment *string, content string) {
+		n++
+		exec(`INSERT INTO reviews (application_id, review_id, user_name, score, content, at, sentiment, last_synced_at)
+			SELECT id, $2, 'کاربر', $3, $4, $5, $6, $7 FROM apps_registry_application WHERE package_name = $1`,
+			statusTelegram, fmt.Sprintf("r%d", n), score, content, at(ago), sentiment, at(time.Hour))
+	}
+	pos, neg, neu := "POSITIVE", "NEGATIVE", "NEUTRAL"
+	// The last 24 h: 2 positive, 1 negative, 1 neutral, 3 not scored.
+	review(2*time.Hour, 5, &pos, "great")
+	review(3*time.Hour, 4, &pos, "good")
+	review(4*time.Hour, 1, &neg, "crashes on start")
+	review(5*time.Hour, 3, &neu, "fine")
+	review(6*time.Hour, 1, nil, hostileReview)
+	review(7*time.Hour, 2, nil, persianReview)
+	review(8*time.Hour, 5, nil, "nice")
+	// Older: five days ago, two negative.
+	review(5*24*time.Hour, 1, &neg, "old complaint")
+	review(5*24*time.Hour+time.Hour, 2, &neg, "older complaint")
+	for i, sc := range []string{"UPLOAD", "UPLOAD", "DOWNLOAD"} {
+		exec(`INSERT INTO network_metrics (application_id, analysis_id, scenario, rtt_handshake, retransmission_count,
+			bytes_transferred_total, bytes_payload_total, overhead_ratio, source_pcap_filename, analyzed_at)
+			SELECT id, gen_random_uuid(), $2, $3, 7, 123456789, 120000000, 0.028, 'capture.pcap', $4 FROM apps_registry_application WHERE package_name = $1`,
+			statusTelegram, sc, 20.5+float64(i), at(time.Duration(i+1)*time.Hour))
+	}
+	for i, ago := range []time.Duration{time.Hour, 3 * time.Hour, 30 * time.Hour} {
+		exec(`INSERT INTO dead_letter_events (topic, "partition", kafka_offset, error_reason, occurred_at) VALUES ('reviews', 0, $1, 'invalid_json: test', $2)`,
+			i, at(ago))
+	}
+}
+
+// statusServer serves the status page on pool the way `playwatch run` does,
+// with the given metrics registry as this process's health.
+func statusServer(t *testing.T, pool *pgxpool.Pool, token string, reg *prometheus.Registry) *httptest.Server {
+	t.Helper()
+	page := newStatusPage(statusDB{pool}, reg, token, time.Hour, testLogger(t))
+	page.now = func() time.Time { return statusNow }
+	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func getPage(t *testing.T, url string) (int, string, http.Header) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b), resp.Header
+}
+
+// chartPoints is the data-points of the chart data-chart=id, -1 without one.
+func chartPoints(body, id string) int {
+	m := regexp.MustCompile(`data-chart="` + regexp.QuoteMeta(id) + `" data-points="(\d+)"`).FindStringSubmatch(body)
+	if m == nil {
+		return -1
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+func TestStatusPageOverview(t *testing.T) {
+	pool := newTestPool(t)
+	seedStatus(t, pool)
+	reg := newMetricsRegistry("test")
+	newConsumerMetrics(reg).lag.WithLabelValues("reviews", "0").Set(42)
+	srv := statusServer(t, pool, "", reg)
+
+	code, body, h := getPage(t, srv.URL+"/")
+	if code != http.StatusOK {
+		t.Fatalf("GET /: %d\n%s", code, body)
+	}
+	if ct := h.Get("Content-Type"); ct != "text/html; charset=utf-8" || !strings.Contains(h.Get("Content-Security-Policy"), "default-src 'none'") {
+		t.Errorf("Content-Type %q, CSP %q", ct, h.Get("Content-Security-Policy"))
+	}
+	for _, want := range []string{
+		`>Telegram</a>`, "1,000,000,123", "1,234,567", "4.32",
+		"▼ 0.18", // 4.50 a week ago, 4.32 now
+		`<span class="total">7</span> <span class="chip neg">1 negative</span> <span class="chip neu">1 neutral</span> <span class="chip pos">2 positive</span> <span class="chip none">3 not scored</span>`,
+		"listing: 1 h ago", "reviews: 1 h ago",
+		`dir="auto">` + statusBaleName + `</a>`,
+		"≥ 5,000,000",                 // the Persian app's listing has no exact count
+		"42 records",                  // consumer lag, from this process's registry
+		"not running in this process", // no crawler registered here
+		`<div class="card-title">Dead letters, 24 h</div><div class="card-value">2</div>`,
+		`<div class="card-title">Apps failing</div><div class="card-value">0 of 2</div>`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("overview lacks %q", want)
+		}
+	}
+	// Telegram's sparkline: three days with a listing in the last 30
+	// (8 days, 2 days and 1 hour ago); the other app's: one.
+	if got := strings.Count(body, `data-chart="spark" data-points="3"`); got != 1 {
+		t.Errorf("%d sparklines of 3 points, want 1", got)
+	}
+	if got := strings.Count(body, `data-chart="spark" data-points="1"`); got != 1 {
+		t.Errorf("%d sparklines of 1 point, want 1", got)
+	}
+	if strings.Contains(body, "<script") {
+		t.Error("the overview has a script element")
+	}
+}
+
+func TestStatusPageApp(t *testing.T) {
+	pool := newTestPool(t)
+	seedStatus(t, pool)
+	srv := statusServer(t, pool, "", newMetricsRegistry("test"))
+
+	code, body, _ := getPage(t, srv.URL+"/apps/"+statusTelegram)
+	if code != http.StatusOK {
+		t.Fatalf("GET app: %d\n%s", code, body)
+	}
+	for id, want := range map[string]int{
+		"rating": 3, "installs": 3,
+		// Per day and sentiment: today 1 neg, 1 neu, 2 pos, 3 none (4
+		// segments; 6 h ago and later is the same UTC day as 12:00), five
+		// days ago 2 neg (1 segment).
+		"reviews":   5,
+		"histogram": 5,
+		"rtt":       3,
+	} {
+		if got := chartPoints(body, id); got != want {
+			t.Errorf("chart %s: %d data points, want %d", id, got, want)
+		}
+	}
+	// The hostile review is text, not markup; the Persian one keeps its
+	// direction.
+	if strings.Contains(body, `<script>alert`) || !strings.Contains(body, `&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; &amp; more`) {
+		t.Error("the hostile review text is not escaped")
+	}
+	if !strings.Contains(body, `<p dir="auto">`+persianReview+`</p>`) || !strings.Contains(body, `<bdi class="user">کاربر</bdi>`) {
+		t.Error("the Persian review or user name is not in a dir=auto or bdi element")
+	}
+	// Newest negative first: two unscored low-star reviews, then the labelled ones.
+	neg := strings.Index(body, `id="negative"`)
+	if neg < 0 || strings.Count(body[neg:], "<li>") != 5 {
+		t.Errorf("want 5 negative reviews listed")
+	}
+	for _, want := range []string{"684,017", "1,000,000,123", "UPLOAD", "DOWNLOAD", "20.50 ms", "2.8 %", "123,456,789", "not scored yet: 1–2 stars"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("app page lacks %q", want)
+		}
+	}
+
+	// The Persian-named app: its name dir=auto, and each empty chart says so.
+	code, body, _ = getPage(t, srv.URL+"/apps/"+statusBale)
+	if code != http.StatusOK || !strings.Contains(body, `<h1 dir="auto">`+statusBaleName+`</h1>`) {
+		t.Fatalf("GET %s: %d, name not dir=auto\n%s", statusBale, code, body)
+	}
+	for _, id := range []string{"reviews", "histogram"} {
+		if !strings.Contains(body, `<p class="nodata" data-chart="`+id+`">No data`) {
+			t.Errorf("the empty chart %s does not say so", id)
+		}
+	}
+	if strings.Contains(body, `id="network"`) {
+		t.Error("network section on an app that is neither messaging nor captured")
+	}
+
+	if code, _, _ := getPage(t, srv.URL+"/apps/com.example.unknown"); code != http.StatusNotFound {
+		t.Errorf("unknown app: %d, want 404", code)
+	}
+	if code, _, _ := getPage(t, srv.URL+"/apps/not..valid"); code != http.StatusNotFound {
+		t.Errorf("invalid package name: %d, want 404", code)
+	}
+	if code, _ := httpDo(t, http.MethodPost, srv.URL+"/", ""); code != http.StatusMethodNotAllowed {
+		t.Errorf("POST /: %d, want 405", code)
+	}
+}
+
+func TestStatusPageEmptyDatabase(t *testing.T) {
+	pool := newTestPool(t)
+	srv := statusServer(t, pool, "", newMetricsRegistry("test"))
+	code, body, _ := getPage(t, srv.URL+"/")
+	if code != http.StatusOK || !strings.Contains(body, "No data: no active app is registered") {
+		t.Fatalf("empty overview: %d\n%s", code, body)
+	}
+	registerApps(t, pool, "com.example.fresh")
+	code, body, _ = getPage(t, srv.URL+"/apps/com.example.fresh")
+	if code != http.StatusOK {
+		t.Fatalf("empty app page: %d", code)
+	}
+	for _, id := range []string{"rating", "installs", "reviews", "histogram"} {
+		if !strings.Contains(body, `<p class="nodata" data-chart="`+id+`">No data`) {
+			t.Errorf("chart %s of an app without data does not say so", id)
+		}
+	}
+	if strings.Contains(body, "<svg") {
+		t.Error("an app without data has an svg chart")
+	}
+}
+
+func TestStatusPageToken(t *testing.T) {
+	pool := newTestPool(t)
+	srv := statusServer(t, pool, "s3cret", newMetricsRegistry("test"))
+	for _, tc := range []struct {
+		name, pass string
+		auth       bool
+		want       int
+	}{{"no auth", "", false, 401}, {"wrong", "nope", true, 401}, {"right", "s3cret", true, 200}} {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+		if tc.auth {
+			req.SetBasicAuth("anyone", tc.pass)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, resp.StatusCode, tc.want)
+		}
+		if tc.want == 401 && !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Basic ") {
+			t.Errorf("%s: WWW-Authenticate %q", tc.name, resp.Header.Get("WWW-Authenticate"))
+		}
+	}
+	// /metrics and the probes stay open.
+	if code, _, _ := getPage(t, srv.URL+"/metrics"); code != http.StatusOK {
+		t.Errorf("/metrics with a status token: %d", code)
+	}
+}
+
+// The page's transaction is read-only: it cannot write, whatever a query did.
+func TestStatusPageReadsOnly(t *testing.T) {
+	pool := newTestPool(t)
+	err := statusDB{pool}.read(context.Background(), func(tx pgx.Tx) error {
+		_, err := tx.Exec(context.Background(), `DELETE FROM dead_letter_events`)
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "read-only") {
+		t.Fatalf("a write in the status page's transaction: %v, want a read-only refusal", err)
+	}
+}
+
+func TestAppGaugesInMetrics(t *testing.T) {
+	pool := newTestPool(t)
+	seedStatus(t, pool)
+	srv := statusServer(t, pool, "", newMetricsRegistry("test"))
+	m := scrapeMetrics(t, srv.URL)
+	newest := float64(statusNow.Add(-2 * time.Hour).Unix())
+	for k, want := range map[string]float64{
+		`playwatch_app_score{package="org.telegram.messenger"}`:                           4.32,
+		`playwatch_app_ratings{package="org.telegram.messenger"}`:                         1234567,
+		`playwatch_app_installs{package="org.telegram.messenger"}`:                        1000000123,
+		`playwatch_app_installs{package="ir.example.bale"}`:                               5000000, // min_installs: no exact count
+		`playwatch_app_reviews{package="org.telegram.messenger",sentiment="POSITIVE"}`:    2,
+		`playwatch_app_reviews{package="org.telegram.messenger",sentiment="NEGATIVE"}`:    3,
+		`playwatch_app_reviews{package="org.telegram.messenger",sentiment="NEUTRAL"}`:     1,
+		`playwatch_app_reviews{package="org.telegram.messenger",sentiment="none"}`:        3,
+		`playwatch_app_reviews{package="ir.example.bale",sentiment="none"}`:               0,
+		`playwatch_app_newest_review_timestamp_seconds{package="org.telegram.messenger"}`: newest,
+		`playwatch_app_gauges_up`: 1,
+	} {
+		if got, ok := m[k]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", k, got, ok, want)
+		}
+	}
+	if _, ok := m[`playwatch_app_newest_review_timestamp_seconds{package="ir.example.bale"}`]; ok {
+		t.Error("a newest-review time for an app without reviews")
+	}
+	// A soft-deleted app leaves the gauges.
+	if _, err := pool.Exec(context.Background(), `UPDATE apps_registry_application SET is_active = false WHERE package_name = $1`, statusBale); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := scrapeMetrics(t, srv.URL)[`playwatch_app_score{package="ir.example.bale"}`]; ok {
+		t.Error("an inactive app still has gauges")
+	}
+}
+
+// The gauges' database going away fails no scrape: up drops to 0.
+func TestAppGaugesDatabaseDown(t *testing.T) {
+	pool := newTestPool(t)
+	srv := statusServer(t, pool, "", newMetricsRegistry("test"))
+	pool.Close()
+	m := scrapeMetrics(t, srv.URL)
+	if m["playwatch_app_gauges_up"] != 0 || m["playwatch_build_info{version=\"test\"}"] != 1 {
+		t.Fatalf("up %v, build_info %v", m["playwatch_app_gauges_up"], m["playwatch_build_info{version=\"test\"}"])
+	}
+}
+
+// Every query of the page and the gauges reads reviews and app_stats
+// through an index on application_id, on a database with enough rows that
+// the statistics are realistic. Sequential scans are disabled so that a
+// plan still holding one has no index to use.
+func TestStatusPageQueryPlans(t *testing.T) {
+	pool := newTestPool(t)
+	ctx := context.Background()
+	seedStatus(t, pool)
+	seedStatusVolume(t, pool, 40, 500, 200)
+	var id int64
+	if err := pool.QueryRow(ctx, `SELECT id FROM apps_registry_application WHERE package_name = $1`, statusTelegram).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	since := statusNow.Add(-90 * 24 * time.Hour)
+	for name, q := range map[string]struct {
+		sql  string
+		args []any
+	}{
+		"overview":        {overviewSQL, []any{statusNow}},
+		"app gauges":      {appGaugesSQL, nil},
+		"dead letters":    {deadLettersSQL, []any{statusNow}},
+		"app":             {appRowSQL, []any{statusTelegram}},
+		"latest listing":  {appLatestStatsSQL, []any{id}},
+		"listings":        {appStatsSQL, []any{id, since, statusNow}},
+		"reviews per day": {appReviewDaysSQL, []any{id, since, statusNow}},
+		"newest review":   {appNewestReviewSQL, []any{id}},
+		"negative":        {appNegativeSQL, []any{id, negativeLimit}},
+		"network":         {appNetworkSQL, []any{id}},
+	} {
+		var plan []byte
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, `EXPLAIN (FORMAT JSON) `+q.sql, q.args...).Scan(&plan)
+		})
+		if err != nil {
+			t.Fatalf("EXPLAIN %s: %v", name, err)
+		}
+		var doc []struct{ Plan planNode }
+		if err := json.Unmarshal(plan, &doc); err != nil {
+			t.Fatal(err)
+		}
+		doc[0].Plan.walk(func(n planNode) {
+			if n.Relation != "reviews" && n.Relation != "app_stats" && n.Relation != "dead_letter_events" {
+				return
+			}
+			cond := n.IndexCond
+			if n.Type == "Bitmap Heap Scan" { // the index is its child's
+				for _, c := range n.Plans {
+					cond += c.IndexCond
+				}
+			}
+			if !strings.Contains(n.Type, "Index") && n.Type != "Bitmap Heap Scan" ||
+				n.Relation != "dead_letter_events" && !strings.Contains(cond, "application_id") {
+				t.Errorf("%s: reads %s (%s) by %s, index %q, cond %q", name, n.Relation, n.Alias, n.Type, n.Index, cond)
+			}
+		})
+	}
+}
+
+type planNode struct {
+	Type      string     `json:"Node Type"`
+	Relation  string     `json:"Relation Name"`
+	Alias     string     `json:"Alias"`
+	Index     string     `json:"Index Name"`
+	IndexCond string     `json:"Index Cond"`
+	Plans     []planNode `json:"Plans"`
+}
+
+func (n planNode) walk(fn func(planNode)) {
+	fn(n)
+	for _, c := range n.Plans {
+		c.walk(fn)
+	}
+}
+
+// seedStatusVolume adds apps with reviewsPerApp reviews over 90 days (a
+// quarter of them scored) and statsPerApp hourly listings each, then
+// vacuums so that index-only scans see a visibility map as production does.
+func seedStatusVolume(t testing.TB, pool *pgxpool.Pool, apps, reviewsPerApp, statsPerApp int) {
+	t.Helper()
+	ctx := context.Background()
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{`INSERT INTO apps_registry_application (package_name, display_name)
+			SELECT 'com.example.bulk' || i, 'Bulk app ' || i FROM generate_series(1, $1::int) i`, []any{apps}},
+		{`INSERT INTO app_stats (application_id, min_installs, real_installs, score, ratings, crawled_at, ratings_1, ratings_2, ratings_3, ratings_4, ratings_5)
+			SELECT a.id, 1000000, 1000000 + h * 17, 3.5 + (h % 100) / 100.0, 50000 + h, $2::timestamptz - make_interval(hours => h),
+				1000, 2000, 3000, 4000, 5000
+			FROM apps_registry_application a, generate_series(1, $1::int) h WHERE a.package_name LIKE 'com.example.bulk%'`, []any{statsPerApp, statusNow}},
+		{`INSERT INTO reviews (application_id, review_id, user_name, score, content, at, sentiment, last_synced_at)
+			SELECT a.id, 'bulk-' || a.id || '-' || g, 'user ' || g, 1 + g % 5, repeat('review text ', 8),
+				$2::timestamptz - make_interval(secs => (g * 7776000.0 / $1::int)),
+				(ARRAY['POSITIVE', 'NEUTRAL', 'NEGATIVE', NULL])[1 + g % 4], $2::timestamptz - interval '1 hour'
+			FROM apps_registry_application a, generate_series(1, $1::int) g WHERE a.package_name LIKE 'com.example.bulk%'`, []any{reviewsPerApp, statusNow}},
+	} {
+		if _, err := pool.Exec(ctx, q.sql, q.args...); err != nil {
+			t.Fatalf("%s: %v", q.sql, err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE`); err != nil {
+		t.Fatal(err)
+	}
+}
