@@ -38,17 +38,22 @@ func (k knownReviews) reached(page []review) bool {
 		if d := r.At.Sub(kr.At); d <= -time.Microsecond || d >= time.Microsecond {
 			continue
 		}
-		// The stored text is the published one: cleaned (contract_reviews.go).
-		sum := ""
-		if c := cleanTextPtr(r.Content); c != nil {
-			h := md5.Sum([]byte(*c))
-			sum = hex.EncodeToString(h[:])
-		}
-		if sum == kr.ContentMD5 {
+		if contentMD5(r.Content) == kr.ContentMD5 {
 			return true
 		}
 	}
 	return false
+}
+
+// contentMD5 is what PostgreSQL's md5(content) gives for the content a
+// review is published with (cleaned, contract_reviews.go); "" for none.
+func contentMD5(content *string) string {
+	c := cleanTextPtr(content)
+	if c == nil {
+		return ""
+	}
+	h := md5.Sum([]byte(*c))
+	return hex.EncodeToString(h[:])
 }
 
 // pgKnownReviews reads the known reviews from the reviews table.
