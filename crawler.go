@@ -25,7 +25,7 @@ type storeReader interface {
 // knownReviewsReader gives an app's newest stored reviews, where an
 // incremental crawl stops paging.
 type knownReviewsReader interface {
-	KnownReviews(ctx context.Context, pkg string, limit int) (knownReviews, error)
+	KnownReviews(ctx context.Context, pkg string, limit, countUpTo int) (knownReviews, error)
 }
 
 // crawlPublisher sends what a crawl read.
@@ -387,9 +387,10 @@ func (c *crawler) crawlApp(ctx context.Context, j crawlJob) appResult {
 		r.reviewsErr = errors.Join(perr, ferr)
 		r.fullRead = p.stop == nil
 		if p.stopped {
-			// What a full read would have gone on to ask for: the rest of
-			// REVIEWS_PER_APP in pages like the ones read.
-			r.skipped = (c.cfg.ReviewsPerApp - len(revs) + p.pageLen - 1) / p.pageLen
+			// What a full read would have asked for: REVIEWS_PER_APP, or
+			// as many as are stored if fewer, in pages like the ones read.
+			full := min(c.cfg.ReviewsPerApp, max(p.stored, len(revs)))
+			r.skipped = max(0, (full+p.pageLen-1)/p.pageLen-p.pages)
 			c.metrics.pagesSkipped.Add(float64(r.skipped))
 		}
 		c.logger.Debug("reviews read", "package", a.PackageName, "full", r.fullRead, "reason", p.reason,
@@ -415,7 +416,9 @@ type reviewsPaging struct {
 	stop    func(page []review) bool
 	reason  string // why the read is full or incremental, for the log
 	stopped bool   // stop ended the paging
-	pageLen int    // reviews on the longest page stop saw
+	pages   int    // pages stop saw
+	pageLen int    // reviews on the longest of them
+	stored  int    // the app's stored reviews, up to REVIEWS_PER_APP
 }
 
 // reviewsPaging decides between a full and an incremental read: full when a
@@ -428,19 +431,20 @@ func (c *crawler) reviewsPaging(ctx context.Context, j crawlJob) *reviewsPaging 
 		c.metrics.fullResyncs.Inc()
 		return p
 	}
-	known, err := c.known.KnownReviews(ctx, j.App.PackageName, knownReviewsLimit)
+	known, err := c.known.KnownReviews(ctx, j.App.PackageName, knownReviewsLimit, c.cfg.ReviewsPerApp)
 	if err != nil {
 		p.reason = "stored_unreadable"
 		c.metrics.knownFailures.Inc()
 		c.logger.Warn("cannot read the stored reviews; reading the app's reviews in full", "package", j.App.PackageName, "err", err)
 		return p
 	}
-	if len(known) == 0 {
+	if len(known.newest) == 0 {
 		p.reason = "nothing_stored"
 		return p
 	}
-	p.reason = "incremental"
+	p.reason, p.stored = "incremental", known.stored
 	p.stop = func(page []review) bool {
+		p.pages++
 		p.pageLen = max(p.pageLen, len(page))
 		p.stopped = known.reached(page)
 		return p.stopped

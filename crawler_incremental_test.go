@@ -73,11 +73,15 @@ func TestCrawlIncrementalPaging(t *testing.T) {
 	f := newIncrementalFixture(t, 1000)
 	f.replay.setApp(pkg, replayApp{Reviews: 1000})
 	f.register(t, pkg, false)
-	// Crawl times in the past (the consumer refuses times from the
-	// future), starting the hour after the app's resync window.
-	start := time.Now().Add(-72 * time.Hour).UTC().Truncate(time.Hour)
+	// Crawl times after the replay's reviews and in the past (the consumer
+	// refuses times from the future), starting the hour after the app's
+	// resync window.
+	start := time.Date(2026, 8, 1, 0, 0, 0, 0, time.UTC)
 	start = start.Add(time.Duration(firstResyncHour(t, pkg, start)+1) * time.Hour)
 	hour := func(h int) time.Time { return start.Add(time.Duration(h) * time.Hour) }
+	if fullResyncDue(late, hour(2), 24*time.Hour, time.Hour) {
+		t.Fatalf("%s resyncs in hour 2: the checks below want it read incrementally then", late)
+	}
 	seen := map[string]int{}
 	stored := func(p string) int {
 		return count(t, f.pool, `SELECT count(*) FROM reviews r JOIN apps_registry_application a ON a.id = r.application_id WHERE a.package_name = $1`, p)
@@ -114,8 +118,8 @@ func TestCrawlIncrementalPaging(t *testing.T) {
 	// 150 new reviews: page 1 holds no stored one, page 2 nothing new.
 	f.replay.addReviews(pkg, 150)
 	sum = f.cycleAt(t, hour(2))
-	if n := reviewRequests(f, seen, pkg); n != 2 {
-		t.Errorf("third cycle: %d reviews requests, want 2 (%s)", n, sum)
+	if n := reviewRequests(f, seen, pkg); n != 2 || sum.Skipped != 5+1 {
+		t.Errorf("third cycle: %d reviews requests, want 2; %s, want 6 pages skipped: 5 of the first app, 1 of the second", n, sum)
 	}
 	if n := stored(pkg); n != 1153 {
 		t.Errorf("%d reviews stored, want 1153", n)
@@ -133,8 +137,8 @@ func TestCrawlIncrementalPaging(t *testing.T) {
 	if got := metricValue(t, f.reg, "playwatch_crawl_full_resyncs_total", nil) - before; got < 1 {
 		t.Errorf("full resyncs counted: %v", got)
 	}
-	if got := metricValue(t, f.reg, "playwatch_crawl_review_pages_skipped_total", nil); got < 6+5 {
-		t.Errorf("pages skipped: %v, want at least 11", got)
+	if got := metricValue(t, f.reg, "playwatch_crawl_review_pages_skipped_total", nil); got != float64(6+6+sum.Skipped) {
+		t.Errorf("pages skipped: %v, want %d", got, 6+6+sum.Skipped)
 	}
 	if n := count(t, f.pool, `SELECT count(*) FROM reviews WHERE last_synced_at = $1`, hour(23)); n < 1000 {
 		t.Errorf("the resync refreshed %d reviews, want 1000", n)
@@ -148,10 +152,10 @@ func TestKnownReviewsReached(t *testing.T) {
 	text, other := "fine\x00", "fine, edited"
 	// As PostgreSQL holds them: at to the microsecond, the md5 of the
 	// cleaned text ("fine"), or none.
-	known := knownReviews{
+	known := knownReviews{newest: map[string]knownReview{
 		"a": {At: at.Truncate(time.Microsecond), ContentMD5: "fff25994ee3941b225ba898fd17d186f"},
 		"b": {At: at.Round(time.Microsecond), ContentMD5: ""},
-	}
+	}}
 	for _, tc := range []struct {
 		name string
 		r    review

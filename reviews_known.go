@@ -22,8 +22,11 @@ type knownReview struct {
 	ContentMD5 string // hex md5 of the stored content; "" for NULL
 }
 
-// knownReviews are an app's newest stored reviews by review id.
-type knownReviews map[string]knownReview
+// knownReviews are what an app's crawl knows of its stored reviews.
+type knownReviews struct {
+	newest map[string]knownReview // the newest ones, by review id
+	stored int                    // how many are stored, counted up to a bound
+}
 
 // reached says whether page holds a review stored unchanged: same id, same
 // at (to PostgreSQL's microsecond), same text. Everything after it on the
@@ -31,7 +34,7 @@ type knownReviews map[string]knownReview
 // paging").
 func (k knownReviews) reached(page []review) bool {
 	for _, r := range page {
-		kr, ok := k[r.ReviewID]
+		kr, ok := k.newest[r.ReviewID]
 		if !ok {
 			continue
 		}
@@ -61,34 +64,37 @@ type pgKnownReviews struct{ pool *pgxpool.Pool }
 
 func newPGKnownReviews(pool *pgxpool.Pool) *pgKnownReviews { return &pgKnownReviews{pool: pool} }
 
-// KnownReviews returns the limit newest stored reviews of pkg: one backward
-// scan of reviews_application_id_at_idx (docs/schema.md).
-func (p *pgKnownReviews) KnownReviews(ctx context.Context, pkg string, limit int) (knownReviews, error) {
+// KnownReviews returns the limit newest stored reviews of pkg and how many
+// are stored, counted up to countUpTo: one statement, both parts scans of
+// reviews_application_id_at_idx (docs/schema.md) that stop at their bound.
+func (p *pgKnownReviews) KnownReviews(ctx context.Context, pkg string, limit, countUpTo int) (knownReviews, error) {
 	rows, err := p.pool.Query(ctx, `
-SELECT r.review_id, r.at, md5(r.content)
+WITH app AS (SELECT id FROM apps_registry_application WHERE package_name = $1)
+SELECT r.review_id, r.at, md5(r.content),
+       (SELECT count(*) FROM (SELECT 1 FROM reviews WHERE application_id = (SELECT id FROM app) LIMIT $3) s)
 FROM reviews r
-WHERE r.application_id = (SELECT id FROM apps_registry_application WHERE package_name = $1)
+WHERE r.application_id = (SELECT id FROM app)
 ORDER BY r.at DESC
-LIMIT $2`, pkg, limit)
+LIMIT $2`, pkg, limit, countUpTo)
 	if err != nil {
-		return nil, fmt.Errorf("stored reviews of %s: %w", pkg, err)
+		return knownReviews{}, fmt.Errorf("stored reviews of %s: %w", pkg, err)
 	}
 	defer rows.Close()
-	known := make(knownReviews, limit)
+	known := knownReviews{newest: make(map[string]knownReview, limit)}
 	for rows.Next() {
 		var id string
 		var kr knownReview
 		var sum *string
-		if err := rows.Scan(&id, &kr.At, &sum); err != nil {
-			return nil, fmt.Errorf("stored reviews of %s: %w", pkg, err)
+		if err := rows.Scan(&id, &kr.At, &sum, &known.stored); err != nil {
+			return knownReviews{}, fmt.Errorf("stored reviews of %s: %w", pkg, err)
 		}
 		if sum != nil {
 			kr.ContentMD5 = *sum
 		}
-		known[id] = kr
+		known.newest[id] = kr
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("stored reviews of %s: %w", pkg, err)
+		return knownReviews{}, fmt.Errorf("stored reviews of %s: %w", pkg, err)
 	}
 	return known, nil
 }
