@@ -51,6 +51,9 @@ type Config struct {
 	CrawlWorkers      int
 	CrawlAppTimeout   time.Duration
 	CrawlNewAppCheck  time.Duration
+	// ReviewsFullSyncInterval: how often each app's reviews are read in
+	// full rather than up to the first stored one; 0: every cycle.
+	ReviewsFullSyncInterval time.Duration
 
 	// Storage consumer (consumer.go).
 	ConsumerGroup           string
@@ -196,6 +199,11 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.CrawlWorkers, err = parseInt(v, 1, 1000); return }},
 	{"CRAWL_APP_TIMEOUT", "15m", "longest time spent reading one app's listing and reviews",
 		func(c *Config, v string) (err error) { c.CrawlAppTimeout, err = parsePositiveDuration(v); return }},
+	{"REVIEWS_FULL_SYNC_INTERVAL", "24h", "how often each app's REVIEWS_PER_APP reviews are read in full (spread over the apps); in between a cycle stops at the first stored review; 0s: every cycle; else at least CRAWL_INTERVAL",
+		func(c *Config, v string) (err error) {
+			c.ReviewsFullSyncInterval, err = parseDurationUpTo(v, 365*24*time.Hour)
+			return
+		}},
 	{"CRAWL_NEW_APP_CHECK", "30s", "how often the crawler looks for apps registered or reactivated since its cycle began, and crawls them at once",
 		func(c *Config, v string) (err error) { c.CrawlNewAppCheck, err = parsePositiveDuration(v); return }},
 	{"LOG_LEVEL", "info", "debug, info, warn or error",
@@ -277,6 +285,10 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, cf configFlags) (C
 	}
 	if err := c.Kafka.finish(); err != nil {
 		return Config{}, err
+	}
+	if c.ReviewsFullSyncInterval != 0 && c.ReviewsFullSyncInterval < c.CrawlInterval {
+		return Config{}, fmt.Errorf("REVIEWS_FULL_SYNC_INTERVAL=%s is shorter than CRAWL_INTERVAL=%s: set it to 0s to read every app's reviews in full every cycle, or to at least %s",
+			c.ReviewsFullSyncInterval, c.CrawlInterval, c.CrawlInterval)
 	}
 	if c.Producer.Idempotent && c.Producer.Acks != "all" {
 		return Config{}, fmt.Errorf("KAFKA_IDEMPOTENT=true needs KAFKA_ACKS=all (got %q): set KAFKA_IDEMPOTENT=false to use it", c.Producer.Acks)

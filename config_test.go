@@ -111,6 +111,9 @@ func TestConfigInvalidValuesNameTheVariable(t *testing.T) {
 		{"CRAWL_WORKERS", "-1"},
 		{"CRAWL_WORKERS", "0"},
 		{"CRAWL_APP_TIMEOUT", "0s"},
+		{"REVIEWS_FULL_SYNC_INTERVAL", "daily"},
+		{"REVIEWS_FULL_SYNC_INTERVAL", "-24h"},
+		{"REVIEWS_FULL_SYNC_INTERVAL", "30m"}, // shorter than CRAWL_INTERVAL
 		{"LOG_LEVEL", "verbose"},
 		{"LOG_FORMAT", "xml"},
 	}
@@ -124,6 +127,29 @@ func TestConfigInvalidValuesNameTheVariable(t *testing.T) {
 				t.Fatalf("error %q does not name %s", err, tc.name)
 			}
 		})
+	}
+}
+
+// REVIEWS_FULL_SYNC_INTERVAL: a day by default, 0s for a full read every
+// cycle, else no shorter than CRAWL_INTERVAL.
+func TestConfigReviewsFullSyncInterval(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want time.Duration
+	}{
+		{nil, 24 * time.Hour},
+		{map[string]string{"REVIEWS_FULL_SYNC_INTERVAL": "0s"}, 0},
+		{map[string]string{"REVIEWS_FULL_SYNC_INTERVAL": "1h"}, time.Hour},
+		{map[string]string{"REVIEWS_FULL_SYNC_INTERVAL": "30m", "CRAWL_INTERVAL": "10m"}, 30 * time.Minute},
+	} {
+		c, err := loadTestConfig(tc.env)
+		if err != nil || c.ReviewsFullSyncInterval != tc.want || crawlerConfigOf(c).FullSyncInterval != tc.want {
+			t.Errorf("%v: %s, %v; want %s", tc.env, c.ReviewsFullSyncInterval, err, tc.want)
+		}
+	}
+	_, err := loadTestConfig(map[string]string{"REVIEWS_FULL_SYNC_INTERVAL": "2h", "CRAWL_INTERVAL": "3h"})
+	if err == nil || !strings.Contains(err.Error(), "REVIEWS_FULL_SYNC_INTERVAL") || !strings.Contains(err.Error(), "CRAWL_INTERVAL") {
+		t.Errorf("a full sync interval shorter than the crawl interval: %v", err)
 	}
 }
 

@@ -71,6 +71,7 @@ func benchPackage(i int) string { return fmt.Sprintf("com.bench.app%04d", i) }
 type crawlBench struct {
 	apps      int
 	registry  *appStore
+	known     *pgKnownReviews
 	store     *playStoreClient
 	storeReg  *prometheus.Registry
 	replayPID string
@@ -86,7 +87,8 @@ func BenchmarkCrawlCycle(b *testing.B) {
 
 	var replayURL string
 	replayURL, cb.replayPID = startBenchPeer(b, "TestReplayPlayStoreProcess", fmt.Sprintf("%s=%d", benchReplayEnv, cb.apps))
-	cb.registry = newAppStore(newTestPool(b))
+	pool := newTestPool(b)
+	cb.registry, cb.known = newAppStore(pool), newPGKnownReviews(pool)
 	for i := range cb.apps {
 		if _, err := cb.registry.Create(context.Background(), newApp{PackageName: benchPackage(i)}); err != nil {
 			b.Fatal(err)
@@ -111,7 +113,7 @@ func BenchmarkCrawlCycle(b *testing.B) {
 	// cycles find every answer ready instead of making the replay server
 	// synthesize pages on the same two cores.
 	cfg := benchCrawlConfig(b, slices.Max(workerCounts))
-	warm := newCrawler(crawlerConfigOf(cfg), cb.registry, cb.store, discardPublisher{}, prometheus.NewRegistry(), logger)
+	warm := newCrawler(crawlerConfigOf(cfg), cb.registry, cb.store, cb.known, discardPublisher{}, prometheus.NewRegistry(), logger)
 	if sum, err := warm.RunCycle(context.Background()); err != nil || sum.StatsOK != cb.apps || sum.ReviewsOK != cb.apps {
 		b.Fatalf("warm-up: %s, %v", sum, err)
 	}
@@ -144,7 +146,7 @@ func (cb *crawlBench) run(b *testing.B, workers int, brokers []string, brokerPID
 	defer producer.Close()
 	reg := prometheus.NewRegistry()
 	pub := newPublisher(producer, cfg.Producer, reg, logger)
-	cr := newCrawler(crawlerConfigOf(cfg), cb.registry, cb.store, pub, reg, logger)
+	cr := newCrawler(crawlerConfigOf(cfg), cb.registry, cb.store, cb.known, pub, reg, logger)
 	okResponses := func() float64 {
 		return metricValue(b, cb.storeReg, "playwatch_playstore_requests_total", map[string]string{"outcome": "ok"})
 	}
@@ -211,6 +213,9 @@ func benchCrawlConfig(b *testing.B, workers int) Config {
 	cfg, err := loadTestConfig(map[string]string{
 		"CRAWL_WORKERS":   strconv.Itoa(workers),
 		"REVIEWS_PER_APP": strconv.Itoa(benchReviewsPerApp),
+		// Every cycle reads every app in full (the incremental crawl has
+		// BenchmarkIncrementalCrawl).
+		"REVIEWS_FULL_SYNC_INTERVAL": "0s",
 	})
 	if err != nil {
 		b.Fatal(err)

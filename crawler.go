@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"io"
 	"log/slog"
 	"slices"
 	"sort"
@@ -17,7 +19,13 @@ import (
 // storeReader is what a crawl needs of the Play Store client.
 type storeReader interface {
 	Details(ctx context.Context, pkg, lang, country string) (appDetails, error)
-	Reviews(ctx context.Context, pkg, lang, country string, n int) ([]review, error)
+	Reviews(ctx context.Context, pkg, lang, country string, n int, stop func(page []review) bool) ([]review, error)
+}
+
+// knownReviewsReader gives an app's newest stored reviews, where an
+// incremental crawl stops paging.
+type knownReviewsReader interface {
+	KnownReviews(ctx context.Context, pkg string, limit, countUpTo int) (knownReviews, error)
 }
 
 // crawlPublisher sends what a crawl read.
@@ -38,7 +46,45 @@ type crawlerConfig struct {
 	ReviewsPerApp int           // REVIEWS_PER_APP
 	AppTimeout    time.Duration // CRAWL_APP_TIMEOUT: reading one app, both paths
 	NewAppCheck   time.Duration // CRAWL_NEW_APP_CHECK: between looks for apps new since the cycle began
-	Locales       localeDefaults
+	// FullSyncInterval (REVIEWS_FULL_SYNC_INTERVAL) is how often each app's
+	// reviews are read in full; 0: always.
+	FullSyncInterval time.Duration
+	Locales          localeDefaults
+	Clock            clock // the crawl times (crawlJob.CrawledAt)
+}
+
+// crawlJob is one app's crawl in one cycle.
+type crawlJob struct {
+	App        app
+	CrawledAt  time.Time // the crawl's time: every message of this crawl carries it as crawled_at, the raw archive records it
+	FullResync bool      // read REVIEWS_PER_APP reviews even if a known one is reached
+}
+
+// crawlTime is t as a crawled_at: UTC, to the microsecond (PostgreSQL's
+// precision), so a resend of the crawl's messages carries the same value.
+func crawlTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// fullResyncDue says whether the cycle starting at at reads pkg's reviews in
+// full, with cycles cycle apart and a full read due every every (0: always).
+// Each app has its own phase within every, from a hash of its name, so the
+// full reads spread evenly over the cycles (about cycle/every of the apps
+// each) instead of falling into one; a sequence of cycles exactly cycle apart
+// meets each app's window once per every. A cycle that starts late (an
+// overrun, a restart) can skip a window: that app's full read comes one
+// every later. Pure and deterministic, so that any instance planning a cycle
+// decides the same.
+func fullResyncDue(pkg string, at time.Time, every, cycle time.Duration) bool {
+	if every <= 0 || cycle >= every {
+		return true
+	}
+	h := fnv.New64a()
+	_, _ = io.WriteString(h, pkg)
+	phase := int64(h.Sum64() % uint64(every))
+	pos := (at.UnixNano() - phase) % int64(every)
+	if pos < 0 {
+		pos += int64(every)
+	}
+	return pos < int64(cycle)
 }
 
 // crawler runs cycles: each reads the active apps and crawls them in a
@@ -49,6 +95,7 @@ type crawler struct {
 	cfg     crawlerConfig
 	apps    activeAppLister
 	store   storeReader
+	known   knownReviewsReader
 	pub     crawlPublisher
 	metrics *crawlMetrics
 	logger  *slog.Logger
@@ -62,8 +109,8 @@ type crawler struct {
 	early     string
 }
 
-func newCrawler(cfg crawlerConfig, apps activeAppLister, store storeReader, pub crawlPublisher, reg prometheus.Registerer, logger *slog.Logger) *crawler {
-	return &crawler{cfg: cfg, apps: apps, store: store, pub: pub, metrics: newCrawlMetrics(reg, cfg.Interval), logger: logger}
+func newCrawler(cfg crawlerConfig, apps activeAppLister, store storeReader, known knownReviewsReader, pub crawlPublisher, reg prometheus.Registerer, logger *slog.Logger) *crawler {
+	return &crawler{cfg: cfg, apps: apps, store: store, known: known, pub: pub, metrics: newCrawlMetrics(reg, cfg.Interval), logger: logger}
 }
 
 // Crawl paths, as metric labels.
@@ -79,6 +126,9 @@ type cycleSummary struct {
 	ReviewsOK int
 	Reviews   int            // review messages published
 	Failures  map[string]int // "path/reason" → apps
+	Requests  int            // Play Store requests, both paths, retries included
+	Skipped   int            // reviews pages the incremental stop spared (estimated)
+	FullReads int            // apps whose reviews were read in full: resync due, nothing stored, or stored reviews unreadable
 	Duration  time.Duration
 }
 
@@ -96,8 +146,8 @@ func (s cycleSummary) String() string {
 	if len(fails) > 0 {
 		f = strings.Join(fails, " ")
 	}
-	return fmt.Sprintf("app_stats: %d/%d, reviews: %d/%d (%d review messages), failures: %s, took %s",
-		s.StatsOK, s.Apps, s.ReviewsOK, s.Apps, s.Reviews, f, s.Duration.Round(time.Millisecond))
+	return fmt.Sprintf("app_stats: %d/%d, reviews: %d/%d (%d review messages), failures: %s, requests: %d, reviews pages skipped: %d, full reviews reads: %d, took %s",
+		s.StatsOK, s.Apps, s.ReviewsOK, s.Apps, s.Reviews, f, s.Requests, s.Skipped, s.FullReads, s.Duration.Round(time.Millisecond))
 }
 
 // Run runs a cycle now and then one every Interval until ctx ends. Cycles
@@ -144,7 +194,9 @@ func (c *crawler) crawlNewApps(ctx context.Context) error {
 		}
 		c.logger.Info("crawling a newly active app now; the next cycle crawls it with the others", "package", a.PackageName)
 		c.metrics.newApps.Inc()
-		c.crawlApp(ctx, a)
+		// A full read: a new app has nothing stored, a reactivated one
+		// missed the resyncs of its inactive days.
+		c.crawlApp(ctx, crawlJob{App: a, CrawledAt: crawlTime(c.cfg.Clock.Now()), FullResync: true})
 		c.crawledMu.Lock()
 		c.early = ""
 		c.crawledMu.Unlock()
@@ -180,6 +232,7 @@ func runEvery(ctx context.Context, interval time.Duration, cycle func(context.Co
 // RunCycle crawls every active app once.
 func (c *crawler) RunCycle(ctx context.Context) (cycleSummary, error) {
 	start := time.Now()
+	crawledAt := crawlTime(c.cfg.Clock.Now())
 	sum := cycleSummary{Failures: map[string]int{}}
 	apps, err := c.apps.ListActive(ctx)
 	if err != nil {
@@ -207,16 +260,16 @@ func (c *crawler) RunCycle(ctx context.Context) (cycleSummary, error) {
 	c.metrics.queueDepth.Set(float64(len(apps)))
 
 	var mu sync.Mutex
-	queue := make(chan app, c.cfg.Workers)
+	queue := make(chan crawlJob, c.cfg.Workers)
 	var wg sync.WaitGroup
 	for range c.cfg.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for a := range queue {
+			for j := range queue {
 				c.metrics.queueDepth.Dec()
 				c.metrics.busy.Inc()
-				r := c.crawlApp(ctx, a)
+				r := c.crawlApp(ctx, j)
 				c.metrics.busy.Dec()
 				mu.Lock()
 				sum.add(r)
@@ -226,8 +279,9 @@ func (c *crawler) RunCycle(ctx context.Context) (cycleSummary, error) {
 	}
 feed:
 	for _, a := range apps {
+		j := crawlJob{App: a, CrawledAt: crawledAt, FullResync: fullResyncDue(a.PackageName, crawledAt, c.cfg.FullSyncInterval, c.cfg.Interval)}
 		select {
-		case queue <- a:
+		case queue <- j:
 		case <-ctx.Done():
 			break feed
 		}
@@ -254,10 +308,18 @@ type appResult struct {
 	statsErr   error
 	reviewsErr error
 	reviews    int
+	requests   int  // Play Store requests, both paths
+	skipped    int  // reviews pages spared by the incremental stop
+	fullRead   bool // the reviews path did not stop at known reviews
 }
 
 func (s *cycleSummary) add(r appResult) {
 	s.Reviews += r.reviews
+	s.Requests += r.requests
+	s.Skipped += r.skipped
+	if r.fullRead {
+		s.FullReads++
+	}
 	if r.statsErr == nil {
 		s.StatsOK++
 	} else {
@@ -286,16 +348,22 @@ func crawlFailureReason(err error) string {
 
 // crawlApp runs both paths of one app. Whatever was fetched is published,
 // even when the fetch ended early (a reviews page failing after others).
-// AppTimeout bounds the reading, not the publishing of what was read.
-func (c *crawler) crawlApp(ctx context.Context, a app) appResult {
+// AppTimeout bounds the reading, not the publishing of what was read. Every
+// message carries the job's CrawledAt.
+func (c *crawler) crawlApp(ctx context.Context, j crawlJob) appResult {
+	a := j.App
 	loc := c.cfg.Locales.forApp(a.IsIranianApp)
 	r := appResult{pkg: a.PackageName}
-	fetchCtx, cancel := context.WithTimeout(ctx, c.cfg.AppTimeout)
+	crawledAt := crawlTime(j.CrawledAt)
+	tally := &requestTally{}
+	fetchCtx, cancel := context.WithTimeout(withRequestTally(ctx, tally), c.cfg.AppTimeout)
 	defer cancel()
 
 	details, err := c.store.Details(fetchCtx, a.PackageName, loc.Lang, loc.Country)
 	if err == nil {
-		err = c.pub.PublishAppStats(ctx, appStatsFromDetails(details))
+		m := appStatsFromDetails(details)
+		m.CrawledAt = crawledAt
+		err = c.pub.PublishAppStats(ctx, m)
 	}
 	r.statsErr = err
 	c.observe(a.PackageName, pathStats, err)
@@ -305,26 +373,85 @@ func (c *crawler) crawlApp(ctx context.Context, a app) appResult {
 		// cannot tell that apart from "no reviews", so it is not sent.
 		r.reviewsErr = r.statsErr
 	} else {
-		revs, ferr := c.store.Reviews(fetchCtx, a.PackageName, loc.Lang, loc.Country, c.cfg.ReviewsPerApp)
+		p := c.reviewsPaging(fetchCtx, j)
+		revs, ferr := c.store.Reviews(fetchCtx, a.PackageName, loc.Lang, loc.Country, c.cfg.ReviewsPerApp, p.stop)
 		var perr error
 		if len(revs) > 0 {
 			msgs := make([]reviewMessage, len(revs))
 			for i, rv := range revs {
 				msgs[i] = reviewMessageFrom(a.PackageName, rv)
+				msgs[i].CrawledAt = crawledAt
 			}
 			if perr = c.pub.PublishReviews(ctx, a.PackageName, msgs); perr == nil {
 				r.reviews = len(msgs)
 			}
 		}
 		r.reviewsErr = errors.Join(perr, ferr)
+		r.fullRead = p.stop == nil
+		if p.stopped {
+			// What a full read would have asked for: REVIEWS_PER_APP, or
+			// as many as are stored if fewer, in pages like the ones read.
+			full := min(c.cfg.ReviewsPerApp, max(p.stored, len(revs)))
+			r.skipped = max(0, (full+p.pageLen-1)/p.pageLen-p.pages)
+			c.metrics.pagesSkipped.Add(float64(r.skipped))
+		}
+		c.logger.Debug("reviews read", "package", a.PackageName, "full", r.fullRead, "reason", p.reason,
+			"requests", tally.count("reviews"), "reviews", len(revs), "pages_skipped", r.skipped)
 	}
 	c.observe(a.PackageName, pathReviews, r.reviewsErr)
+	stats, reviews := tally.count("details"), tally.count("reviews")
+	c.metrics.requests.WithLabelValues(pathStats).Observe(float64(stats))
+	c.metrics.requests.WithLabelValues(pathReviews).Observe(float64(reviews))
+	r.requests = stats + reviews
 
 	if r.statsErr != nil || r.reviewsErr != nil {
 		c.logger.Warn("app crawl failed", "package", a.PackageName, "lang", loc.Lang, "country", loc.Country,
 			"stats_err", r.statsErr, "reviews_err", r.reviewsErr, "reviews_published", r.reviews)
 	}
 	return r
+}
+
+// reviewsPaging is how one crawl pages an app's reviews: stop is nil for a
+// full read, else it ends the paging at the first page that reaches a
+// stored review (docs/design.md "Incremental review paging").
+type reviewsPaging struct {
+	stop    func(page []review) bool
+	reason  string // why the read is full or incremental, for the log
+	stopped bool   // stop ended the paging
+	pages   int    // pages stop saw
+	pageLen int    // reviews on the longest of them
+	stored  int    // the app's stored reviews, up to REVIEWS_PER_APP
+}
+
+// reviewsPaging decides between a full and an incremental read: full when a
+// resync is due, when nothing of the app is stored, or when what is stored
+// cannot be read (which never fails the crawl).
+func (c *crawler) reviewsPaging(ctx context.Context, j crawlJob) *reviewsPaging {
+	p := &reviewsPaging{}
+	if j.FullResync {
+		p.reason = "resync_due"
+		c.metrics.fullResyncs.Inc()
+		return p
+	}
+	known, err := c.known.KnownReviews(ctx, j.App.PackageName, knownReviewsLimit, c.cfg.ReviewsPerApp)
+	if err != nil {
+		p.reason = "stored_unreadable"
+		c.metrics.knownFailures.Inc()
+		c.logger.Warn("cannot read the stored reviews; reading the app's reviews in full", "package", j.App.PackageName, "err", err)
+		return p
+	}
+	if len(known.newest) == 0 {
+		p.reason = "nothing_stored"
+		return p
+	}
+	p.reason, p.stored = "incremental", known.stored
+	p.stop = func(page []review) bool {
+		p.pages++
+		p.pageLen = max(p.pageLen, len(page))
+		p.stopped = known.reached(page)
+		return p.stopped
+	}
+	return p
 }
 
 func (c *crawler) observe(pkg, path string, err error) {
@@ -373,6 +500,10 @@ type crawlMetrics struct {
 	failures      *prometheus.GaugeVec
 	interval      prometheus.Gauge
 	newApps       prometheus.Counter
+	requests      *prometheus.HistogramVec
+	pagesSkipped  prometheus.Counter
+	fullResyncs   prometheus.Counter
+	knownFailures prometheus.Counter
 
 	// known are the packages with per-app series; the lock also keeps a
 	// forget from racing an observe of the same app.
@@ -431,6 +562,23 @@ func newCrawlMetrics(reg prometheus.Registerer, interval time.Duration) *crawlMe
 			Name: "playwatch_crawl_new_apps_total",
 			Help: "Apps crawled between cycles because they became active after their cycle began.",
 		}),
+		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "playwatch_crawl_requests_per_app",
+			Help:    "Play Store requests (retries included) of one app's crawl, by path (stats, reviews).",
+			Buckets: []float64{0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 15, 20, 30},
+		}, []string{"path"}),
+		pagesSkipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "playwatch_crawl_review_pages_skipped_total",
+			Help: "Reviews pages not requested because the paging reached stored reviews: the rest of REVIEWS_PER_APP, estimated from the pages read.",
+		}),
+		fullResyncs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "playwatch_crawl_full_resyncs_total",
+			Help: "App crawls that read REVIEWS_PER_APP reviews because a full resync was due (REVIEWS_FULL_SYNC_INTERVAL, or a new or reactivated app).",
+		}),
+		knownFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "playwatch_crawl_known_reviews_failures_total",
+			Help: "App crawls whose stored reviews could not be read from PostgreSQL, read in full instead.",
+		}),
 	}
 	m.interval.Set(interval.Seconds())
 	// Every outcome exists from the start: increase() sees the first parse
@@ -440,6 +588,7 @@ func newCrawlMetrics(reg prometheus.Registerer, interval time.Duration) *crawlMe
 			m.apps.WithLabelValues(path, outcome)
 		}
 	}
-	reg.MustRegister(m.queueDepth, m.busy, m.apps, m.cycleDuration, m.cycles, m.overruns, m.lastCycle, m.lastSuccess, m.failures, m.interval, m.newApps)
+	reg.MustRegister(m.queueDepth, m.busy, m.apps, m.cycleDuration, m.cycles, m.overruns, m.lastCycle, m.lastSuccess, m.failures, m.interval, m.newApps,
+		m.requests, m.pagesSkipped, m.fullResyncs, m.knownFailures)
 	return m
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -24,6 +25,7 @@ type crawlFixture struct {
 	store   *testPlayStore
 	broker  *embeddedBroker
 	brokers []string
+	pool    *pgxpool.Pool
 	apps    *appStore
 	pub     *publisher
 	crawler *crawler
@@ -32,11 +34,12 @@ type crawlFixture struct {
 
 func newCrawlFixture(t *testing.T, cfg crawlerConfig, tune func(*proxyPoolConfig, *playStoreConfig)) *crawlFixture {
 	t.Helper()
-	f := &crawlFixture{replay: newReplayPlayStore(t), apps: newAppStore(newTestPool(t)), reg: prometheus.NewRegistry()}
+	f := &crawlFixture{replay: newReplayPlayStore(t), pool: newTestPool(t), reg: prometheus.NewRegistry()}
+	f.apps = newAppStore(f.pool)
 	f.store = newTestPlayStore(t, f.replay.URL, tune)
 	f.broker, f.brokers = newTestBroker(t, t.TempDir())
 	f.pub = newTestPublisher(t, f.brokers, testProducerSettings)
-	f.crawler = newCrawler(cfg, f.apps, f.store.client, f.pub, f.reg, testLogger(t))
+	f.crawler = newCrawler(cfg, f.apps, f.store.client, newPGKnownReviews(f.pool), f.pub, f.reg, testLogger(t))
 	return f
 }
 
@@ -48,7 +51,8 @@ func (f *crawlFixture) register(t *testing.T, pkg string, iranian bool) {
 }
 
 func testCrawlerConfig(workers, reviews int) crawlerConfig {
-	return crawlerConfig{Interval: time.Hour, Workers: workers, ReviewsPerApp: reviews, AppTimeout: time.Minute, Locales: testLocales}
+	return crawlerConfig{Interval: time.Hour, Workers: workers, ReviewsPerApp: reviews, AppTimeout: time.Minute,
+		FullSyncInterval: 24 * time.Hour, Locales: testLocales, Clock: systemClock{}}
 }
 
 // One cycle over 20 apps with mixed locales and three broken ones: every
@@ -287,13 +291,13 @@ func (c *inFlightCounter) Details(ctx context.Context, pkg, lang, country string
 	return c.storeReader.Details(ctx, pkg, lang, country)
 }
 
-func (c *inFlightCounter) Reviews(ctx context.Context, pkg, lang, country string, n int) ([]review, error) {
+func (c *inFlightCounter) Reviews(ctx context.Context, pkg, lang, country string, n int, stop func([]review) bool) ([]review, error) {
 	defer func() {
 		c.mu.Lock()
 		c.inFlight--
 		c.mu.Unlock()
 	}()
-	return c.storeReader.Reviews(ctx, pkg, lang, country, n)
+	return c.storeReader.Reviews(ctx, pkg, lang, country, n, stop)
 }
 
 // Never more than CRAWL_WORKERS apps in flight, and one token bucket for all

@@ -75,7 +75,10 @@ func TestFaultBrokerOutageMidCycle(t *testing.T) {
 		b.Close()
 		down <- time.Now()
 	}}
-	cr := newCrawler(testCrawlerConfig(1, reviewsPerApp), registry, hook, pub, prometheus.NewRegistry(), logger)
+	// Every cycle reads every review: the checks count them per cycle.
+	ccfg := testCrawlerConfig(1, reviewsPerApp)
+	ccfg.FullSyncInterval = 0
+	cr := newCrawler(ccfg, registry, hook, newPGKnownReviews(pool), pub, prometheus.NewRegistry(), logger)
 	opts := testConsumerOptions()
 	tc := startTestConsumer(t, pool, brokers, opts, consumerHooks{})
 

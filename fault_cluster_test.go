@@ -164,7 +164,10 @@ func TestFaultThreeNodeLeaderKillMidCycle(t *testing.T) {
 	}
 	t.Cleanup(producer.Close)
 	pub := newPublisher(producer, cfg.Producer, prometheus.NewRegistry(), logger)
-	cr := newCrawler(testCrawlerConfig(workers, reviewsPerApp), registry, store.client, pub, prometheus.NewRegistry(), logger)
+	// Every cycle reads every review: the checks count them per cycle.
+	ccfg := testCrawlerConfig(workers, reviewsPerApp)
+	ccfg.FullSyncInterval = 0
+	cr := newCrawler(ccfg, registry, store.client, newPGKnownReviews(pool), pub, prometheus.NewRegistry(), logger)
 
 	opts := testConsumerOptions()
 	opts.Group = k.TopicName(t) // the cluster outlives this test's database

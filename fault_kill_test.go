@@ -144,6 +144,8 @@ func TestFaultApplianceKilledMidCycle(t *testing.T) {
 		"CRAWL_WORKERS":             "3",
 		"CRAWL_INTERVAL":            "1h",
 		"CONSUMER_MAX_POLL_RECORDS": "500",
+		// Run 3 reads every review again, as the checks expect.
+		"REVIEWS_FULL_SYNC_INTERVAL": "0s",
 	}
 	defer func() {
 		if t.Failed() {

@@ -31,7 +31,7 @@ func fetchApp(ctx context.Context, client *playStoreClient, pkg string, loc loca
 			return fmt.Errorf("writing app stats: %w", err)
 		}
 	}
-	reviews, reviewsErr := client.Reviews(ctx, pkg, loc.Lang, loc.Country, n)
+	reviews, reviewsErr := client.Reviews(ctx, pkg, loc.Lang, loc.Country, n, nil)
 	for _, r := range reviews {
 		if err := out.Encode(reviewMessageFrom(pkg, r)); err != nil {
 			return fmt.Errorf("writing reviews: %w", err)

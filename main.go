@@ -303,7 +303,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		be.onClose(flushAndClose(producer))
 		pub := newPublisher(producer, cfg.Producer, reg, logger)
 		pub.gate = be.publishGate()
-		cr := newCrawler(crawlerConfigOf(cfg), newAppStore(be.pool), store, pub, reg, logger)
+		cr := newCrawler(crawlerConfigOf(cfg), newAppStore(be.pool), store, newPGKnownReviews(be.pool), pub, reg, logger)
 		startRole("crawler", cr.Run)
 	}
 
@@ -405,7 +405,8 @@ func flushAndClose(cl *kgo.Client) func(context.Context) error {
 
 func crawlerConfigOf(cfg Config) crawlerConfig {
 	return crawlerConfig{Interval: cfg.CrawlInterval, Workers: cfg.CrawlWorkers, ReviewsPerApp: cfg.ReviewsPerApp,
-		AppTimeout: cfg.CrawlAppTimeout, NewAppCheck: cfg.CrawlNewAppCheck, Locales: cfg.Locales}
+		AppTimeout: cfg.CrawlAppTimeout, NewAppCheck: cfg.CrawlNewAppCheck, FullSyncInterval: cfg.ReviewsFullSyncInterval,
+		Locales: cfg.Locales, Clock: systemClock{}}
 }
 
 func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
@@ -437,7 +438,7 @@ func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, st
 	be.onClose(flushAndClose(producer))
 	pub := newPublisher(producer, cfg.Producer, reg, logger)
 	pub.gate = be.publishGate()
-	cr := newCrawler(crawlerConfigOf(cfg), newAppStore(be.pool), store, pub, reg, logger)
+	cr := newCrawler(crawlerConfigOf(cfg), newAppStore(be.pool), store, newPGKnownReviews(be.pool), pub, reg, logger)
 	if !once {
 		return cr.Run(ctx)
 	}

@@ -222,7 +222,12 @@ func (c *playStoreClient) Details(ctx context.Context, pkg, lang, country string
 // Reviews reads up to n (default 1000) of the app's newest reviews, page by
 // page, deduplicated by review id. On an error after some pages it returns
 // the reviews read so far together with the error.
-func (c *playStoreClient) Reviews(ctx context.Context, pkg, lang, country string, n int) ([]review, error) {
+//
+// stop, when not nil, is shown the new reviews of every page after which the
+// paging would go on; true ends it there (the incremental crawl, docs/design.md
+// "Incremental review paging"). The page it was shown is returned with the
+// others.
+func (c *playStoreClient) Reviews(ctx context.Context, pkg, lang, country string, n int, stop func(page []review) bool) ([]review, error) {
 	if n <= 0 {
 		n = defaultReviewCount
 	}
@@ -251,7 +256,10 @@ func (c *playStoreClient) Reviews(ctx context.Context, pkg, lang, country string
 			c.log.Warn("reviews without id or time skipped", "package", pkg, "page", page, "skipped", p.Skipped)
 		}
 		// A page with nothing new would only repeat itself.
-		if p.NextToken == "" || len(fresh) == 0 {
+		if p.NextToken == "" || len(fresh) == 0 || count >= n {
+			break
+		}
+		if stop != nil && stop(fresh) {
 			break
 		}
 		token = p.NextToken
@@ -347,6 +355,37 @@ func (c *playStoreClient) backoff(attempt int, err error) time.Duration {
 	return d
 }
 
+// requestTally counts the requests (every attempt) sent under a context, by
+// endpoint ("details", "reviews"): the crawler's requests per app, with the
+// client kept ignorant of apps and cycles.
+type requestTally struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+type requestTallyKey struct{}
+
+// withRequestTally makes the client count the requests sent under ctx in t.
+func withRequestTally(ctx context.Context, t *requestTally) context.Context {
+	return context.WithValue(ctx, requestTallyKey{}, t)
+}
+
+func (t *requestTally) add(endpoint string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n == nil {
+		t.n = make(map[string]int)
+	}
+	t.n[endpoint]++
+}
+
+// count is the requests sent to endpoint so far.
+func (t *requestTally) count(endpoint string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.n[endpoint]
+}
+
 // egressRoute remembers the egress of a sequence of requests that must stay
 // on it (review paging); nil means any egress will do.
 type egressRoute struct{ last *egress }
@@ -363,6 +402,9 @@ func (c *playStoreClient) attempt(ctx context.Context, endpoint string, route *e
 	}
 	if route != nil {
 		route.last = l.egress
+	}
+	if t, ok := ctx.Value(requestTallyKey{}).(*requestTally); ok {
+		t.add(endpoint)
 	}
 	start := c.cfg.Clock.Now()
 	err = c.exchange(ctx, l, newRequest, parse)

@@ -40,7 +40,7 @@ func BenchmarkPlayFetchReviews1000(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		got, err := ts.client.Reviews(ctx, "com.example.app", "en", "us", 1000)
+		got, err := ts.client.Reviews(ctx, "com.example.app", "en", "us", 1000, nil)
 		if err != nil || len(got) != 1000 {
 			b.Fatal(len(got), err)
 		}

@@ -59,7 +59,7 @@ func TestLivePlayStore(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkLiveDetails(t, d)
-			reviews, err := client.Reviews(ctx, app.pkg, loc.Lang, loc.Country, 300)
+			reviews, err := client.Reviews(ctx, app.pkg, loc.Lang, loc.Country, 300, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

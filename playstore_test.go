@@ -50,7 +50,7 @@ func TestPlayClientReviewsPagingStopsAtN(t *testing.T) {
 		{"com.example.few", 1000, 320, 3}, // the token ends first: 150+150+20
 	} {
 		before := rs.requests("reviews", tc.pkg)
-		got, err := ts.client.Reviews(ctx, tc.pkg, "en", "us", tc.n)
+		got, err := ts.client.Reviews(ctx, tc.pkg, "en", "us", tc.n, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +75,7 @@ func TestPlayClientReviewsFollowRecordedToken(t *testing.T) {
 	rs := newReplayPlayStore(t)
 	rs.useFixtureReviews("com.google.android.apps.translate")
 	ts := newTestPlayStore(t, rs.URL, nil)
-	got, err := ts.client.Reviews(context.Background(), "com.google.android.apps.translate", "en", "us", 1000)
+	got, err := ts.client.Reviews(context.Background(), "com.google.android.apps.translate", "en", "us", 1000, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestPlayClientReviewsDeduplicate(t *testing.T) {
 	// The continuation answers page 1 again: nothing new, so paging stops.
 	rs.setFixturePage(fixtureToken(t, p1), p1)
 	ts := newTestPlayStore(t, rs.URL, nil)
-	got, err := ts.client.Reviews(context.Background(), "com.google.android.apps.translate", "en", "us", 1000)
+	got, err := ts.client.Reviews(context.Background(), "com.google.android.apps.translate", "en", "us", 1000, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func TestPlayClientErrorEntryIsRetried(t *testing.T) {
 	rs := newReplayPlayStore(t)
 	rs.setApp("com.example.app", replayApp{Reviews: 100, ReviewsFaults: []replayFault{faultRPCError}})
 	ts := newTestPlayStore(t, rs.URL, nil)
-	got, err := ts.client.Reviews(context.Background(), "com.example.app", "en", "us", 1000)
+	got, err := ts.client.Reviews(context.Background(), "com.example.app", "en", "us", 1000, nil)
 	if err != nil || len(got) != 100 {
 		t.Fatalf("%d reviews, %v", len(got), err)
 	}
@@ -282,7 +282,7 @@ func TestPlayClientErrorEntryIsRetried(t *testing.T) {
 
 	// An error entry that persists ends the paging with the reviews so far.
 	rs.setApp("com.example.app", replayApp{Reviews: 1000, ReviewsFaults: []replayFault{faultNone}, ReviewsAlways: faultRPCError})
-	got, err = ts.client.Reviews(context.Background(), "com.example.app", "en", "us", 1000)
+	got, err = ts.client.Reviews(context.Background(), "com.example.app", "en", "us", 1000, nil)
 	if !errors.Is(err, errUpstream) || len(got) != 150 || !strings.Contains(err.Error(), "page 2") {
 		t.Fatalf("%d reviews, %v", len(got), err)
 	}
@@ -314,7 +314,7 @@ func TestPlayClientPersianReviews(t *testing.T) {
 	rs.setApp("ir.example.chat", replayApp{Reviews: 20, Persian: true})
 	ts := newTestPlayStore(t, rs.URL, nil)
 	loc := testLocales.forApp(true)
-	got, err := ts.client.Reviews(context.Background(), "ir.example.chat", loc.Lang, loc.Country, 1000)
+	got, err := ts.client.Reviews(context.Background(), "ir.example.chat", loc.Lang, loc.Country, 1000, nil)
 	if err != nil || len(got) != 20 {
 		t.Fatalf("%d reviews, %v", len(got), err)
 	}
@@ -391,7 +391,7 @@ func TestPlayReplayServesManyApps(t *testing.T) {
 				r.detailsErr = fmt.Errorf("title %q", d.Title)
 			}
 			var rv []review
-			rv, r.reviewsErr = ts.client.Reviews(context.Background(), pkg, "en", "us", 200)
+			rv, r.reviewsErr = ts.client.Reviews(context.Background(), pkg, "en", "us", 200, nil)
 			r.reviews = len(rv)
 			results <- r
 		}()

@@ -382,7 +382,7 @@ func TestProxyCookieJarPerEgressAndStickyPaging(t *testing.T) {
 	// The replay server, like Google, rejects a continuation token sent with
 	// another NID: paging only works when every page takes the same egress.
 	before := a.count() + b.count()
-	got, err := ts.client.Reviews(ctx, "com.example.app", "en", "us", 1000)
+	got, err := ts.client.Reviews(ctx, "com.example.app", "en", "us", 1000, nil)
 	if err != nil || len(got) != 1000 {
 		t.Fatalf("%d reviews, %v", len(got), err)
 	}
@@ -454,7 +454,7 @@ func TestProxyWaitNamesWhatBenchedTheEgress(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	_, err = ts.client.Reviews(ctx, "com.example.app", "en", "us", 10)
+	_, err = ts.client.Reviews(ctx, "com.example.app", "en", "us", 10, nil)
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "direct benched until") || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("reviews: %v, want the deadline and the connection error that benched the direct egress", err)
 	}

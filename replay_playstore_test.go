@@ -48,6 +48,9 @@ type replayApp struct {
 	// Replies: review i has a developer reply when i is a multiple of it;
 	// 0 = every 5th, negative = none.
 	Replies int
+	// New reviews were written since: they come before review 0, newest
+	// first, as reviews -New … -1 (addReviews adds more).
+	New int
 
 	// Faults are consumed one per request, in order; then Always applies to
 	// every further request (faultNone: answer normally).
@@ -149,6 +152,16 @@ func fixtureToken(t testing.TB, body []byte) string {
 		t.Fatal(err)
 	}
 	return page.NextToken
+}
+
+// addReviews writes n new reviews of pkg at the head of its reviews.
+func (s *replayPlayStore) addReviews(pkg string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.apps[pkg] == nil {
+		s.apps[pkg] = &replayApp{}
+	}
+	s.apps[pkg].New += n
 }
 
 // requests counts the requests for endpoint ("details" or "reviews") of pkg.
@@ -435,13 +448,14 @@ func (s *replayPlayStore) serveReviews(w http.ResponseWriter, r *http.Request) {
 }
 
 // generatedReviews builds (once: benchmarks replay the same pages) the
-// answer with reviews offset.. of req.pkg.
+// answer with reviews offset.. of req.pkg. The pages of an app with new
+// reviews are built afresh: they change from cycle to cycle.
 func (s *replayPlayStore) generatedReviews(req reviewsRequest, app replayApp, offset int, nid string) []byte {
 	key := fmt.Sprintf("%s|%d|%d|%s|%v|%d|%d", req.pkg, offset, req.count, nid, app.Persian, app.Reviews, app.Replies)
 	s.mu.Lock()
 	cached := s.reviewPages[key]
 	s.mu.Unlock()
-	if cached != nil {
+	if cached != nil && app.New == 0 {
 		return cached
 	}
 	total := app.Reviews
@@ -451,10 +465,11 @@ func (s *replayPlayStore) generatedReviews(req reviewsRequest, app replayApp, of
 	case total < 0:
 		total = 0
 	}
+	total += app.New
 	end := min(offset+req.count, total)
 	records := make([]any, 0, max(end-offset, 0))
 	for i := offset; i < end; i++ {
-		records = append(records, replayReviewRecord(req.pkg, i, app))
+		records = append(records, replayReviewRecord(req.pkg, i-app.New, app))
 	}
 	text := []byte("[]")
 	if len(records) > 0 {
@@ -468,9 +483,11 @@ func (s *replayPlayStore) generatedReviews(req reviewsRequest, app replayApp, of
 		}
 	}
 	body := replayFrames(req.rpc, string(text))
-	s.mu.Lock()
-	s.reviewPages[key] = body
-	s.mu.Unlock()
+	if app.New == 0 {
+		s.mu.Lock()
+		s.reviewPages[key] = body
+		s.mu.Unlock()
+	}
 	return body
 }
 
@@ -509,11 +526,15 @@ func decodeReplayToken(tok string) (pkg string, offset int, nid string, ok bool)
 	return parts[0], offset, parts[2], err == nil
 }
 
-// replayReviewID and replayReviewAt say what review i (0 = newest) of pkg
-// is, so tests can check ids and exact timestamps.
+// replayReviewID and replayReviewAt say what review i (0 = newest of the
+// recording, negative = written since) of pkg is, so tests can check ids and
+// exact timestamps.
 func replayReviewID(pkg string, i int) string {
 	h := fnv.New32a()
 	_, _ = io.WriteString(h, pkg)
+	if i < 0 {
+		return fmt.Sprintf("%08x-new-%d", h.Sum32(), -i)
+	}
 	return fmt.Sprintf("%08x-%04x-4%03x-8000-%012d", h.Sum32(), i/4096%65536, i%4096, i)
 }
 
@@ -541,9 +562,11 @@ func replayReviewVersion(i int) (string, bool) {
 	return "1." + strconv.Itoa(i%7) + ".0", i%4 != 0
 }
 
-// replayReviewRecord builds review i of pkg in the 17-slot UsvDTd layout.
+// replayReviewRecord builds review i of pkg in the 17-slot UsvDTd layout. A
+// new review (negative i) takes its stars, thumbs and version from review -i.
 func replayReviewRecord(pkg string, i int, app replayApp) []any {
 	at := replayReviewAt(i)
+	k := max(i, -i)
 	name := fmt.Sprintf("User %d", i)
 	content := fmt.Sprintf("Review %d of %s: works fine", i, pkg)
 	if app.Persian {
@@ -555,14 +578,14 @@ func replayReviewRecord(pkg string, i int, app replayApp) []any {
 		reply = []any{"Developer", replayReplyText, []any{replied.Unix(), replied.Nanosecond()}}
 	}
 	var version any
-	if v, ok := replayReviewVersion(i); ok {
+	if v, ok := replayReviewVersion(k); ok {
 		version = v
 	}
-	image := []any{nil, 2, nil, []any{nil, nil, "https://play-lh.googleusercontent.com/a/u" + strconv.Itoa(i) + "=mo"}}
+	image := []any{nil, 2, nil, []any{nil, nil, "https://play-lh.googleusercontent.com/a/u" + strconv.Itoa(k) + "=mo"}}
 	return []any{
-		replayReviewID(pkg, i), []any{name, image}, i%5 + 1, nil, content,
-		[]any{at.Unix(), at.Nanosecond()}, i % 13, reply, nil,
-		[]any{"1100" + strconv.Itoa(i), name, nil, []any{image, true}}, version,
+		replayReviewID(pkg, i), []any{name, image}, k%5 + 1, nil, content,
+		[]any{at.Unix(), at.Nanosecond()}, k % 13, reply, nil,
+		[]any{"1100" + strconv.Itoa(k), name, nil, []any{image, true}}, version,
 		nil, nil, nil, nil, nil, 1,
 	}
 }

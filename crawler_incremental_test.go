@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// incrementalFixture is a crawl fixture with the storage consumer filling
+// PostgreSQL, so that each cycle finds what the ones before it stored, and a
+// crawler clock the test moves from cycle to cycle.
+type incrementalFixture struct {
+	*crawlFixture
+	clock    *fakeClock
+	consumer *testConsumer
+}
+
+func newIncrementalFixture(t *testing.T, reviewsPerApp int) *incrementalFixture {
+	t.Helper()
+	clk := newFakeClock(false)
+	cfg := testCrawlerConfig(2, reviewsPerApp)
+	cfg.Clock = clk
+	f := &incrementalFixture{crawlFixture: newCrawlFixture(t, cfg, nil), clock: clk}
+	f.consumer = startTestConsumer(t, f.pool, f.brokers, testConsumerOptions(), consumerHooks{})
+	return f
+}
+
+// cycleAt runs a cycle at crawl time at and waits until it is stored.
+func (f *incrementalFixture) cycleAt(t *testing.T, at time.Time) cycleSummary {
+	t.Helper()
+	f.clock.mu.Lock()
+	f.clock.now = at
+	f.clock.mu.Unlock()
+	sum, err := f.crawler.RunCycle(context.Background())
+	if err != nil || len(sum.Failures) != 0 {
+		t.Fatalf("cycle at %s: %s, %v", at, sum, err)
+	}
+	waitDrained(t, f.pool, f.consumer.cl, testConsumerOptions().Group)
+	return sum
+}
+
+// reviewRequests counts pkg's reviews requests since the last call.
+func reviewRequests(f *incrementalFixture, seen map[string]int, pkg string) int {
+	n := f.replay.requests("reviews", pkg)
+	d := n - seen[pkg]
+	seen[pkg] = n
+	return d
+}
+
+// firstResyncHour is the first hour from start at which pkg's full resync
+// is due with hourly cycles and a daily resync.
+func firstResyncHour(t *testing.T, pkg string, start time.Time) int {
+	for h := range 24 {
+		if fullResyncDue(pkg, start.Add(time.Duration(h)*time.Hour), 24*time.Hour, time.Hour) {
+			return h
+		}
+	}
+	t.Fatalf("%s has no resync hour in a day", pkg)
+	return 0
+}
+
+// The incremental stop on a replay chain of 150-review pages: a new app is
+// read in full; an hour with a few new reviews reads one page (they and the
+// stored ones after them share it); 150 new reviews fill page 1, so page 2,
+// all stored, is read too and ends the paging; the daily resync reads
+// REVIEWS_PER_APP again. Everything read is published, and PostgreSQL ends
+// with every review the store has.
+func TestCrawlIncrementalPaging(t *testing.T) {
+	const pkg, late = "com.example.incremental", "com.example.late"
+	f := newIncrementalFixture(t, 1000)
+	f.replay.setApp(pkg, replayApp{Reviews: 1000})
+	f.register(t, pkg, false)
+	// Crawl times after the replay's reviews and in the past (the consumer
+	// refuses times from the future), starting the hour after the app's
+	// resync window.
+	start := time.Date(2026, 8, 1, 0, 0, 0, 0, time.UTC)
+	start = start.Add(time.Duration(firstResyncHour(t, pkg, start)+1) * time.Hour)
+	hour := func(h int) time.Time { return start.Add(time.Duration(h) * time.Hour) }
+	if fullResyncDue(late, hour(2), 24*time.Hour, time.Hour) {
+		t.Fatalf("%s resyncs in hour 2: the checks below want it read incrementally then", late)
+	}
+	seen := map[string]int{}
+	stored := func(p string) int {
+		return count(t, f.pool, `SELECT count(*) FROM reviews r JOIN apps_registry_application a ON a.id = r.application_id WHERE a.package_name = $1`, p)
+	}
+
+	// Nothing stored: a full read, seven pages.
+	sum := f.cycleAt(t, hour(0))
+	if n := reviewRequests(f, seen, pkg); n != 7 || sum.Reviews != 1000 || sum.FullReads != 1 || sum.Skipped != 0 {
+		t.Fatalf("first cycle: %d reviews requests, %s; want 7, 1000 reviews, a full read", n, sum)
+	}
+
+	// Three new reviews, and a new app: page 1 reaches stored reviews, the
+	// new app is read in full.
+	f.replay.addReviews(pkg, 3)
+	f.replay.setApp(late, replayApp{Reviews: 300})
+	f.register(t, late, false)
+	sum = f.cycleAt(t, hour(1))
+	if n, m := reviewRequests(f, seen, pkg), reviewRequests(f, seen, late); n != 1 || m != 2 {
+		t.Errorf("second cycle: %d reviews requests of the known app (want 1), %d of the new one (want 2)", n, m)
+	}
+	if sum.Reviews != 150+300 || sum.FullReads != 1 || sum.Skipped != 6 || sum.Requests != 2+1+2 {
+		t.Errorf("second cycle: %s; want 450 reviews published, 1 full read, 6 pages skipped, 5 requests", sum)
+	}
+	if n := stored(pkg); n != 1003 {
+		t.Errorf("%d reviews stored, want 1003", n)
+	}
+	for i := -3; i < 0; i++ {
+		if n := count(t, f.pool, `SELECT count(*) FROM reviews WHERE review_id = $1 AND at = $2 AND last_synced_at = $3`,
+			replayReviewID(pkg, i), replayReviewAt(i), hour(1)); n != 1 {
+			t.Errorf("new review %d is not stored with its time and the cycle's crawled_at", i)
+		}
+	}
+
+	// 150 new reviews: page 1 holds no stored one, page 2 nothing new.
+	f.replay.addReviews(pkg, 150)
+	sum = f.cycleAt(t, hour(2))
+	if n := reviewRequests(f, seen, pkg); n != 2 || sum.Skipped != 5+1 {
+		t.Errorf("third cycle: %d reviews requests, want 2; %s, want 6 pages skipped: 5 of the first app, 1 of the second", n, sum)
+	}
+	if n := stored(pkg); n != 1153 {
+		t.Errorf("%d reviews stored, want 1153", n)
+	}
+	if got := testutilHistogramSum(t, f.reg, "playwatch_crawl_requests_per_app", pathReviews); got != 7+1+2+2+reviewRequests(f, seen, late) {
+		t.Errorf("playwatch_crawl_requests_per_app{path=reviews} sums to %v", got)
+	}
+
+	// A day after its last window the resync reads REVIEWS_PER_APP again.
+	before := metricValue(t, f.reg, "playwatch_crawl_full_resyncs_total", nil)
+	sum = f.cycleAt(t, hour(23))
+	if n := reviewRequests(f, seen, pkg); n != 7 {
+		t.Errorf("resync cycle: %d reviews requests, want 7 (%s)", n, sum)
+	}
+	if got := metricValue(t, f.reg, "playwatch_crawl_full_resyncs_total", nil) - before; got < 1 {
+		t.Errorf("full resyncs counted: %v", got)
+	}
+	if got := metricValue(t, f.reg, "playwatch_crawl_review_pages_skipped_total", nil); got != float64(6+6+sum.Skipped) {
+		t.Errorf("pages skipped: %v, want %d", got, 6+6+sum.Skipped)
+	}
+	if n := count(t, f.pool, `SELECT count(*) FROM reviews WHERE last_synced_at = $1`, hour(23)); n < 1000 {
+		t.Errorf("the resync refreshed %d reviews, want 1000", n)
+	}
+}
+
+// A review whose time or text changed is not a stored one: the paging goes
+// on past it. An absent text matches only a NULL one.
+func TestKnownReviewsReached(t *testing.T) {
+	at := time.Date(2026, 5, 1, 10, 0, 0, 123456789, time.UTC)
+	text, other := "fine\x00", "fine, edited"
+	// As PostgreSQL holds them: at to the microsecond, the md5 of the
+	// cleaned text ("fine"), or none.
+	known := knownReviews{newest: map[string]knownReview{
+		"a": {At: at.Truncate(time.Microsecond), ContentMD5: "fff25994ee3941b225ba898fd17d186f"},
+		"b": {At: at.Round(time.Microsecond), ContentMD5: ""},
+	}}
+	for _, tc := range []struct {
+		name string
+		r    review
+		want bool
+	}{
+		{"same", review{ReviewID: "a", At: at, Content: &text}, true},
+		{"edited text", review{ReviewID: "a", At: at, Content: &other}, false},
+		{"text removed", review{ReviewID: "a", At: at}, false},
+		{"new time", review{ReviewID: "a", At: at.Add(time.Second), Content: &text}, false},
+		{"no text either", review{ReviewID: "b", At: at}, true},
+		{"text added", review{ReviewID: "b", At: at, Content: &text}, false},
+		{"unknown", review{ReviewID: "c", At: at}, false},
+	} {
+		if got := known.reached([]review{{ReviewID: "x", At: at}, tc.r}); got != tc.want {
+			t.Errorf("%s: reached = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// Stored reviews that cannot be read never fail the crawl: it reads in
+// full, logs and counts.
+func TestCrawlReadsInFullWhenStoredReviewsAreUnreadable(t *testing.T) {
+	f := newCrawlFixture(t, testCrawlerConfig(1, 300), nil)
+	f.register(t, "com.example.app", false)
+	broken := newTestPool(t)
+	broken.Close()
+	f.crawler.known = newPGKnownReviews(broken)
+	sum, err := f.crawler.RunCycle(context.Background())
+	if err != nil || sum.ReviewsOK != 1 || sum.Reviews != 300 || sum.FullReads != 1 {
+		t.Fatalf("%s, %v", sum, err)
+	}
+	if n := metricValue(t, f.reg, "playwatch_crawl_known_reviews_failures_total", nil); n != 1 {
+		t.Errorf("failures to read stored reviews: %v, want 1", n)
+	}
+}
+
+// Over a day of hourly cycles every app's resync is due exactly once, the
+// apps spread over the hours, and every instance decides the same.
+func TestFullResyncDueSpreadsOverTheDay(t *testing.T) {
+	const apps = 2400
+	start := time.Date(2026, 6, 1, 7, 13, 0, 0, time.UTC) // cycles need not start on the hour
+	perHour := make([]int, 24)
+	for i := range apps {
+		pkg := fmt.Sprintf("com.example.app%d", i)
+		due := 0
+		for h := range 24 {
+			if fullResyncDue(pkg, start.Add(time.Duration(h)*time.Hour), 24*time.Hour, time.Hour) {
+				due++
+				perHour[h]++
+			}
+		}
+		if due != 1 {
+			t.Fatalf("%s: %d resyncs in 24 hourly cycles, want 1", pkg, due)
+		}
+	}
+	for h, n := range perHour {
+		// 100 expected per hour; a binomial spread of ±4σ is about ±40.
+		if n < 60 || n > 140 {
+			t.Errorf("hour %d: %d of %d apps resync, want about %d", h, n, apps, apps/24)
+		}
+	}
+	if !fullResyncDue("com.example.app", start, 0, time.Hour) || !fullResyncDue("com.example.app", start, time.Hour, time.Hour) {
+		t.Error("REVIEWS_FULL_SYNC_INTERVAL=0s, or equal to CRAWL_INTERVAL, must read in full every cycle")
+	}
+}
+
+func testutilHistogramSum(t *testing.T, reg *prometheus.Registry, name, path string) int {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if metricHasLabels(m, map[string]string{"path": path}) {
+				return int(m.GetHistogram().GetSampleSum())
+			}
+		}
+	}
+	t.Fatalf("no %s{path=%q}", name, path)
+	return 0
+}
