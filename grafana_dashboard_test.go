@@ -30,8 +30,6 @@ const (
 var pendingMetrics = []string{
 	"playwatch_sentiment_backlog_reviews",
 	"playwatch_sentiment_scored_total",
-	"playwatch_app_score",
-	"playwatch_app_reviews",
 }
 
 type grafanaDatasource struct {
