@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -435,4 +436,103 @@ func TestSentimentJobShutdownAndDatabaseTrouble(t *testing.T) {
 	if !strings.Contains(logs.String(), "sentiment job scores again") {
 		t.Errorf("no recovery logged:\n%s", logs.String())
 	}
+}
+
+// The sentiment role, on by default in `run`, scores the reviews the
+// crawler stored; a second crawl that finds the same texts re-syncs them
+// without putting them back on the job's work list.
+func TestSentimentRoleScoresWhatTheCrawlerStored(t *testing.T) {
+	dbURL := newTestDatabase(t)
+	pool := newTestPoolFor(t, dbURL)
+	replay := newReplayPlayStore(t)
+	replay.setApp("ir.divar", replayApp{Reviews: 30, Persian: true})
+	replay.setApp("com.example.notes", replayApp{Reviews: 20})
+	registerApps(t, pool, "ir.divar", "com.example.notes")
+	env := map[string]string{
+		"DATABASE_URL":          dbURL,
+		"PLAYWATCH_DATA_DIR":    filepath.Join(t.TempDir(), "data"),
+		"PLAYWATCH_HTTP_ADDR":   freeAddr(t),
+		"PLAYWATCH_BROKER_ADDR": freeAddr(t),
+		"PLAYSTORE_URL":         replay.URL,
+		"RATE_LIMIT_REQUESTS":   "0",
+		"EGRESS_MIN_GAP":        "0s",
+		"CONSUMER_LINGER":       "0s",
+		"SENTIMENT_INTERVAL":    "200ms",
+		"LOG_LEVEL":             "warn",
+	}
+	base, stop, logs := startRun(t, env)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("playwatch run:\n%s", logs)
+		}
+	})
+	scored := func() float64 {
+		var sum float64
+		for k, v := range scrapeMetrics(t, base) {
+			if strings.HasPrefix(k, "playwatch_sentiment_scored_total{") {
+				sum += v
+			}
+		}
+		return sum
+	}
+	waitFor(t, 60*time.Second, "the crawled reviews to be stored and scored", func() bool {
+		return count(t, pool, `SELECT count(*) FROM reviews WHERE sentiment IS NOT NULL`) == 50
+	})
+	model, err := loadSentimentModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM reviews WHERE sentiment_model = $1 AND sentiment_text_hash = reviews_sentiment_input(score, content)`, model.Version()); n != 50 {
+		t.Errorf("%d of 50 reviews carry the model version and the hash of what was scored", n)
+	}
+	waitFor(t, 10*time.Second, "the metrics to show the scores and an empty backlog", func() bool {
+		return scored() == 50 && scrapeMetric(t, base, "playwatch_sentiment_backlog_reviews", "") == 0
+	})
+	if n := scrapeMetric(t, base, "playwatch_sentiment_latency_seconds_count", ""); n != 50 {
+		t.Errorf("latency_seconds_count = %v, want 50", n)
+	}
+	var persian float64
+	for _, label := range []string{"POSITIVE", "NEUTRAL", "NEGATIVE"} {
+		persian += scrapeMetric(t, base, "playwatch_sentiment_scored_total", `label="`+label+`",lang="fa"`)
+	}
+	if persian != 30 {
+		t.Errorf("%v reviews counted as Persian, want ir.divar's 30", persian)
+	}
+
+	before := sentimentAt(t, pool)
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"crawl", "--once"}, envFunc(env), &out, &errOut); err != nil {
+		t.Fatalf("crawl --once: %v\n%s", err, errOut.String())
+	}
+	waitFor(t, 30*time.Second, "the second crawl to re-sync every review after it was scored", func() bool {
+		return count(t, pool, `SELECT count(*) FROM reviews WHERE last_synced_at > $1`, maxTime(before)) == 50
+	})
+	if n := count(t, pool, `SELECT count(*) FROM reviews WHERE `+sentimentTodo); n != 0 {
+		t.Errorf("%d re-synced reviews with unchanged texts are on the work list", n)
+	}
+	if after := sentimentAt(t, pool); len(after) != len(before) {
+		t.Errorf("%d scored reviews, then %d", len(before), len(after))
+	} else {
+		for id, at := range before {
+			if !after[id].Equal(at) {
+				t.Errorf("review %s re-synced with the same text was scored again: %s → %s", id, at, after[id])
+			}
+		}
+	}
+	if n := scored(); n != 50 {
+		t.Errorf("scored_total sums to %v after the re-sync, want 50", n)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+}
+
+func maxTime(ts map[string]time.Time) time.Time {
+	var m time.Time
+	for _, t := range ts {
+		if t.After(m) {
+			m = t
+		}
+	}
+	return m
 }
