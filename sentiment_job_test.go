@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -375,15 +376,33 @@ func TestSentimentRescore(t *testing.T) {
 	if out, err := rescore("--model-older"); err != nil || !strings.HasPrefix(out, "0 reviews marked") {
 		t.Errorf("rescore --model-older again: %q, %v", out, err)
 	}
-	if out, err := rescore("--all"); err != nil || !strings.HasPrefix(out, "30 reviews marked") {
-		t.Errorf("rescore --all: %q, %v", out, err)
-	}
-	if sizes := scoreAll(t, j); len(sizes) != 1 || sizes[0] != 30 {
-		t.Errorf("batches after rescore --all %v, want [30]", sizes)
-	}
 	// Reviews marked by rescore have no latency worth observing.
 	if got := metricValue(t, reg, "playwatch_sentiment_latency_seconds", nil); got != 30 {
 		t.Errorf("latency_seconds has %v samples, want the 30 first scorings only", got)
+	}
+	if out, err := rescore("--all"); err != nil || !strings.HasPrefix(out, "30 reviews marked") {
+		t.Errorf("rescore --all: %q, %v", out, err)
+	}
+	// `sentiment run` scores them, and ends without an error at a signal.
+	before := sentimentAt(t, pool)
+	rctx, stop := context.WithCancel(ctx)
+	ended := make(chan error, 1)
+	var errOut syncBuffer
+	go func() {
+		ended <- run(rctx, []string{"sentiment", "run"}, envFunc(map[string]string{"DATABASE_URL": url, "PLAYWATCH_DATA_DIR": t.TempDir(),
+			"SENTIMENT_INTERVAL": "50ms"}), io.Discard, &errOut)
+	}()
+	waitFor(t, 20*time.Second, "sentiment run to score the reviews rescore --all marked", func() bool {
+		return count(t, pool, `SELECT count(*) FROM reviews WHERE `+sentimentTodo) == 0
+	})
+	stop()
+	if err := <-ended; err != nil {
+		t.Errorf("sentiment run: %v\n%s", err, errOut.String())
+	}
+	for id, at := range sentimentAt(t, pool) {
+		if !at.After(before[id]) {
+			t.Errorf("review %s not scored again after rescore --all (sentiment_at %s)", id, at)
+		}
 	}
 	for _, args := range [][]string{nil, {"--all", "--model-older"}, {"--all", "extra"}} {
 		var uerr usageError
