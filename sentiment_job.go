@@ -29,14 +29,17 @@ type sentimentClassifier interface {
 // planner finds the work through it without reading the scored rows.
 const sentimentTodo = `(sentiment IS NULL OR sentiment_text_hash IS DISTINCT FROM reviews_sentiment_input(score, content))`
 
-// sentimentClaimSQL locks a batch of the work, skipping rows another job or a
-// consumer batch holds. stored_at is when the version to score was stored:
+// sentimentClaimSQL locks a batch of the work after id $2, skipping rows
+// another job or a consumer batch holds. Starting after the previous batch
+// rather than at the index's start matters: until no transaction can see
+// them, the entries of the rows just scored stay in the index, and a scan
+// from the start would walk all of them again at every batch. stored_at is when the version to score was stored:
 // first_seen_at for a new review, last_synced_at (its crawl) for a changed
 // text; NULL for a review only marked by rescore, whose latency would say
 // nothing.
 const sentimentClaimSQL = `SELECT id, coalesce(content, ''), coalesce(score, 0)::int,
 	CASE WHEN sentiment IS NULL THEN first_seen_at WHEN sentiment_text_hash IS NOT NULL THEN last_synced_at END
-FROM reviews WHERE ` + sentimentTodo + `
+FROM reviews WHERE id > $2 AND ` + sentimentTodo + `
 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`
 
 // sentimentWriteSQL writes a whole batch in one statement. The hash is taken
@@ -78,6 +81,11 @@ type sentimentJob struct {
 	afterClaim func(ctx context.Context)
 
 	backlogAt time.Time // when the backlog was last counted
+	// after is the last id of the previous batch when it was full, else 0:
+	// a pass over the work list goes up the ids and starts again at the
+	// bottom once it finds less than a batch (changed texts of older
+	// reviews, rows another job held).
+	after int64
 }
 
 func newSentimentJob(pool *pgxpool.Pool, model sentimentClassifier, cfg sentimentJobConfig, reg prometheus.Registerer, logger *slog.Logger) *sentimentJob {
@@ -139,7 +147,9 @@ func (j *sentimentJob) scoreBatch(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
-	rows, err := tx.Query(ctx, sentimentClaimSQL, j.cfg.Batch)
+	from := j.after
+	j.after = 0 // until this batch is known to be full
+	rows, err := tx.Query(ctx, sentimentClaimSQL, j.cfg.Batch, from)
 	if err != nil {
 		return 0, fmt.Errorf("claim reviews: %w", err)
 	}
@@ -173,6 +183,9 @@ func (j *sentimentJob) scoreBatch(ctx context.Context) (int, error) {
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("commit sentiment: %w", err)
+	}
+	if len(batch) == j.cfg.Batch {
+		j.after = batch[len(batch)-1].id
 	}
 	now := j.clock.Now()
 	j.metrics.batchWrite.Observe(now.Sub(start).Seconds())

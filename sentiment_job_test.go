@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -192,7 +193,7 @@ func TestSentimentClaimUsesTheWorkIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, sql := range []string{sentimentClaimSQL, `SELECT count(*) FROM reviews WHERE ` + sentimentTodo} {
-		rows, err := pool.Query(ctx, "EXPLAIN "+sql, 2000)
+		rows, err := pool.Query(ctx, "EXPLAIN "+sql, 2000, 0)
 		if strings.Contains(sql, "count") {
 			rows, err = pool.Query(ctx, "EXPLAIN "+sql)
 		}
@@ -554,4 +555,34 @@ func maxTime(ts map[string]time.Time) time.Time {
 		}
 	}
 	return m
+}
+
+// A pass goes up the ids batch by batch; a review below the last batch
+// whose text changed meanwhile is found once the pass starts again.
+func TestSentimentJobPassStartsAgainAtTheBottom(t *testing.T) {
+	pool := newTestPool(t)
+	ctx := context.Background()
+	insertSentimentReviews(t, pool, "w", 30)
+	j, _ := newTestSentimentJob(t, pool, 10)
+	if n, err := j.scoreBatch(ctx); err != nil || n != 10 {
+		t.Fatalf("first batch: %d, %v", n, err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE reviews SET content = 'changed', last_synced_at = now() WHERE review_id = 'w1'`); err != nil {
+		t.Fatal(err)
+	}
+	var sizes []int
+	for range 4 {
+		n, err := j.scoreBatch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes = append(sizes, n)
+	}
+	// 11-20, 21-30, nothing above 30, then w1 from the bottom.
+	if want := []int{10, 10, 0, 1}; !slices.Equal(sizes, want) {
+		t.Errorf("batches %v, want %v", sizes, want)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM reviews WHERE `+sentimentTodo); n != 0 {
+		t.Errorf("%d reviews left to score", n)
+	}
 }
