@@ -62,6 +62,10 @@ type Config struct {
 	ConsumerWriters         int
 	ConsumerMaxRecordBytes  int
 	ConsumerRetryMaxBackoff time.Duration
+
+	// Sentiment job (sentiment_job.go).
+	SentimentInterval time.Duration
+	SentimentBatch    int
 }
 
 // setting binds one environment variable to a Config field. The flag name is
@@ -242,6 +246,18 @@ var settings = []setting{
 			c.ConsumerRetryMaxBackoff, err = parsePositiveDuration(v)
 			return
 		}},
+
+	// Sentiment job (sentiment_job.go).
+	{"SENTIMENT_INTERVAL", "2s", "how long the sentiment job waits before looking for new work after a batch that was not full (10ms to 1h)",
+		func(c *Config, v string) (err error) {
+			c.SentimentInterval, err = parsePositiveDuration(v)
+			if err == nil && (c.SentimentInterval < 10*time.Millisecond || c.SentimentInterval > time.Hour) {
+				err = errors.New("must be between 10ms and 1h")
+			}
+			return
+		}},
+	{"SENTIMENT_BATCH", "2000", "reviews the sentiment job scores per transaction (one UPDATE), at most",
+		func(c *Config, v string) (err error) { c.SentimentBatch, err = parseInt(v, 1, 50000); return }},
 }
 
 func (s setting) flagName() string {

@@ -28,7 +28,8 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if c.HTTPAddr != "127.0.0.1:8080" || c.BrokerAddr != "127.0.0.1:9092" || c.DatabaseURL != "" ||
 		c.KafkaBrokers != nil || !strings.HasSuffix(c.DataDir, "/data") || c.TopicPartitions != 3 ||
-		c.ShutdownTimeout != 30*time.Second || c.PGUser != "postgres" || c.BrokerMaxBytes != 256<<20 {
+		c.ShutdownTimeout != 30*time.Second || c.PGUser != "postgres" || c.BrokerMaxBytes != 256<<20 ||
+		c.SentimentInterval != 2*time.Second || c.SentimentBatch != 2000 {
 		t.Fatalf("unexpected defaults: %+v", c)
 	}
 	if c.topicRetention(false) != 7*24*time.Hour || c.topicRetention(true) != 24*time.Hour {
@@ -116,6 +117,11 @@ func TestConfigInvalidValuesNameTheVariable(t *testing.T) {
 		{"REVIEWS_FULL_SYNC_INTERVAL", "30m"}, // shorter than CRAWL_INTERVAL
 		{"LOG_LEVEL", "verbose"},
 		{"LOG_FORMAT", "xml"},
+		{"SENTIMENT_INTERVAL", "5ms"},
+		{"SENTIMENT_INTERVAL", "2h"},
+		{"SENTIMENT_INTERVAL", "soon"},
+		{"SENTIMENT_BATCH", "0"},
+		{"SENTIMENT_BATCH", "100000"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {

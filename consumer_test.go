@@ -168,7 +168,7 @@ func TestConsumerStoresAllThreeTopics(t *testing.T) {
 type reviewState struct {
 	thumbs      int
 	content     string
-	sentiment   *string
+	sentiment   string // empty for NULL
 	firstSeen   time.Time
 	lastSynced  time.Time
 	application int64
@@ -177,7 +177,7 @@ type reviewState struct {
 func readReviewRow(t testing.TB, pool *pgxpool.Pool, id string) reviewState {
 	t.Helper()
 	var s reviewState
-	err := pool.QueryRow(context.Background(), `SELECT thumbs_up_count, content, sentiment, first_seen_at, last_synced_at, application_id
+	err := pool.QueryRow(context.Background(), `SELECT thumbs_up_count, content, coalesce(sentiment, ''), first_seen_at, last_synced_at, application_id
 		FROM reviews WHERE review_id = $1`, id).Scan(&s.thumbs, &s.content, &s.sentiment, &s.firstSeen, &s.lastSynced, &s.application)
 	if err != nil {
 		t.Fatalf("review %s: %v", id, err)
@@ -186,8 +186,8 @@ func readReviewRow(t testing.TB, pool *pgxpool.Pool, id string) reviewState {
 }
 
 // A newer crawl updates a review; a stale replay of an older crawl never
-// overwrites it; sentiment (another job's column) and first_seen_at survive
-// every re-sync.
+// overwrites it; sentiment and the sentiment job's own columns, and
+// first_seen_at, survive every re-sync.
 func TestConsumerReviewUpsertRules(t *testing.T) {
 	pool := newTestPool(t)
 	brokers := newConsumerTestBroker(t)
@@ -199,8 +199,11 @@ func TestConsumerReviewUpsertRules(t *testing.T) {
 	t1, t2 := testCrawl, testCrawl.Add(time.Hour)
 	produce(t, brokers, rec(topicReviews, pkg, msgJSON(with(reviewFields(pkg, "r1", t1), "thumbs_up_count", 1, "content", "v1"))))
 	waitFor(t, 20*time.Second, "the first version", func() bool { return count(t, pool, `SELECT count(*) FROM reviews`) == 1 })
-	if _, err := pool.Exec(ctx, `UPDATE reviews SET sentiment = 'POSITIVE' WHERE review_id = 'r1'`); err != nil {
+	if _, err := pool.Exec(ctx, `UPDATE reviews SET sentiment = 'POSITIVE', sentiment_model = 'm1', sentiment_at = '2026-01-01Z', sentiment_text_hash = '\x01' WHERE review_id = 'r1'`); err != nil {
 		t.Fatal(err)
+	}
+	jobColumnsKept := func() bool {
+		return count(t, pool, `SELECT count(*) FROM reviews WHERE review_id = 'r1' AND sentiment_model = 'm1' AND sentiment_at = '2026-01-01Z' AND sentiment_text_hash = '\x01'`) == 1
 	}
 	first := readReviewRow(t, pool, "r1")
 
@@ -220,8 +223,8 @@ func TestConsumerReviewUpsertRules(t *testing.T) {
 	if got.thumbs != 10 || got.content != "v2" || !got.lastSynced.Equal(t2) {
 		t.Errorf("after v2 and a stale replay: thumbs %d content %q last_synced_at %s, want 10, v2, %s", got.thumbs, got.content, got.lastSynced, t2)
 	}
-	if got.sentiment == nil || *got.sentiment != "POSITIVE" {
-		t.Errorf("sentiment = %v after a re-sync, want POSITIVE kept", got.sentiment)
+	if got.sentiment != "POSITIVE" || !jobColumnsKept() {
+		t.Errorf("sentiment = %q after a re-sync, or the sentiment job's columns changed; want them kept", got.sentiment)
 	}
 	if !got.firstSeen.Equal(first.firstSeen) {
 		t.Errorf("first_seen_at moved from %s to %s", first.firstSeen, got.firstSeen)
@@ -239,7 +242,7 @@ func TestConsumerReviewUpsertRules(t *testing.T) {
 		return count(t, pool, `SELECT coalesce(sum(next_offset), 0) FROM consumer_offsets WHERE consumer_group = 'replay' AND topic = 'reviews'`) == 5
 	})
 	if again := readReviewRow(t, pool, "r1"); again.thumbs != got.thumbs || again.content != got.content ||
-		!again.lastSynced.Equal(got.lastSynced) || !again.firstSeen.Equal(got.firstSeen) || *again.sentiment != "POSITIVE" {
+		!again.lastSynced.Equal(got.lastSynced) || !again.firstSeen.Equal(got.firstSeen) || again.sentiment != "POSITIVE" || !jobColumnsKept() {
 		t.Errorf("a replay from the start changed the review: %+v, was %+v", again, got)
 	}
 }

@@ -397,8 +397,10 @@ func checkE2EReviews(t *testing.T, a *e2eAppliance, store map[string]replayApp) 
 		}
 	}
 	rows, err := a.pool.Query(context.Background(), `SELECT r.review_id, a.package_name, r.user_name, r.content, r.thumbs_up_count,
-		r.score, r.at, r.reply_content, r.replied_at, r.app_version, r.sentiment IS NULL, r.first_seen_at, r.last_synced_at
-		FROM reviews r JOIN apps_registry_application a ON a.id = r.application_id`)
+		r.score, r.at, r.reply_content, r.replied_at, r.app_version,
+		r.sentiment IS NOT NULL AND r.sentiment_model = $1 AND r.sentiment_text_hash = reviews_sentiment_input(r.score, r.content),
+		r.first_seen_at, r.last_synced_at
+		FROM reviews r JOIN apps_registry_application a ON a.id = r.application_id`, a.sentimentModel())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,10 +408,10 @@ func checkE2EReviews(t *testing.T, a *e2eAppliance, store map[string]replayApp) 
 	for rows.Next() {
 		var id string
 		var got review
-		var noSentiment bool
+		var scored bool
 		var s e2eSync
 		if err := rows.Scan(&id, &got.pkg, &got.user, &got.content, &got.thumbs, &got.score, &got.at,
-			&got.reply, &got.repliedAt, &got.version, &noSentiment, &s.firstSeen, &s.lastSynced); err != nil {
+			&got.reply, &got.repliedAt, &got.version, &scored, &s.firstSeen, &s.lastSynced); err != nil {
 			t.Fatal(err)
 		}
 		w, ok := want[id]
@@ -422,8 +424,8 @@ func checkE2EReviews(t *testing.T, a *e2eAppliance, store map[string]replayApp) 
 			!equalPtr(got.reply, w.reply) || !equalPtr(got.version, w.version) || (got.repliedAt == nil) != (w.repliedAt == nil) ||
 			got.repliedAt != nil && !got.repliedAt.Equal(*w.repliedAt):
 			t.Errorf("review %s:\n got %+v\nwant %+v", id, got, w)
-		case !noSentiment:
-			t.Errorf("review %s has a sentiment: the consumer must never write one", id)
+		case !scored:
+			t.Errorf("review %s has no sentiment of the sentiment job's model with the hash of its text and stars", id)
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -611,10 +613,23 @@ func (a *e2eAppliance) produce(recs ...*kgo.Record) {
 }
 
 // waitDrained waits until the storage consumer has stored every record now
-// on the playwatch topics.
+// on the playwatch topics, and the sentiment job has scored what it stored.
 func (a *e2eAppliance) waitDrained() {
 	a.t.Helper()
 	waitDrained(a.t, a.pool, a.client, a.group)
+	waitFor(a.t, 30*time.Second, "the sentiment job to score every stored review", func() bool {
+		return count(a.t, a.pool, `SELECT count(*) FROM reviews WHERE `+sentimentTodo) == 0
+	})
+}
+
+// sentimentModel is the version of the model the appliance scores with.
+func (a *e2eAppliance) sentimentModel() string {
+	a.t.Helper()
+	m, err := loadSentimentModel()
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return m.Version()
 }
 
 // waitDrained waits until the offsets that the storage consumer group

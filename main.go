@@ -66,7 +66,7 @@ func (e usageError) Error() string { return e.msg }
 const usageText = `playwatch watches Google Play apps: a registry, an hourly crawler, Kafka and PostgreSQL.
 
 Usage:
-  playwatch run [--roles registry,crawler,consumer] [flags]
+  playwatch run [--roles registry,crawler,consumer,sentiment] [flags]
                                              run the appliance (all roles unless --roles picks some)
   playwatch crawl [--once] [flags]           crawl the active apps now (--once: one cycle, then a summary)
   playwatch fetch [--lang L --country C] [--reviews N] [--max-wait D] PACKAGE
@@ -75,6 +75,7 @@ Usage:
   playwatch pcap --app PKG --scenario UPLOAD|DOWNLOAD [--dry-run] FILE...
                                              analyse captures into network-metrics messages
   playwatch dlq list|replay [flags]          list dead letters, or store them again once their cause is fixed
+  playwatch sentiment run|rescore [flags]    score stored reviews' sentiment alone, or mark them for re-scoring
   playwatch db-url [--reader]                print a URL of the managed PostgreSQL (for psql, dashboards)
   playwatch version                          print the version and exit
 
@@ -107,6 +108,8 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 		return cmdFetch(ctx, rest, getenv, stdout, stderr)
 	case "dlq":
 		return cmdDLQ(ctx, rest, getenv, stdout, stderr)
+	case "sentiment":
+		return cmdSentiment(ctx, rest, getenv, stdout, stderr)
 	case "db-url":
 		return cmdDBURL(rest, getenv, stdout, stderr)
 	case "version":
@@ -202,7 +205,7 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 }
 
 // allRoles are what `run --roles` can pick.
-var allRoles = []string{"registry", "crawler", "consumer"}
+var allRoles = []string{"registry", "crawler", "consumer", "sentiment"}
 
 func parseRoles(s string) ([]string, error) {
 	var roles []string
@@ -281,7 +284,15 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 
 	// Started in the reverse order of the shutdown: the consumer stops after
-	// the producer flushed, and commits what it stored; intake stops first.
+	// the producer flushed, and commits what it stored; intake stops first,
+	// the sentiment job last.
+	if slices.Contains(roles, "sentiment") {
+		model, err := loadSentimentModel()
+		if err != nil {
+			return errors.Join(fmt.Errorf("sentiment model: %w", err), shutdown())
+		}
+		startRole("sentiment", newSentimentJob(be.pool, model, sentimentJobConfigOf(cfg), reg, logger).Run)
+	}
 	if slices.Contains(roles, "consumer") {
 		sc := newStorageConsumer(be.pool, consumerOptionsFrom(cfg), reg, logger)
 		cl, err := kgo.NewClient(append(kafkaClientOptions(cfg.Kafka, be.brokers), sc.clientOptions()...)...)
@@ -846,6 +857,22 @@ func cmdDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 		err = runDLQReplay(ctx, newConsumerStore(be.pool, cl.cfg.ConsumerGroup), &f, cl.args, cl.cfg.ConsumerMaxRecordBytes, stdout)
 	}
 	return errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout))
+}
+
+// cmdSentiment is `playwatch sentiment run|rescore` (sentimentcmd_job.go).
+func cmdSentiment(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	const usage = "Usage: playwatch sentiment run|rescore [flags]\n"
+	switch {
+	case len(args) > 0 && args[0] == "run":
+		return cmdSentimentRun(ctx, args[1:], getenv, stdout, stderr)
+	case len(args) > 0 && args[0] == "rescore":
+		return cmdSentimentRescore(ctx, args[1:], getenv, stdout, stderr)
+	case len(args) > 0 && slices.Contains([]string{"help", "-h", "-help", "--help"}, args[0]):
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return usageError{"sentiment needs a subcommand: run or rescore"}
 }
 
 // managedPGListen is PLAYWATCH_PG_LISTEN when playwatch runs the cluster.

@@ -154,6 +154,9 @@ func TestRunCommandLine(t *testing.T) {
 		{[]string{"dlq", "--help"}, "playwatch dlq replay"},
 		{[]string{"dlq", "list", "--help"}, "Usage: playwatch dlq list"},
 		{[]string{"dlq", "replay", "--help"}, "Usage: playwatch dlq replay"},
+		{[]string{"sentiment", "--help"}, "Usage: playwatch sentiment run|rescore"},
+		{[]string{"sentiment", "run", "--help"}, "Usage: playwatch sentiment run"},
+		{[]string{"sentiment", "rescore", "--help"}, "--model-older\tmark the reviews another model version scored\n"},
 	} {
 		out.Reset()
 		errOut.Reset()
@@ -174,7 +177,8 @@ func TestRunCommandLine(t *testing.T) {
 	}
 
 	var uerr usageError
-	for _, args := range [][]string{nil, {"frobnicate"}, {"run", "--roles", "registry,chef"}, {"run", "extra"}, {"run", "--no-such-flag"}} {
+	for _, args := range [][]string{nil, {"frobnicate"}, {"run", "--roles", "registry,chef"}, {"run", "extra"}, {"run", "--no-such-flag"},
+		{"sentiment"}, {"sentiment", "classify-all"}, {"sentiment", "run", "extra"}} {
 		if err := run(context.Background(), args, envFunc(nil), io.Discard, io.Discard); !errors.As(err, &uerr) {
 			t.Errorf("%q: err = %v, want a usage error", args, err)
 		}

@@ -128,3 +128,25 @@ ALTER TABLE reviews
 -- per-app gauges of /metrics all its reviews by sentiment: with sentiment in
 -- the index both are index-only scans instead of a heap fetch per review.
 CREATE INDEX reviews_application_id_at_sentiment_idx ON reviews (application_id, at) INCLUDE (sentiment);
+
+-- migration 5: sentiment job
+-- The sentiment job's own columns (sentiment_job.go, docs/schema.md "reviews"):
+-- nothing else writes them. sentiment_text_hash is the hash of what the job
+-- classified, reviews_sentiment_input(score, content), so a re-sync with the
+-- same text and stars matches it and is not scored again.
+ALTER TABLE reviews
+    ADD COLUMN sentiment_model     VARCHAR(40),
+    ADD COLUMN sentiment_at        TIMESTAMPTZ,
+    ADD COLUMN sentiment_text_hash BYTEA;
+
+-- Immutable (the database's encoding never changes), so that the partial
+-- index below may use it.
+CREATE FUNCTION reviews_sentiment_input(score SMALLINT, content TEXT) RETURNS BYTEA
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT sha256(convert_to(coalesce(score::text, '') || ':' || coalesce(content, ''), 'UTF8')) $$;
+
+-- The job's work list: only the rows to score hold an entry, so finding work
+-- is cheap however large the table; the predicate is evaluated on each new
+-- row version.
+CREATE INDEX reviews_sentiment_todo_idx ON reviews (id)
+    WHERE sentiment IS NULL OR sentiment_text_hash IS DISTINCT FROM reviews_sentiment_input(score, content);

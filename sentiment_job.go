@@ -1,0 +1,298 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The sentiment job (docs/schema.md "reviews", README "Sentiment job"):
+// labels stored reviews whose sentiment is NULL or whose text and stars
+// changed since they were scored, in batches, one UPDATE per batch. It
+// writes only sentiment and its own columns, never the consumer's.
+
+// sentimentClassifier is what the job needs of the model (sentiment.go).
+type sentimentClassifier interface {
+	Version() string
+	Classify(text string, stars int) sentimentResult
+}
+
+// sentimentTodo is the work list: it matches the predicate of the partial
+// index reviews_sentiment_todo_idx (schema.sql, migration 4), so that the
+// planner finds the work through it without reading the scored rows.
+const sentimentTodo = `(sentiment IS NULL OR sentiment_text_hash IS DISTINCT FROM reviews_sentiment_input(score, content))`
+
+// sentimentClaimSQL locks a batch of the work after id $2, skipping rows
+// another job or a consumer batch holds. Starting after the previous batch
+// rather than at the index's start matters: until no transaction can see
+// them, the entries of the rows just scored stay in the index, and a scan
+// from the start would walk all of them again at every batch. stored_at is when the version to score was stored:
+// first_seen_at for a new review, last_synced_at (its crawl) for a changed
+// text; NULL for a review only marked by rescore, whose latency would say
+// nothing.
+const sentimentClaimSQL = `SELECT id, coalesce(content, ''), coalesce(score, 0)::int,
+	CASE WHEN sentiment IS NULL THEN first_seen_at WHEN sentiment_text_hash IS NOT NULL THEN last_synced_at END
+FROM reviews WHERE id > $2 AND ` + sentimentTodo + `
+ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`
+
+// sentimentWriteSQL writes a whole batch in one statement. The hash is taken
+// from the locked row, which is the version that was classified.
+// statement_timestamp() makes every row of one batch share its sentiment_at.
+const sentimentWriteSQL = `UPDATE reviews AS r SET sentiment = u.label, sentiment_model = $3,
+	sentiment_at = statement_timestamp(), sentiment_text_hash = reviews_sentiment_input(r.score, r.content)
+FROM unnest($1::bigint[], $2::text[]) AS u(id, label)
+WHERE r.id = u.id`
+
+// sentimentRetryMaxBackoff caps the wait between attempts while the
+// database cannot be reached (fixed).
+const sentimentRetryMaxBackoff = 10 * time.Second
+
+// sentimentBacklogEvery is how often the backlog gauge is counted while the
+// job is busy; an idle job counts it at each poll (a few index entries).
+const sentimentBacklogEvery = 10 * time.Second
+
+type sentimentJobConfig struct {
+	Interval time.Duration // wait after a batch that was not full
+	Batch    int           // reviews per transaction, at most
+}
+
+func sentimentJobConfigOf(cfg Config) sentimentJobConfig {
+	return sentimentJobConfig{Interval: cfg.SentimentInterval, Batch: cfg.SentimentBatch}
+}
+
+type sentimentJob struct {
+	pool    *pgxpool.Pool
+	model   sentimentClassifier
+	version string
+	cfg     sentimentJobConfig
+	metrics *sentimentMetrics
+	logger  *slog.Logger
+	clock   clock
+
+	// afterClaim, for tests, runs with the batch locked, before it is
+	// classified.
+	afterClaim func(ctx context.Context)
+
+	backlogAt time.Time // when the backlog was last counted
+	// after is the last id of the previous batch when it was full, else 0:
+	// a pass over the work list goes up the ids and starts again at the
+	// bottom once it finds less than a batch (changed texts of older
+	// reviews, rows another job held).
+	after int64
+}
+
+func newSentimentJob(pool *pgxpool.Pool, model sentimentClassifier, cfg sentimentJobConfig, reg prometheus.Registerer, logger *slog.Logger) *sentimentJob {
+	return &sentimentJob{pool: pool, model: model, version: model.Version(), cfg: cfg,
+		metrics: newSentimentMetrics(reg), logger: logger, clock: systemClock{}}
+}
+
+// Run scores until ctx ends: at once again after a full batch, after
+// Interval otherwise. Database trouble is logged and retried with backoff;
+// it never ends the role. A batch cut short by ctx is rolled back.
+func (j *sentimentJob) Run(ctx context.Context) error {
+	j.logger.Info("sentiment job started", "model", j.version, "batch", j.cfg.Batch, "interval", j.cfg.Interval)
+	failures := 0
+	for ctx.Err() == nil {
+		n, err := j.scoreBatch(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil {
+			failures++
+			delay := retryDelay(failures, sentimentRetryMaxBackoff)
+			log := j.logger.Warn
+			if classifyDBError(err) == dbBlocked {
+				log = j.logger.Error // schema or permissions: an operator has to act
+			}
+			log("sentiment job cannot score a batch; retrying", "attempt", failures, "retry_in", delay.Round(time.Millisecond), "err", err)
+			_ = sleepOn(ctx, j.clock, delay)
+			continue
+		}
+		if failures > 0 {
+			j.logger.Info("sentiment job scores again", "after_failures", failures)
+			failures = 0
+		}
+		full := n == j.cfg.Batch
+		if err := j.refreshBacklog(ctx, !full); err != nil && ctx.Err() == nil {
+			j.logger.Warn("sentiment job cannot count its backlog", "err", err)
+		}
+		if !full {
+			_ = sleepOn(ctx, j.clock, j.cfg.Interval)
+		}
+	}
+	return nil
+}
+
+// scoredRow is one review of a batch.
+type scoredRow struct {
+	id       int64
+	text     string
+	stars    int
+	storedAt *time.Time
+	result   sentimentResult
+}
+
+// scoreBatch claims, classifies and writes one batch in one transaction and
+// returns how many reviews it scored.
+func (j *sentimentJob) scoreBatch(ctx context.Context) (int, error) {
+	tx, err := j.pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
+	from := j.after
+	j.after = 0 // until this batch is known to be full
+	rows, err := tx.Query(ctx, sentimentClaimSQL, j.cfg.Batch, from)
+	if err != nil {
+		return 0, fmt.Errorf("claim reviews: %w", err)
+	}
+	batch := make([]scoredRow, 0, j.cfg.Batch)
+	var r scoredRow
+	if _, err := pgx.ForEachRow(rows, []any{&r.id, &r.text, &r.stars, &r.storedAt}, func() error {
+		batch = append(batch, r)
+		return nil
+	}); err != nil {
+		return 0, fmt.Errorf("claim reviews: %w", err)
+	}
+	if len(batch) == 0 {
+		return 0, tx.Commit(ctx)
+	}
+	if j.afterClaim != nil {
+		j.afterClaim(ctx)
+	}
+	j.classify(batch)
+	ids := make([]int64, len(batch))
+	labels := make([]string, len(batch))
+	for i, s := range batch {
+		ids[i], labels[i] = s.id, s.result.Label
+	}
+	start := j.clock.Now()
+	tag, err := tx.Exec(ctx, sentimentWriteSQL, ids, labels, j.version)
+	if err != nil {
+		return 0, fmt.Errorf("write sentiment: %w", err)
+	}
+	if tag.RowsAffected() != int64(len(batch)) {
+		return 0, fmt.Errorf("write sentiment: %d of %d locked reviews updated", tag.RowsAffected(), len(batch))
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("commit sentiment: %w", err)
+	}
+	if len(batch) == j.cfg.Batch {
+		j.after = batch[len(batch)-1].id
+	}
+	now := j.clock.Now()
+	j.metrics.batchWrite.Observe(now.Sub(start).Seconds())
+	for _, s := range batch {
+		j.metrics.scored.WithLabelValues(s.result.Label, s.result.Lang).Inc()
+		if s.storedAt != nil {
+			j.metrics.latency.Observe(max(now.Sub(*s.storedAt).Seconds(), 0))
+		}
+	}
+	return len(batch), nil
+}
+
+// classify labels the batch on every core: the model is safe for
+// concurrent use, and classifying is the job's only CPU work.
+func (j *sentimentJob) classify(batch []scoredRow) {
+	workers := min(runtime.GOMAXPROCS(0), (len(batch)+255)/256)
+	chunk := (len(batch) + workers - 1) / workers
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(batch); lo += chunk {
+		part := batch[lo:min(lo+chunk, len(batch))]
+		wg.Go(func() {
+			for i := range part {
+				part[i].result = j.model.Classify(part[i].text, part[i].stars)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// refreshBacklog counts the reviews waiting to be scored, when now is true
+// or sentimentBacklogEvery has passed since the last count.
+func (j *sentimentJob) refreshBacklog(ctx context.Context, now bool) error {
+	if t := j.clock.Now(); now || t.Sub(j.backlogAt) >= sentimentBacklogEvery {
+		n, err := sentimentBacklog(ctx, j.pool)
+		if err != nil {
+			return err
+		}
+		j.metrics.backlog.Set(float64(n))
+		j.backlogAt = t
+	}
+	return nil
+}
+
+// sentimentBacklog is the number of reviews to score: never scored, text
+// changed, or marked by rescore.
+func sentimentBacklog(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (int64, error) {
+	var n int64
+	if err := q.QueryRow(ctx, `SELECT count(*) FROM reviews WHERE `+sentimentTodo).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count the sentiment backlog: %w", err)
+	}
+	return n, nil
+}
+
+// rescoreSentiment marks scored reviews for the job to score again: all of
+// them, or those another model version scored. Their label stays until
+// then. It returns how many it marked.
+func rescoreSentiment(ctx context.Context, pool *pgxpool.Pool, all bool, version string) (int64, error) {
+	sql := `UPDATE reviews SET sentiment_text_hash = NULL WHERE sentiment_text_hash IS NOT NULL`
+	var args []any
+	if !all {
+		sql += ` AND sentiment_model IS DISTINCT FROM $1`
+		args = append(args, version)
+	}
+	tag, err := pool.Exec(ctx, sql, args...)
+	if err != nil {
+		return 0, fmt.Errorf("mark reviews for re-scoring: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// sentimentMetrics are the job's Prometheus metrics (names agreed with the
+// alert rules).
+type sentimentMetrics struct {
+	scored     *prometheus.CounterVec
+	backlog    prometheus.Gauge
+	latency    prometheus.Histogram
+	batchWrite prometheus.Histogram
+}
+
+func newSentimentMetrics(reg prometheus.Registerer) *sentimentMetrics {
+	m := &sentimentMetrics{
+		scored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "playwatch_sentiment_scored_total",
+			Help: "Reviews the sentiment job scored (first time or again), by label and language.",
+		}, []string{"label", "lang"}),
+		backlog: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "playwatch_sentiment_backlog_reviews",
+			Help: "Reviews waiting to be scored: never scored, text or stars changed, or marked by rescore; counted at each idle poll and every 10s while busy.",
+		}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "playwatch_sentiment_latency_seconds",
+			Help:    "From a review's storing (first_seen_at; last_synced_at for a changed text) to its score's commit; reviews marked by rescore are not observed.",
+			Buckets: prometheus.ExponentialBuckets(0.1, 2, 16),
+		}),
+		batchWrite: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "playwatch_sentiment_batch_write_seconds",
+			Help:    "Time of a batch's UPDATE and COMMIT.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+		}),
+	}
+	for _, label := range []string{"POSITIVE", "NEUTRAL", "NEGATIVE"} {
+		for _, lang := range []string{"fa", "en", "other"} {
+			m.scored.WithLabelValues(label, lang)
+		}
+	}
+	reg.MustRegister(m.scored, m.backlog, m.latency, m.batchWrite)
+	return m
+}

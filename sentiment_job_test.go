@@ -1,0 +1,588 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// insertSentimentReviews stores n unscored reviews of app (registered if
+// need be) with prefix in their review_id, as the consumer would: Persian,
+// English, digits only or no text, 1 to 5 stars or none.
+func insertSentimentReviews(t testing.TB, pool *pgxpool.Pool, prefix string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO apps_registry_application (package_name) VALUES ('com.example.sentiment') ON CONFLICT DO NOTHING`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO reviews (application_id, review_id, score, content, at, last_synced_at, first_seen_at)
+		SELECT (SELECT id FROM apps_registry_application WHERE package_name = 'com.example.sentiment'), $1 || i,
+			CASE WHEN i % 7 = 0 THEN NULL ELSE i % 5 + 1 END,
+			CASE i % 4 WHEN 0 THEN 'برنامه عالیه ولی بعد از آپدیت کند شده ' || i WHEN 1 THEN 'Crashes since the last update, please fix ' || i
+				WHEN 2 THEN i::text END,
+			now() - interval '1 day', now() - interval '2 hours', now() - interval '1 hour'
+		FROM generate_series(1, $2::int) AS i`, prefix, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newTestSentimentJob(t testing.TB, pool *pgxpool.Pool, batch int) (*sentimentJob, *prometheus.Registry) {
+	t.Helper()
+	model, err := loadSentimentModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	return newSentimentJob(pool, model, sentimentJobConfig{Interval: 20 * time.Millisecond, Batch: batch}, reg, testLogger(t)), reg
+}
+
+// scoreAll runs batches until one finds no work and returns their sizes.
+func scoreAll(t testing.TB, j *sentimentJob) []int {
+	t.Helper()
+	var sizes []int
+	for {
+		n, err := j.scoreBatch(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return sizes
+		}
+		sizes = append(sizes, n)
+	}
+}
+
+func scoredTotal(t testing.TB, reg *prometheus.Registry) float64 {
+	t.Helper()
+	var sum float64
+	for _, label := range []string{"POSITIVE", "NEUTRAL", "NEGATIVE"} {
+		for _, lang := range []string{"fa", "en", "other"} {
+			sum += metricValue(t, reg, "playwatch_sentiment_scored_total", map[string]string{"label": label, "lang": lang})
+		}
+	}
+	return sum
+}
+
+// sentimentAt is each review's sentiment_at, by review_id.
+func sentimentAt(t testing.TB, pool *pgxpool.Pool) map[string]time.Time {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT review_id, sentiment_at FROM reviews WHERE sentiment_at IS NOT NULL`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]time.Time{}
+	var id string
+	var at time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&id, &at}, func() error { out[id] = at; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Every unscored review gets the model's label, its version and the hash of
+// what was classified; a batch is one UPDATE (one statement_timestamp for
+// all its rows), and the metrics count what was written.
+func TestSentimentJobScoresEachBatchWithOneUpdate(t *testing.T) {
+	pool := newTestPool(t)
+	ctx := context.Background()
+	insertSentimentReviews(t, pool, "r", 5000)
+	j, reg := newTestSentimentJob(t, pool, 2000)
+
+	if n, err := j.scoreBatch(ctx); err != nil || n != 2000 {
+		t.Fatalf("first batch: %d, %v", n, err)
+	}
+	if err := j.refreshBacklog(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := metricValue(t, reg, "playwatch_sentiment_backlog_reviews", nil); got != 3000 {
+		t.Errorf("backlog after one batch of 2000 = %v, want 3000", got)
+	}
+	if sizes := scoreAll(t, j); len(sizes) != 2 || sizes[0] != 2000 || sizes[1] != 1000 {
+		t.Errorf("later batches %v, want [2000 1000]", sizes)
+	}
+	if err := j.refreshBacklog(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := metricValue(t, reg, "playwatch_sentiment_backlog_reviews", nil); got != 0 {
+		t.Errorf("backlog at the end = %v, want 0", got)
+	}
+
+	rows, err := pool.Query(ctx, `SELECT coalesce(content, ''), coalesce(score, 0)::int, sentiment, sentiment_model,
+		sentiment_text_hash = reviews_sentiment_input(score, content) FROM reviews`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text, label, model string
+	var stars int
+	var hashOK bool
+	want := map[[2]string]float64{}
+	n := 0
+	if _, err := pgx.ForEachRow(rows, []any{&text, &stars, &label, &model, &hashOK}, func() error {
+		n++
+		r := j.model.Classify(text, stars)
+		want[[2]string{r.Label, r.Lang}]++
+		if label != r.Label || model != j.version || !hashOK {
+			t.Errorf("review %q (%d stars): %s by %s, hash matches %v; want %s by %s", text, stars, label, model, hashOK, r.Label, j.version)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n != 5000 {
+		t.Errorf("%d scored reviews, want 5000", n)
+	}
+	var sizes []int
+	rows, err = pool.Query(ctx, `SELECT count(*) FROM reviews GROUP BY sentiment_at ORDER BY min(id)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sizes, err = pgx.CollectRows(rows, pgx.RowTo[int]); err != nil {
+		t.Fatal(err)
+	}
+	if len(sizes) != 3 || sizes[0] != 2000 || sizes[1] != 2000 || sizes[2] != 1000 {
+		t.Errorf("reviews per sentiment_at %v, want [2000 2000 1000]: one UPDATE statement per batch", sizes)
+	}
+	for k, w := range want {
+		if got := metricValue(t, reg, "playwatch_sentiment_scored_total", map[string]string{"label": k[0], "lang": k[1]}); got != w {
+			t.Errorf("scored_total{label=%s,lang=%s} = %v, want %v", k[0], k[1], got, w)
+		}
+	}
+	if got := scoredTotal(t, reg); got != 5000 {
+		t.Errorf("scored_total sums to %v, want 5000", got)
+	}
+	if got := metricValue(t, reg, "playwatch_sentiment_batch_write_seconds", nil); got != 3 {
+		t.Errorf("batch_write_seconds has %v samples, want 3", got)
+	}
+	// New reviews, stored an hour ago: every latency is about an hour.
+	if got := metricValue(t, reg, "playwatch_sentiment_latency_seconds", nil); got != 5000 {
+		t.Errorf("latency_seconds has %v samples, want 5000", got)
+	}
+	families, _ := reg.Gather()
+	for _, f := range families {
+		if f.GetName() == "playwatch_sentiment_latency_seconds" {
+			h := f.GetMetric()[0].GetHistogram()
+			if mean := h.GetSampleSum() / float64(h.GetSampleCount()); mean < 3600 || mean > 3600+600 {
+				t.Errorf("mean latency %.0fs, want an hour: from first_seen_at", mean)
+			}
+		}
+	}
+}
+
+// The work list is found through the partial index, not by reading every
+// scored review.
+func TestSentimentClaimUsesTheWorkIndex(t *testing.T) {
+	pool := newTestPool(t)
+	ctx := context.Background()
+	insertSentimentReviews(t, pool, "s", 20000)
+	if _, err := pool.Exec(ctx, `UPDATE reviews SET sentiment = 'NEUTRAL', sentiment_text_hash = reviews_sentiment_input(score, content) WHERE id % 1000 <> 0`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE reviews`); err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{sentimentClaimSQL, `SELECT count(*) FROM reviews WHERE ` + sentimentTodo} {
+		rows, err := pool.Query(ctx, "EXPLAIN "+sql, 2000, 0)
+		if strings.Contains(sql, "count") {
+			rows, err = pool.Query(ctx, "EXPLAIN "+sql)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan := strings.Join(lines, "\n"); !strings.Contains(plan, "reviews_sentiment_todo_idx") || strings.Contains(plan, "Seq Scan") {
+			t.Errorf("the plan of %s does not use reviews_sentiment_todo_idx:\n%s", sql, plan)
+		}
+	}
+}
+
+// A re-sync with the same text and stars is not scored again; a changed
+// text or changed stars are, and their latency runs from the new crawl.
+func TestSentimentJobRescoresOnlyChangedReviews(t *testing.T) {
+	pool := newTestPool(t)
+	ctx := context.Background()
+	insertSentimentReviews(t, pool, "c", 12)
+	j, reg := newTestSentimentJob(t, pool, 100)
+	scoreAll(t, j)
+	before := sentimentAt(t, pool)
+	latencies := metricValue(t, reg, "playwatch_sentiment_latency_seconds", nil)
+
+	// The consumer's upsert (contract_reviews.go) with newer crawls: c1
+	// the same, c2 with another text, c3 with other stars.
+	upsert := `INSERT INTO reviews AS t (application_id, review_id, score, content, at, last_synced_at)
+		SELECT application_id, review_id, $2, $3, at, now() FROM reviews WHERE review_id = $1
+		ON CONFLICT (review_id) DO UPDATE SET score = EXCLUDED.score, content = EXCLUDED.content, last_synced_at = EXCLUDED.last_synced_at
+		WHERE EXCLUDED.last_synced_at > t.last_synced_at`
+	for _, u := range []struct {
+		id       string
+		newText  *string
+		newScore *int
+	}{{"c1", nil, nil}, {"c2", ptr("Works again after the fix, thanks"), nil}, {"c3", nil, ptr(1)}} {
+		var score *int
+		var content *string
+		if err := pool.QueryRow(ctx, `SELECT score::int, content FROM reviews WHERE review_id = $1`, u.id).Scan(&score, &content); err != nil {
+			t.Fatal(err)
+		}
+		if u.newText != nil {
+			content = u.newText
+		}
+		if u.newScore != nil {
+			score = u.newScore
+		}
+		if tag, err := pool.Exec(ctx, upsert, u.id, score, content); err != nil || tag.RowsAffected() != 1 {
+			t.Fatalf("re-sync %s: %v, %v", u.id, tag, err)
+		}
+	}
+	if n := count(t, pool, `SELECT count(*) FROM reviews WHERE `+sentimentTodo); n != 2 {
+		t.Errorf("%d reviews to score after the re-syncs, want 2 (c2, c3)", n)
+	}
+	if sizes := scoreAll(t, j); len(sizes) != 1 || sizes[0] != 2 {
+		t.Errorf("batches after the re-syncs %v, want [2]", sizes)
+	}
+	after := sentimentAt(t, pool)
+	for id, at := range before {
+		changed := !after[id].Equal(at)
+		if want := id == "c2" || id == "c3"; changed != want {
+			t.Errorf("review %s: sentiment_at %s → %s; scored again: %v, want %v", id, at, after[id], changed, want)
+		}
+	}
+	var label, text string
+	if err := pool.QueryRow(ctx, `SELECT sentiment, coalesce(content, '') FROM reviews WHERE review_id = 'c3'`).Scan(&label, &text); err != nil {
+		t.Fatal(err)
+	}
+	if want := j.model.Classify(text, 1).Label; label != want {
+		t.Errorf("c3, now with one star, is %s, want %s", label, want)
+	}
+	if got := metricValue(t, reg, "playwatch_sentiment_latency_seconds", nil) - latencies; got != 2 {
+		t.Errorf("%v latencies observed for the re-scored reviews, want 2", got)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// Two jobs on one database share the work: while one holds a batch, the
+// other skips it and scores the rest; together they score every review
+// exactly once.
+func TestSentimentJobsShareTheWorkWithoutDoubleScoring(t *testing.T) {
+	pool := newTestPool(t)
+	ctx := context.Background()
+	insertSentimentReviews(t, pool, "d", 1000)
+	a, regA := newTestSentimentJob(t, pool, 100)
+	b, regB := newTestSentimentJob(t, pool, 100)
+
+	claimed, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	a.afterClaim = func(context.Context) {
+		once.Do(func() { close(claimed); <-release })
+	}
+	done := make(chan error, 1)
+	go func() {
+		n, err := a.scoreBatch(ctx)
+		if err == nil && n != 100 {
+			err = fmt.Errorf("job a's held batch scored %d reviews, want 100", n)
+		}
+		done <- err
+	}()
+	<-claimed
+	// With a's 100 reviews locked, b neither waits for them nor takes them.
+	bctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	for {
+		n, err := b.scoreBatch(bctx)
+		if err != nil {
+			close(release)
+			t.Fatalf("job b while job a holds a batch: %v", err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	if got := scoredTotal(t, regB); got != 900 {
+		t.Errorf("job b scored %v reviews while a held 100, want 900", got)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// Then both loops at once on more reviews.
+	insertSentimentReviews(t, pool, "e", 3000)
+	rctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, j := range []*sentimentJob{a, b} {
+		wg.Go(func() {
+			if err := j.Run(rctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	waitFor(t, 30*time.Second, "both jobs to score every review", func() bool {
+		return count(t, pool, `SELECT count(*) FROM reviews WHERE `+sentimentTodo) == 0
+	})
+	stop()
+	wg.Wait()
+	if got := scoredTotal(t, regA) + scoredTotal(t, regB); got != 4000 {
+		t.Errorf("the two jobs scored %v times, want each of the 4000 reviews once", got)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM reviews WHERE sentiment IS NULL OR sentiment_model IS NULL`); n != 0 {
+		t.Errorf("%d reviews unscored", n)
+	}
+}
+
+// rescore marks every scored review, or those of other model versions; the
+// job scores them again and keeps their labels meanwhile.
+func TestSentimentRescore(t *testing.T) {
+	url := newTestDatabase(t)
+	pool := newTestPoolFor(t, url)
+	ctx := context.Background()
+	insertSentimentReviews(t, pool, "m", 30)
+	j, reg := newTestSentimentJob(t, pool, 100)
+	scoreAll(t, j)
+	if _, err := pool.Exec(ctx, `UPDATE reviews SET sentiment_model = 'lr1-000000000000' WHERE id % 3 = 0`); err != nil {
+		t.Fatal(err)
+	}
+	rescore := func(args ...string) (string, error) {
+		var out, errOut bytes.Buffer
+		err := run(ctx, append([]string{"sentiment", "rescore"}, args...),
+			envFunc(map[string]string{"DATABASE_URL": url, "PLAYWATCH_DATA_DIR": t.TempDir(), "LOG_LEVEL": "warn"}), &out, &errOut)
+		return out.String(), err
+	}
+	out, err := rescore("--model-older")
+	if err != nil || !strings.HasPrefix(out, "10 reviews marked for re-scoring") || !strings.Contains(out, "backlog now 10") {
+		t.Fatalf("rescore --model-older: %q, %v", out, err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM reviews WHERE sentiment IS NULL`); n != 0 {
+		t.Errorf("%d labels cleared by rescore; they stay until scored again", n)
+	}
+	if sizes := scoreAll(t, j); len(sizes) != 1 || sizes[0] != 10 {
+		t.Errorf("batches after rescore --model-older %v, want [10]", sizes)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM reviews WHERE sentiment_model = $1`, j.version); n != 30 {
+		t.Errorf("%d reviews by %s, want 30", n, j.version)
+	}
+	if out, err := rescore("--model-older"); err != nil || !strings.HasPrefix(out, "0 reviews marked") {
+		t.Errorf("rescore --model-older again: %q, %v", out, err)
+	}
+	// Reviews marked by rescore have no latency worth observing.
+	if got := metricValue(t, reg, "playwatch_sentiment_latency_seconds", nil); got != 30 {
+		t.Errorf("latency_seconds has %v samples, want the 30 first scorings only", got)
+	}
+	if out, err := rescore("--all"); err != nil || !strings.HasPrefix(out, "30 reviews marked") {
+		t.Errorf("rescore --all: %q, %v", out, err)
+	}
+	// `sentiment run` scores them, and ends without an error at a signal.
+	before := sentimentAt(t, pool)
+	rctx, stop := context.WithCancel(ctx)
+	ended := make(chan error, 1)
+	var errOut syncBuffer
+	go func() {
+		ended <- run(rctx, []string{"sentiment", "run"}, envFunc(map[string]string{"DATABASE_URL": url, "PLAYWATCH_DATA_DIR": t.TempDir(),
+			"SENTIMENT_INTERVAL": "50ms"}), io.Discard, &errOut)
+	}()
+	waitFor(t, 20*time.Second, "sentiment run to score the reviews rescore --all marked", func() bool {
+		return count(t, pool, `SELECT count(*) FROM reviews WHERE `+sentimentTodo) == 0
+	})
+	stop()
+	if err := <-ended; err != nil {
+		t.Errorf("sentiment run: %v\n%s", err, errOut.String())
+	}
+	for id, at := range sentimentAt(t, pool) {
+		if !at.After(before[id]) {
+			t.Errorf("review %s not scored again after rescore --all (sentiment_at %s)", id, at)
+		}
+	}
+	for _, args := range [][]string{nil, {"--all", "--model-older"}, {"--all", "extra"}} {
+		var uerr usageError
+		if _, err := rescore(args...); !errors.As(err, &uerr) {
+			t.Errorf("rescore %q: %v, want a usage error", args, err)
+		}
+	}
+}
+
+// A batch cut short by shutdown is rolled back, and Run ends without an
+// error; a database that refuses the job's statements is retried until it
+// takes them, without ending the role.
+func TestSentimentJobShutdownAndDatabaseTrouble(t *testing.T) {
+	pool := newTestPool(t)
+	ctx := context.Background()
+	insertSentimentReviews(t, pool, "x", 50)
+	j, reg := newTestSentimentJob(t, pool, 20)
+	rctx, stop := context.WithCancel(ctx)
+	j.afterClaim = func(context.Context) { stop() }
+	if err := j.Run(rctx); err != nil {
+		t.Fatalf("Run after shutdown: %v", err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM reviews WHERE sentiment IS NULL`); n != 50 {
+		t.Errorf("%d of 50 reviews unscored after a shutdown mid-batch, want all (rolled back)", n)
+	}
+
+	j.afterClaim = nil
+	if _, err := pool.Exec(ctx, `ALTER TABLE reviews RENAME TO reviews_away`); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	j.logger = newLogger(Config{LogFormat: "text"}, &logs)
+	rctx, stop = context.WithCancel(ctx)
+	defer stop()
+	ended := make(chan error, 1)
+	go func() { ended <- j.Run(rctx) }()
+	waitFor(t, 10*time.Second, "the job to report its failures", func() bool {
+		return strings.Count(logs.String(), "cannot score a batch") >= 2
+	})
+	if _, err := pool.Exec(ctx, `ALTER TABLE reviews_away RENAME TO reviews`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the job to score after the table came back", func() bool {
+		return scoredTotal(t, reg) == 50
+	})
+	stop()
+	if err := <-ended; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if !strings.Contains(logs.String(), "sentiment job scores again") {
+		t.Errorf("no recovery logged:\n%s", logs.String())
+	}
+}
+
+// The sentiment role, on by default in `run`, scores the reviews the
+// crawler stored; a second crawl that finds the same texts re-syncs them
+// without putting them back on the job's work list.
+func TestSentimentRoleScoresWhatTheCrawlerStored(t *testing.T) {
+	dbURL := newTestDatabase(t)
+	pool := newTestPoolFor(t, dbURL)
+	replay := newReplayPlayStore(t)
+	replay.setApp("ir.divar", replayApp{Reviews: 30, Persian: true})
+	replay.setApp("com.example.notes", replayApp{Reviews: 20})
+	registerApps(t, pool, "ir.divar", "com.example.notes")
+	env := map[string]string{
+		"DATABASE_URL":          dbURL,
+		"PLAYWATCH_DATA_DIR":    filepath.Join(t.TempDir(), "data"),
+		"PLAYWATCH_HTTP_ADDR":   freeAddr(t),
+		"PLAYWATCH_BROKER_ADDR": freeAddr(t),
+		"PLAYSTORE_URL":         replay.URL,
+		"RATE_LIMIT_REQUESTS":   "0",
+		"EGRESS_MIN_GAP":        "0s",
+		"CONSUMER_LINGER":       "0s",
+		"SENTIMENT_INTERVAL":    "200ms",
+		"LOG_LEVEL":             "warn",
+	}
+	base, stop, logs := startRun(t, env)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("playwatch run:\n%s", logs)
+		}
+	})
+	scored := func() float64 {
+		var sum float64
+		for k, v := range scrapeMetrics(t, base) {
+			if strings.HasPrefix(k, "playwatch_sentiment_scored_total{") {
+				sum += v
+			}
+		}
+		return sum
+	}
+	waitFor(t, 60*time.Second, "the crawled reviews to be stored and scored", func() bool {
+		return count(t, pool, `SELECT count(*) FROM reviews WHERE sentiment IS NOT NULL`) == 50
+	})
+	model, err := loadSentimentModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM reviews WHERE sentiment_model = $1 AND sentiment_text_hash = reviews_sentiment_input(score, content)`, model.Version()); n != 50 {
+		t.Errorf("%d of 50 reviews carry the model version and the hash of what was scored", n)
+	}
+	waitFor(t, 10*time.Second, "the metrics to show the scores and an empty backlog", func() bool {
+		return scored() == 50 && scrapeMetric(t, base, "playwatch_sentiment_backlog_reviews", "") == 0
+	})
+	if n := scrapeMetric(t, base, "playwatch_sentiment_latency_seconds_count", ""); n != 50 {
+		t.Errorf("latency_seconds_count = %v, want 50", n)
+	}
+	var persian float64
+	for _, label := range []string{"POSITIVE", "NEUTRAL", "NEGATIVE"} {
+		persian += scrapeMetric(t, base, "playwatch_sentiment_scored_total", `label="`+label+`",lang="fa"`)
+	}
+	if persian != 30 {
+		t.Errorf("%v reviews counted as Persian, want ir.divar's 30", persian)
+	}
+
+	before := sentimentAt(t, pool)
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"crawl", "--once"}, envFunc(env), &out, &errOut); err != nil {
+		t.Fatalf("crawl --once: %v\n%s", err, errOut.String())
+	}
+	waitFor(t, 30*time.Second, "the second crawl to re-sync every review after it was scored", func() bool {
+		return count(t, pool, `SELECT count(*) FROM reviews WHERE last_synced_at > $1`, maxTime(before)) == 50
+	})
+	if n := count(t, pool, `SELECT count(*) FROM reviews WHERE `+sentimentTodo); n != 0 {
+		t.Errorf("%d re-synced reviews with unchanged texts are on the work list", n)
+	}
+	if after := sentimentAt(t, pool); len(after) != len(before) {
+		t.Errorf("%d scored reviews, then %d", len(before), len(after))
+	} else {
+		for id, at := range before {
+			if !after[id].Equal(at) {
+				t.Errorf("review %s re-synced with the same text was scored again: %s → %s", id, at, after[id])
+			}
+		}
+	}
+	if n := scored(); n != 50 {
+		t.Errorf("scored_total sums to %v after the re-sync, want 50", n)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+}
+
+func maxTime(ts map[string]time.Time) time.Time {
+	var m time.Time
+	for _, t := range ts {
+		if t.After(m) {
+			m = t
+		}
+	}
+	return m
+}
+
+// A pass goes up the ids batch by batch; a review below the last batch
+// whose text changed meanwhile is found once the pass starts again.
+func TestSentimentJobPassStartsAgainAtTheBottom(t *testing.T) {
+	pool := newTestPool(t)
+	ctx := context.Background()
+	insertSentimentReviews(t, pool, "w", 30)
+	j, _ := newTestSentimentJob(t, pool, 10)
+	if n, err := j.scoreBatch(ctx); err != nil || n != 10 {
+		t.Fatalf("first batch: %d, %v", n, err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE reviews SET content = 'changed', last_synced_at = now() WHERE review_id = 'w1'`); err != nil {
+		t.Fatal(err)
+	}
+	var sizes []int
+	for range 4 {
+		n, err := j.scoreBatch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes = append(sizes, n)
+	}
+	// 11-20, 21-30, nothing above 30, then w1 from the bottom.
+	if want := []int{10, 10, 0, 1}; !slices.Equal(sizes, want) {
+		t.Errorf("batches %v, want %v", sizes, want)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM reviews WHERE `+sentimentTodo); n != 0 {
+		t.Errorf("%d reviews left to score", n)
+	}
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// `playwatch sentiment run` and `playwatch sentiment rescore`: the
+// sentiment job alone, and marking reviews for it to score again
+// (sentiment_job.go). Both use the database of the playwatch that runs on
+// the data directory, or DATABASE_URL.
+
+// cmdSentimentRun runs the sentiment role alone until a signal. Its
+// metrics are not served: `run --roles sentiment` serves them.
+func cmdSentimentRun(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cl, err := parseCommandLine("sentiment run", "sentiment run [flags]", args, getenv, stdout, stderr, nil)
+	if err != nil {
+		return err
+	}
+	if len(cl.args) > 0 {
+		return usageError{fmt.Sprintf("sentiment run takes no arguments, got %q", cl.args)}
+	}
+	model, err := loadSentimentModel()
+	if err != nil {
+		return fmt.Errorf("sentiment model: %w", err)
+	}
+	be, err := openBackends(ctx, cl.cfg, cl.logger, backendOptions{attach: true})
+	if err != nil {
+		return err
+	}
+	err = newSentimentJob(be.pool, model, sentimentJobConfigOf(cl.cfg), prometheus.NewRegistry(), cl.logger).Run(ctx)
+	return errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout))
+}
+
+// cmdSentimentRescore marks reviews for re-scoring and prints how many.
+func cmdSentimentRescore(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var all, older bool
+	cl, err := parseCommandLine("sentiment rescore", "sentiment rescore --all|--model-older [flags]", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&all, "all", false, "mark every scored review")
+		fs.BoolVar(&older, "model-older", false, "mark the reviews another model version scored")
+	})
+	if err != nil {
+		return err
+	}
+	if len(cl.args) > 0 {
+		return usageError{fmt.Sprintf("sentiment rescore takes no arguments, got %q", cl.args)}
+	}
+	if all == older {
+		return usageError{"sentiment rescore needs exactly one of --all and --model-older"}
+	}
+	model, err := loadSentimentModel()
+	if err != nil {
+		return fmt.Errorf("sentiment model: %w", err)
+	}
+	be, err := openBackends(ctx, cl.cfg, cl.logger, backendOptions{attach: true})
+	if err != nil {
+		return err
+	}
+	n, err := rescoreSentiment(ctx, be.pool, all, model.Version())
+	var backlog int64
+	if err == nil {
+		backlog, err = sentimentBacklog(ctx, be.pool)
+	}
+	if err == nil {
+		fmt.Fprintf(stdout, "%d reviews marked for re-scoring (model %s); backlog now %d: the sentiment role scores them\n", n, model.Version(), backlog)
+	}
+	return errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout))
+}
