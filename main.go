@@ -75,6 +75,8 @@ Usage:
   playwatch pcap --app PKG --scenario UPLOAD|DOWNLOAD [--dry-run] FILE...
                                              analyse captures into network-metrics messages
   playwatch dlq list|replay [flags]          list dead letters, or store them again once their cause is fixed
+  playwatch sentiment classify [--lang auto|fa|en] [--json]
+                                             label review texts from stdin (no database, no broker)
   playwatch db-url [--reader]                print a URL of the managed PostgreSQL (for psql, dashboards)
   playwatch version                          print the version and exit
 
@@ -109,6 +111,8 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 		return cmdDLQ(ctx, rest, getenv, stdout, stderr)
 	case "db-url":
 		return cmdDBURL(rest, getenv, stdout, stderr)
+	case "sentiment":
+		return cmdSentiment(ctx, rest, getenv, os.Stdin, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "playwatch", version)
 		return nil
