@@ -274,41 +274,54 @@ var starEvidence = [6][sentClasses]float64{
 	{0.04, 0.08, 0.88},
 }
 
-// starWeight tempers the star evidence so that a clear text wins over it:
-// fused ∝ p_text × starEvidence^starWeight.
-const starWeight = 0.5
+// clearText is the probability from which a negative text overrules
+// neutral or positive stars.
+const clearText = 0.6
 
-// fuseSentiment is the stored label (docs/sentiment.md §4): the text's
-// probabilities times the tempered star evidence, renormalised. Without a
-// rating the text decides alone; for "other" text (p uniform on NEUTRAL) the
-// stars decide alone.
+// fuseSentiment is the stored label (docs/sentiment.md §4). Without a
+// rating the text decides alone, and for "other" text (p all NEUTRAL) the
+// stars alone. With both: a clearly negative text (p ≥ clearText) under 3
+// stars or more keeps its own probabilities, so "5★, crashes since the
+// update, fix it" is NEGATIVE (reviewers rate high to be seen; the opposite,
+// praise under 1★, is mostly sarcasm, so it gets no such say); else the
+// square roots of the text's probabilities (a text that says little is weak
+// evidence) are multiplied by the star evidence and renormalised.
 func fuseSentiment(p [sentClasses]float64, stars int, lang string) sentimentResult {
 	if stars < 0 || stars > 5 {
 		stars = 0
 	}
-	if lang == "other" && stars > 0 {
-		p = starEvidence[stars]
-	} else if stars > 0 {
+	ev := starEvidence[stars]
+	switch text := argmax3(p); {
+	case stars == 0:
+	case lang == "other":
+		p = ev
+	case text == classNegative && p[text] >= clearText && stars >= 3:
+	default:
 		sum := 0.0
 		for c := range p {
-			p[c] *= math.Pow(starEvidence[stars][c], starWeight)
+			p[c] = math.Sqrt(p[c]) * ev[c]
 			sum += p[c]
 		}
 		for c := range p {
 			p[c] /= sum
 		}
 	}
+	return sentimentResult{
+		Label:     sentimentLabels[argmax3(p)],
+		Lang:      lang,
+		PPositive: p[classPositive],
+		PNeutral:  p[classNeutral],
+		PNegative: p[classNegative],
+	}
+}
+
+// argmax3 is the most probable class, NEUTRAL on a tie.
+func argmax3(p [sentClasses]float64) int {
 	best := classNeutral
 	for c := range p {
 		if p[c] > p[best] {
 			best = c
 		}
 	}
-	return sentimentResult{
-		Label:     sentimentLabels[best],
-		Lang:      lang,
-		PPositive: p[classPositive],
-		PNeutral:  p[classNeutral],
-		PNegative: p[classNegative],
-	}
+	return best
 }

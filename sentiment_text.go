@@ -257,7 +257,9 @@ func markSentimentTokens(sc *sentScratch) (negations int) {
 		if role&roleNegBack != 0 {
 			negations++
 			for j, k := i-1, 0; j >= 0 && k < negBackScope && toks[j].kind != tokBreak; j-- {
-				toks[j].negated = true
+				if sentimentRoles[string(sc.tb[toks[j].s:toks[j].e])]&(roleNegFwd|roleNegBack) == 0 {
+					toks[j].negated = true // not the هیچ of هیچ مشکلی نداره
+				}
 				k++
 			}
 		}
