@@ -69,6 +69,17 @@ func (e *sentEval) binaryF1() float64 {
 	return (f1(b[0][0], b[1][0], b[0][1]) + f1(b[1][1], b[0][1], b[1][0])) / 2
 }
 
+// label is the lexicon-only baseline: VADER's thresholds on the compound.
+func (l lexiconScore) label() int {
+	switch c := l.compound(); {
+	case c >= 0.05:
+		return classPositive
+	case c <= -0.05:
+		return classNegative
+	}
+	return classNeutral
+}
+
 // sentMethods are the four readings the evaluation compares.
 var sentMethods = []string{"star-only", "lexicon-only", "text model", "fused (stored)"}
 

@@ -63,17 +63,6 @@ func (l lexiconScore) compound() float64 {
 	return s / math.Sqrt(s*s+15)
 }
 
-// lexiconLabel is the lexicon-only reading (VADER's thresholds).
-func (l lexiconScore) label() int {
-	switch c := l.compound(); {
-	case c >= 0.05:
-		return classPositive
-	case c <= -0.05:
-		return classNegative
-	}
-	return classNeutral
-}
-
 // negationScalar is VADER's: a negated word keeps three quarters of its
 // strength with the opposite sign.
 const negationScalar = -0.74

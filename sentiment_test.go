@@ -252,7 +252,7 @@ not json
 		t.Fatal("--lang de accepted")
 	}
 	out, _, err = runClassify(t, "", "--help")
-	if err != nil || !strings.Contains(out, "exit status is 1") {
+	if err != nil || !strings.Contains(out, "exit status is 1") || !strings.Contains(out, "Model: lr1-") {
 		t.Fatalf("--help: %v %q", err, out)
 	}
 }

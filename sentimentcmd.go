@@ -73,6 +73,9 @@ func cmdSentimentClassify(ctx context.Context, args []string, stdin io.Reader, s
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, sentimentClassifyUsage)
+			if m, err := loadSentimentModel(); err == nil {
+				fmt.Fprintf(stdout, "\nModel: %s (docs/sentiment.md)\n", m.Version())
+			}
 			return errHelp
 		}
 		fmt.Fprint(stderr, sentimentClassifyUsage)
@@ -110,11 +113,12 @@ func cmdSentimentClassify(ctx context.Context, args []string, stdin io.Reader, s
 			fmt.Fprintf(stderr, "playwatch sentiment classify: line %d: %v\n", n, err)
 			bad = append(bad, n)
 		} else {
-			l := *lang
-			if l == "auto" {
-				l = detectSentimentLang(text)
+			var r sentimentResult
+			if *lang == "auto" {
+				r = model.Classify(text, stars)
+			} else {
+				r = model.classifyAs(text, stars, *lang)
 			}
-			r := model.classifyAs(text, stars, l)
 			if err := enc.Encode(sentimentOutput{r.Label, r.Lang, round4(r.PPositive), round4(r.PNeutral), round4(r.PNegative)}); err != nil {
 				return err
 			}
