@@ -4,7 +4,7 @@ VERSION  := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 30s
 
-.PHONY: build run demo test test-api test-faults kafka-jars live bench fuzz vet cross clean
+.PHONY: build run demo test test-api test-faults kafka-jars live bench fuzz vet cross clean train-sentiment eval-sentiment
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o playwatch .
@@ -53,6 +53,19 @@ vet:
 	$(GO) vet ./...
 	@out=$$($(GO) run $(DEADCODE) ./...) || exit 1; \
 	if [ -n "$$out" ]; then echo "$$out"; echo "deadcode: these functions are unreachable from main; delete them"; exit 1; fi
+
+# The sentiment model (docs/sentiment.md §3): the trainer downloads its data
+# into .cache/sentiment and rewrites sentiment_model.bin.gz, byte for byte
+# the same from the same inputs.
+train-sentiment:
+	PLAYWATCH_TRAIN_SENTIMENT=1 $(GO) test -count=1 -run '^TestTrainSentiment$$' -v .
+
+# Quality of the sentiment labels on every evaluation set, in one run
+# (docs/sentiment.md §5). SENTIFARS is a Persian hotel-review set that is
+# not part of the repository; without the file that set is skipped.
+SENTIFARS ?= ../shared/sentiment/sentifars_hotel_reviews.tsv
+eval-sentiment:
+	PLAYWATCH_EVAL_SENTIMENT=1 SENTIFARS="$(SENTIFARS)" $(GO) test -count=1 -run '^TestEvalSentiment$$' -v .
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./...

@@ -76,6 +76,8 @@ Usage:
                                              analyse captures into network-metrics messages
   playwatch dlq list|replay [flags]          list dead letters, or store them again once their cause is fixed
   playwatch sentiment run|rescore [flags]    score stored reviews' sentiment alone, or mark them for re-scoring
+  playwatch sentiment classify [--lang auto|fa|en] [--json]
+                                             label review texts from stdin (no database, no broker)
   playwatch db-url [--reader]                print a URL of the managed PostgreSQL (for psql, dashboards)
   playwatch version                          print the version and exit
 
@@ -108,10 +110,10 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 		return cmdFetch(ctx, rest, getenv, stdout, stderr)
 	case "dlq":
 		return cmdDLQ(ctx, rest, getenv, stdout, stderr)
-	case "sentiment":
-		return cmdSentiment(ctx, rest, getenv, stdout, stderr)
 	case "db-url":
 		return cmdDBURL(rest, getenv, stdout, stderr)
+	case "sentiment":
+		return cmdSentiment(ctx, rest, getenv, os.Stdin, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "playwatch", version)
 		return nil
@@ -857,22 +859,6 @@ func cmdDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 		err = runDLQReplay(ctx, newConsumerStore(be.pool, cl.cfg.ConsumerGroup), &f, cl.args, cl.cfg.ConsumerMaxRecordBytes, stdout)
 	}
 	return errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout))
-}
-
-// cmdSentiment is `playwatch sentiment run|rescore` (sentimentcmd_job.go).
-func cmdSentiment(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	const usage = "Usage: playwatch sentiment run|rescore [flags]\n"
-	switch {
-	case len(args) > 0 && args[0] == "run":
-		return cmdSentimentRun(ctx, args[1:], getenv, stdout, stderr)
-	case len(args) > 0 && args[0] == "rescore":
-		return cmdSentimentRescore(ctx, args[1:], getenv, stdout, stderr)
-	case len(args) > 0 && slices.Contains([]string{"help", "-h", "-help", "--help"}, args[0]):
-		fmt.Fprint(stdout, usage)
-		return nil
-	}
-	fmt.Fprint(stderr, usage)
-	return usageError{"sentiment needs a subcommand: run or rescore"}
 }
 
 // managedPGListen is PLAYWATCH_PG_LISTEN when playwatch runs the cluster.
