@@ -24,14 +24,6 @@ const (
 	grafanaPostgresUID   = "playwatch-postgres"
 )
 
-// pendingMetrics are the metric names the rules and the dashboard use that
-// other branches add (the sentiment job, the per-app business gauges): they
-// may be missing from /metrics here. Every other name must be exposed.
-var pendingMetrics = []string{
-	"playwatch_sentiment_backlog_reviews",
-	"playwatch_sentiment_scored_total",
-}
-
 type grafanaDatasource struct {
 	Type string `json:"type"`
 	UID  string `json:"uid"`
@@ -277,8 +269,7 @@ func checkDashboardPromQL(t *testing.T, prom string) {
 		}
 		expr := expandGrafanaPromQL(t, tg.Expr)
 		r := promQuery(t, prom, expr)
-		pending := slices.ContainsFunc(metricNamesIn(expr), func(n string) bool { return slices.Contains(pendingMetrics, n) })
-		if len(r) == 0 && !pending {
+		if len(r) == 0 {
 			t.Errorf("panel %q: %s returns nothing from a running appliance", titles[i], expr)
 		}
 	}
@@ -294,8 +285,7 @@ func metricNamesIn(expr string) []string {
 }
 
 // checkMetricNames wants every metric name of the rules and the dashboard
-// on the appliance's /metrics, except the pending ones, and no pending one
-// there (the list would be stale).
+// on the appliance's /metrics.
 func checkMetricNames(t *testing.T, base string) {
 	t.Helper()
 	exposed := map[string]bool{}
@@ -327,11 +317,8 @@ func checkMetricNames(t *testing.T, base string) {
 		t.Fatalf("only %d metric names found in the rules and the dashboard: %v", len(used), used)
 	}
 	for _, name := range used {
-		switch pending := slices.Contains(pendingMetrics, name); {
-		case !pending && !exposed[name]:
+		if !exposed[name] {
 			t.Errorf("%s is used by the alert rules or the dashboard but not exposed on /metrics", name)
-		case pending && exposed[name]:
-			t.Errorf("%s is exposed now: remove it from pendingMetrics", name)
 		}
 	}
 }
