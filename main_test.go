@@ -154,7 +154,7 @@ func TestRunCommandLine(t *testing.T) {
 		{[]string{"dlq", "--help"}, "playwatch dlq replay"},
 		{[]string{"dlq", "list", "--help"}, "Usage: playwatch dlq list"},
 		{[]string{"dlq", "replay", "--help"}, "Usage: playwatch dlq replay"},
-		{[]string{"sentiment", "--help"}, "Usage: playwatch sentiment run|rescore"},
+		{[]string{"sentiment", "--help"}, "  rescore --all|--model-older"},
 		{[]string{"sentiment", "run", "--help"}, "Usage: playwatch sentiment run"},
 		{[]string{"sentiment", "rescore", "--help"}, "--model-older\tmark the reviews another model version scored\n"},
 	} {
