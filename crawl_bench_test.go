@@ -104,7 +104,7 @@ func BenchmarkCrawlCycle(b *testing.B) {
 	}
 	sc := defaultPlayStoreConfig()
 	sc.BaseURL = replayURL
-	if cb.store, err = newPlayStoreClient(sc, proxies, cb.storeReg, logger); err != nil {
+	if cb.store, err = newPlayStoreClient(sc, proxies, nil, cb.storeReg, logger); err != nil {
 		b.Fatal(err)
 	}
 	// The warm-up reads every app once, publishing nothing, so that the

@@ -1,0 +1,296 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// `playwatch reparse` reads the pages the crawl archived on raw-pages
+// (rawarchive.go), runs today's parser on each and publishes the messages the
+// crawl would have published, each with the crawled_at of its page's
+// header: the crawl's own. So what the crawl stored already is not stored
+// twice (app_stats is unique per app and crawled_at, a review's version only
+// moves to a newer crawled_at), and what failed to parse then is stored now.
+
+const reparseSynopsis = "reparse [--since 24h|RFC3339] [--until 1h|RFC3339] [--package P] [--dry-run] [flags]"
+
+// reparseFlags are the command's own flags.
+type reparseFlags struct {
+	since, until, pkg string
+	dryRun            bool
+}
+
+func (f *reparseFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.since, "since", "24h", "pages archived within this duration or after this time (RFC 3339)")
+	fs.StringVar(&f.until, "until", "", "pages archived before this time (RFC 3339) or this long ago; default: up to the newest")
+	fs.StringVar(&f.pkg, "package", "", "only the pages of this package")
+	fs.BoolVar(&f.dryRun, "dry-run", false, "parse and count, but publish nothing")
+}
+
+// reparseWindow is the archive time range to read; a zero Until: to the end.
+type reparseWindow struct {
+	Since, Until time.Time
+}
+
+func (f *reparseFlags) window(now time.Time) (reparseWindow, error) {
+	var w reparseWindow
+	var err error
+	if w.Since, err = timeFlag("--since", f.since, now); err != nil {
+		return w, err
+	}
+	if f.until != "" {
+		if w.Until, err = timeFlag("--until", f.until, now); err != nil {
+			return w, err
+		}
+		if !w.Until.After(w.Since) {
+			return w, usageError{fmt.Sprintf("--until %s is not after --since %s", w.Until.Format(time.RFC3339), w.Since.Format(time.RFC3339))}
+		}
+	}
+	if f.pkg != "" {
+		if err := validatePackageName(f.pkg); err != nil {
+			return w, usageError{"--package: " + err.Error()}
+		}
+	}
+	return w, nil
+}
+
+// timeFlag reads a duration before now or an RFC 3339 time.
+func timeFlag(name, v string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return now.Add(-d), nil
+	}
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t, nil
+	}
+	return time.Time{}, usageError{fmt.Sprintf("%s %q: neither a duration (24h) nor an RFC 3339 time", name, v)}
+}
+
+// rawRange is, per partition of raw-pages, the offsets to read: from the
+// first at or after Since up to (not including) the first at or after Until.
+type rawRange map[int32][2]int64
+
+func (r rawRange) pages() int64 {
+	var n int64
+	for _, o := range r {
+		n += o[1] - o[0]
+	}
+	return n
+}
+
+// offsets are where a consumer of r starts, for kgo.ConsumePartitions.
+func (r rawRange) offsets() map[string]map[int32]kgo.Offset {
+	ps := map[int32]kgo.Offset{}
+	for p, o := range r {
+		if o[1] > o[0] {
+			ps[p] = kgo.NewOffset().At(o[0])
+		}
+	}
+	return map[string]map[int32]kgo.Offset{topicRawPages: ps}
+}
+
+// planRawRange looks up the offsets of w on raw-pages by the records'
+// timestamps (the time the crawl produced them).
+func planRawRange(ctx context.Context, adm *kadm.Client, w reparseWindow) (rawRange, error) {
+	starts, err := adm.ListOffsetsAfterMilli(ctx, w.Since.UnixMilli(), topicRawPages)
+	if err != nil {
+		return nil, fmt.Errorf("list the offsets of %s: %w", topicRawPages, err)
+	}
+	var ends kadm.ListedOffsets
+	if w.Until.IsZero() {
+		ends, err = adm.ListEndOffsets(ctx, topicRawPages)
+	} else {
+		ends, err = adm.ListOffsetsAfterMilli(ctx, w.Until.UnixMilli(), topicRawPages)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list the offsets of %s: %w", topicRawPages, err)
+	}
+	r := rawRange{}
+	var errs []error
+	starts.Each(func(s kadm.ListedOffset) {
+		e, ok := ends.Lookup(s.Topic, s.Partition)
+		if s.Err != nil || !ok || e.Err != nil {
+			errs = append(errs, fmt.Errorf("offsets of %s/%d: %w", s.Topic, s.Partition, errors.Join(s.Err, e.Err)))
+			return
+		}
+		r[s.Partition] = [2]int64{s.Offset, max(e.Offset, s.Offset)}
+	})
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w (is RAW_ARCHIVE on? without it nothing is archived)", errors.Join(errs...))
+	}
+	return r, nil
+}
+
+// recordPoller is the part of *kgo.Client that reads the range.
+type recordPoller interface {
+	PollFetches(ctx context.Context) kgo.Fetches
+}
+
+// reparser parses archived pages again and publishes their messages; pub
+// nil is a dry run.
+type reparser struct {
+	parser pageParser
+	pub    crawlPublisher
+	pkg    string // only this package's pages; "": all
+	// progress gets a line every progressEvery while the run lasts.
+	progress io.Writer
+}
+
+// reparseSummary is what a run did.
+type reparseSummary struct {
+	Read, Parsed    int
+	Failing         map[string]int // "kind: reason" → pages
+	Stats, Reviews  int            // messages published (or, in a dry run, that would be)
+	DryRun          bool
+	Took            time.Duration
+	OtherPackages   int // pages of other packages than --package
+	UnexpectedPages int // records that are no 200 answer of a known kind
+}
+
+func (s reparseSummary) String() string {
+	failing := "none"
+	if len(s.Failing) > 0 {
+		var fs []string
+		for _, k := range slices.Sorted(maps.Keys(s.Failing)) {
+			fs = append(fs, fmt.Sprintf("%d %s", s.Failing[k], k))
+		}
+		failing = strings.Join(fs, ", ")
+	}
+	verb := "published"
+	if s.DryRun {
+		verb = "not published (dry run)"
+	}
+	return fmt.Sprintf("pages read: %d, parsed: %d, still failing: %s; messages %s: %d app-stats, %d reviews; took %s",
+		s.Read, s.Parsed, failing, verb, s.Stats, s.Reviews, s.Took.Round(time.Millisecond))
+}
+
+// run reads rng through poller, which starts at rng's first offsets.
+func (rp *reparser) run(ctx context.Context, poller recordPoller, rng rawRange) (reparseSummary, error) {
+	start := time.Now()
+	sum := reparseSummary{Failing: map[string]int{}, DryRun: rp.pub == nil}
+	left := map[int32]int64{} // partition → its end offset, while records are due
+	for p, o := range rng {
+		if o[1] > o[0] {
+			left[p] = o[1]
+		}
+	}
+	total, seen := rng.pages(), int64(0)
+	decompressor := kgo.DefaultDecompressor()
+	next := start.Add(progressEvery)
+	for len(left) > 0 {
+		fs := poller.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return sum, err
+		}
+		var ferr error
+		fs.EachError(func(t string, p int32, err error) {
+			ferr = errors.Join(ferr, fmt.Errorf("read %s/%d: %w", t, p, err))
+		})
+		if ferr != nil {
+			return sum, ferr
+		}
+		var err error
+		fs.EachRecord(func(r *kgo.Record) {
+			end, due := left[r.Partition]
+			if err != nil || !due || r.Offset >= end {
+				return
+			}
+			if r.Offset == end-1 {
+				delete(left, r.Partition)
+			}
+			seen++
+			err = rp.page(ctx, decompressor, r, &sum)
+		})
+		if err != nil {
+			return sum, err
+		}
+		if now := time.Now(); now.After(next) && rp.progress != nil {
+			next = now.Add(progressEvery)
+			fmt.Fprintf(rp.progress, "reparse: %d of %d archived pages read, %d parsed, %d failing\n", seen, total, sum.Parsed, sum.Read-sum.Parsed)
+		}
+	}
+	sum.Took = time.Since(start)
+	return sum, nil
+}
+
+// page reparses one record; only a publish that fails is an error.
+func (rp *reparser) page(ctx context.Context, d kgo.Decompressor, r *kgo.Record, sum *reparseSummary) error {
+	pkg := string(r.Key)
+	if rp.pkg != "" && pkg != rp.pkg {
+		sum.OtherPackages++
+		return nil
+	}
+	kind := recordHeader(r, headerKind)
+	if (kind != pageDetails && kind != pageReviews) || recordHeader(r, headerStatus) != "200" {
+		sum.UnexpectedPages++
+		return nil
+	}
+	sum.Read++
+	fail := func(reason string) { sum.Failing[kind+": "+reason]++ }
+	crawledAt, err := time.Parse(time.RFC3339Nano, recordHeader(r, headerCrawledAt))
+	if err != nil || validatePackageName(pkg) != nil {
+		fail("bad key or " + headerCrawledAt + " header")
+		return nil
+	}
+	crawledAt = messageTime(crawledAt)
+	body, err := decodeRawPage(d, r)
+	if err != nil {
+		fail("cannot decode")
+		return nil
+	}
+	switch kind {
+	case pageDetails:
+		details, err := rp.parser.details(body)
+		if err != nil {
+			fail(reparseFailureReason(err))
+			return nil
+		}
+		sum.Parsed++
+		details.PackageName = pkg
+		m := appStatsFromDetails(details)
+		m.CrawledAt = crawledAt
+		sum.Stats++
+		if rp.pub != nil {
+			return rp.pub.PublishAppStats(ctx, m)
+		}
+	case pageReviews:
+		page, err := rp.parser.reviews(body)
+		if err != nil {
+			fail(reparseFailureReason(err))
+			return nil
+		}
+		sum.Parsed++
+		msgs := make([]reviewMessage, len(page.Reviews))
+		for i, rv := range page.Reviews {
+			msgs[i] = reviewMessageFrom(pkg, rv)
+			msgs[i].CrawledAt = crawledAt
+		}
+		sum.Reviews += len(msgs)
+		if rp.pub != nil {
+			return rp.pub.PublishReviews(ctx, pkg, msgs)
+		}
+	}
+	return nil
+}
+
+// reparseFailureReason is the summary's reason of a page that still fails.
+func reparseFailureReason(err error) string {
+	var perr *parseError
+	switch {
+	case errors.As(err, &perr):
+		return perr.reason()
+	case errors.Is(err, errRPCEntry):
+		return errRPCEntry.Error()
+	default:
+		return "unreadable"
+	}
+}
