@@ -34,8 +34,13 @@ func TestBrokerBudgetCoversEveryTopic(t *testing.T) {
 	if b.segmentBytes() != 1<<20 {
 		t.Errorf("segment %d bytes at 256 MiB, want 1 MiB", b.segmentBytes())
 	}
-	if _, err := planBrokerBudget(256<<20, time.Hour, append(allTopics, "raw-pages")); err == nil || !strings.Contains(err.Error(), "raw-pages") {
+	if _, err := planBrokerBudget(256<<20, time.Hour, append(allTopics, "crawl-jobs")); err == nil || !strings.Contains(err.Error(), "crawl-jobs") {
 		t.Errorf("a topic without a share: %v, want an error naming it", err)
+	}
+	// The archive has a share that nothing must drain.
+	withRaw, err := planBrokerBudget(256<<20, time.Hour, append(allTopics, topicRawPages))
+	if err != nil || withRaw.shares[topicRawPages] <= 0 || topicShares[topicRawPages].drained {
+		t.Errorf("%s: share %d, drained %v, %v", topicRawPages, withRaw.shares[topicRawPages], topicShares[topicRawPages].drained, err)
 	}
 }
 
