@@ -228,7 +228,7 @@ func endOffsets(t testing.TB, brokers []string, topics ...string) int64 {
 }
 
 // consumeAll reads every record of topic from the start until n arrived.
-func consumeAll(t *testing.T, brokers []string, topic string, n int) []*kgo.Record {
+func consumeAll(t testing.TB, brokers []string, topic string, n int) []*kgo.Record {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {

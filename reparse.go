@@ -5,10 +5,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -173,6 +175,11 @@ func (s reparseSummary) String() string {
 		s.Read, s.Parsed, failing, verb, s.Stats, s.Reviews, s.Took.Round(time.Millisecond))
 }
 
+// reparseWorkers parse and publish pages at once: a send waits for the
+// broker's confirmation, one after the other a cycle's 1,600 pages would take
+// half a minute. One app's pages go to one worker, in their order.
+const reparseWorkers = 8
+
 // run reads rng through poller, which starts at rng's first offsets.
 func (rp *reparser) run(ctx context.Context, poller recordPoller, rng rawRange) (reparseSummary, error) {
 	start := time.Now()
@@ -183,103 +190,164 @@ func (rp *reparser) run(ctx context.Context, poller recordPoller, rng rawRange) 
 			left[p] = o[1]
 		}
 	}
-	total, seen := rng.pages(), int64(0)
-	decompressor := kgo.DefaultDecompressor()
-	next := start.Add(progressEvery)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var mu sync.Mutex // guards sum
+	var wg sync.WaitGroup
+	queues := make([]chan *kgo.Record, reparseWorkers)
+	for i := range queues {
+		queues[i] = make(chan *kgo.Record, 16)
+		wg.Go(func() {
+			decompressor := kgo.DefaultDecompressor()
+			for r := range queues[i] {
+				if ctx.Err() != nil {
+					continue
+				}
+				res, err := rp.page(ctx, decompressor, r)
+				if err != nil {
+					res.stats, res.reviews = 0, 0 // not published
+				}
+				mu.Lock()
+				sum.add(res)
+				mu.Unlock()
+				if err != nil {
+					cancel(err)
+				}
+			}
+		})
+	}
+	err := rp.feed(ctx, poller, rng.pages(), left, queues, func(seen int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(rp.progress, "reparse: %d of %d archived pages read, %d parsed, %d failing\n", seen, rng.pages(), sum.Parsed, sum.Read-sum.Parsed)
+	})
+	for _, q := range queues {
+		close(q)
+	}
+	wg.Wait()
+	sum.Took = time.Since(start)
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return sum, cause
+	}
+	return sum, err
+}
+
+// feed hands the records of the range to the workers' queues, by key, and
+// reports progress every progressEvery.
+func (rp *reparser) feed(ctx context.Context, poller recordPoller, total int64, left map[int32]int64, queues []chan *kgo.Record, progress func(seen int64)) error {
+	seen := int64(0)
+	next := time.Now().Add(progressEvery)
 	for len(left) > 0 {
 		fs := poller.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return sum, err
+			return err
 		}
 		var ferr error
 		fs.EachError(func(t string, p int32, err error) {
 			ferr = errors.Join(ferr, fmt.Errorf("read %s/%d: %w", t, p, err))
 		})
 		if ferr != nil {
-			return sum, ferr
+			return ferr
 		}
-		var err error
-		fs.EachRecord(func(r *kgo.Record) {
+		for r := range fs.RecordsAll() {
 			end, due := left[r.Partition]
-			if err != nil || !due || r.Offset >= end {
-				return
+			if !due || r.Offset >= end {
+				continue
 			}
 			if r.Offset == end-1 {
 				delete(left, r.Partition)
 			}
 			seen++
-			err = rp.page(ctx, decompressor, r, &sum)
-		})
-		if err != nil {
-			return sum, err
+			h := fnv.New32a()
+			h.Write(r.Key)
+			select {
+			case queues[h.Sum32()%uint32(len(queues))] <- r:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 		if now := time.Now(); now.After(next) && rp.progress != nil {
 			next = now.Add(progressEvery)
-			fmt.Fprintf(rp.progress, "reparse: %d of %d archived pages read, %d parsed, %d failing\n", seen, total, sum.Parsed, sum.Read-sum.Parsed)
+			progress(seen)
 		}
 	}
-	sum.Took = time.Since(start)
-	return sum, nil
+	return nil
+}
+
+// pageResult is what reparsing one record gave.
+type pageResult struct {
+	read, parsed, stats, reviews int
+	failing                      string // "kind: reason" of a page that still fails
+	otherPackage, unexpected     bool
+}
+
+func (s *reparseSummary) add(r pageResult) {
+	s.Read += r.read
+	s.Parsed += r.parsed
+	s.Stats += r.stats
+	s.Reviews += r.reviews
+	if r.failing != "" {
+		s.Failing[r.failing]++
+	}
+	if r.otherPackage {
+		s.OtherPackages++
+	}
+	if r.unexpected {
+		s.UnexpectedPages++
+	}
 }
 
 // page reparses one record; only a publish that fails is an error.
-func (rp *reparser) page(ctx context.Context, d kgo.Decompressor, r *kgo.Record, sum *reparseSummary) error {
+func (rp *reparser) page(ctx context.Context, d kgo.Decompressor, r *kgo.Record) (pageResult, error) {
 	pkg := string(r.Key)
 	if rp.pkg != "" && pkg != rp.pkg {
-		sum.OtherPackages++
-		return nil
+		return pageResult{otherPackage: true}, nil
 	}
 	kind := recordHeader(r, headerKind)
 	if (kind != pageDetails && kind != pageReviews) || recordHeader(r, headerStatus) != "200" {
-		sum.UnexpectedPages++
-		return nil
+		return pageResult{unexpected: true}, nil
 	}
-	sum.Read++
-	fail := func(reason string) { sum.Failing[kind+": "+reason]++ }
+	fail := func(reason string) (pageResult, error) {
+		return pageResult{read: 1, failing: kind + ": " + reason}, nil
+	}
 	crawledAt, err := time.Parse(time.RFC3339Nano, recordHeader(r, headerCrawledAt))
 	if err != nil || validatePackageName(pkg) != nil {
-		fail("bad key or " + headerCrawledAt + " header")
-		return nil
+		return fail("bad key or " + headerCrawledAt + " header")
 	}
 	crawledAt = messageTime(crawledAt)
 	body, err := decodeRawPage(d, r)
 	if err != nil {
-		fail("cannot decode")
-		return nil
+		return fail("cannot decode")
 	}
-	switch kind {
-	case pageDetails:
+	res := pageResult{read: 1, parsed: 1}
+	if kind == pageDetails {
 		details, err := rp.parser.details(body)
 		if err != nil {
-			fail(reparseFailureReason(err))
-			return nil
+			return fail(reparseFailureReason(err))
 		}
-		sum.Parsed++
 		details.PackageName = pkg
 		m := appStatsFromDetails(details)
 		m.CrawledAt = crawledAt
-		sum.Stats++
+		res.stats = 1
 		if rp.pub != nil {
-			return rp.pub.PublishAppStats(ctx, m)
+			return res, rp.pub.PublishAppStats(ctx, m)
 		}
-	case pageReviews:
-		page, err := rp.parser.reviews(body)
-		if err != nil {
-			fail(reparseFailureReason(err))
-			return nil
-		}
-		sum.Parsed++
-		msgs := make([]reviewMessage, len(page.Reviews))
-		for i, rv := range page.Reviews {
-			msgs[i] = reviewMessageFrom(pkg, rv)
-			msgs[i].CrawledAt = crawledAt
-		}
-		sum.Reviews += len(msgs)
-		if rp.pub != nil {
-			return rp.pub.PublishReviews(ctx, pkg, msgs)
-		}
+		return res, nil
 	}
-	return nil
+	page, err := rp.parser.reviews(body)
+	if err != nil {
+		return fail(reparseFailureReason(err))
+	}
+	msgs := make([]reviewMessage, len(page.Reviews))
+	for i, rv := range page.Reviews {
+		msgs[i] = reviewMessageFrom(pkg, rv)
+		msgs[i].CrawledAt = crawledAt
+	}
+	res.reviews = len(msgs)
+	if rp.pub != nil && len(msgs) > 0 {
+		return res, rp.pub.PublishReviews(ctx, pkg, msgs)
+	}
+	return res, nil
 }
 
 // reparseFailureReason is the summary's reason of a page that still fails.
