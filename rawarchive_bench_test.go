@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,4 +115,64 @@ func BenchmarkBrokerBytesPerRawPage(b *testing.B) {
 	b.ReportMetric(details/float64(b.N)+overhead, "bytes/details-page")
 	b.ReportMetric(reviews/float64(b.N*(benchResponsesPerApp-1))+overhead, "bytes/reviews-page")
 	b.ReportMetric(grew/float64(b.N), "bytes/app-cycle")
+}
+
+// switchArchiver lets the crawl benchmark turn the archive on and off
+// between cycles of one client: the replay Play Store caches its answers per
+// client.
+type switchArchiver struct{ to atomic.Pointer[rawArchive] }
+
+func (s *switchArchiver) archive(ctx context.Context, p rawPage) {
+	if a := s.to.Load(); a != nil {
+		a.archive(ctx, p)
+	}
+}
+
+// runArchiveOverhead is BenchmarkCrawlCycle's archive=compare: each
+// iteration runs a cycle without the archive, then one with it, on the same
+// crawler, producer and embedded broker (in this process, as in the
+// appliance), and reports the CPU time per response of each and their
+// ratio. The goal: the archive adds under 10 % (archive-cpu-ratio < 1.10).
+func (cb *crawlBench) runArchiveOverhead(b *testing.B, workers int) {
+	_, brokers := newTestBroker(b, b.TempDir())
+	createRawPagesTopic(b, brokers)
+	cfg := benchCrawlConfig(b, workers)
+	logger := testLogger(b)
+	producer, err := newProducer(cfg, brokers)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer producer.Close()
+	reg := prometheus.NewRegistry()
+	archive, flush := newTestArchive(b, brokers, reg)
+	cr := newCrawler(crawlerConfigOf(cfg), cb.registry, cb.store, newPublisher(producer, cfg.Producer, reg, logger), reg, logger)
+	responses := cb.apps * benchResponsesPerApp
+	var off, on time.Duration
+	cycle := func(a *rawArchive) time.Duration {
+		cb.archive.to.Store(a)
+		defer cb.archive.to.Store(nil)
+		runtime.GC()
+		start := processCPU(b, "self")
+		sum, err := cr.RunCycle(context.Background())
+		if a != nil {
+			flush() // the archive's sends are its cost too
+		}
+		if err != nil || sum.StatsOK != cb.apps || sum.ReviewsOK != cb.apps {
+			b.Fatalf("cycle: %s, %v", sum, err)
+		}
+		return processCPU(b, "self") - start
+	}
+	for b.Loop() {
+		off += cycle(nil)
+		on += cycle(archive)
+	}
+	archived := metricValue(b, reg, "playwatch_raw_pages_archived_total", map[string]string{"kind": pageDetails}) +
+		metricValue(b, reg, "playwatch_raw_pages_archived_total", map[string]string{"kind": pageReviews})
+	if want := float64(b.N * responses); archived != want {
+		b.Fatalf("%v pages archived, want %v (%v failures)", archived, want, metricValue(b, reg, "playwatch_raw_archive_failures_total", nil))
+	}
+	perResponse := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(b.N*responses) }
+	b.ReportMetric(perResponse(off), "cpu-ms/response")
+	b.ReportMetric(perResponse(on), "archive-cpu-ms/response")
+	b.ReportMetric(float64(on)/float64(off), "archive-cpu-ratio")
 }
