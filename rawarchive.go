@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// The raw page archive (docs/design.md §raw-pages): every 200 answer of the
+// The raw page archive (docs/design.md "Raw page archive"): every 200 answer of the
 // Play Store, compressed, on the raw-pages topic, so that `playwatch
 // reparse` can parse the pages of a day again after a parser fix instead
 // of crawling them again at the store's scarce rate.

@@ -154,7 +154,6 @@ type reparseSummary struct {
 	Stats, Reviews  int            // messages published (or, in a dry run, that would be)
 	DryRun          bool
 	Took            time.Duration
-	OtherPackages   int // pages of other packages than --package
 	UnexpectedPages int // records that are no 200 answer of a known kind
 }
 
@@ -171,8 +170,12 @@ func (s reparseSummary) String() string {
 	if s.DryRun {
 		verb = "not published (dry run)"
 	}
-	return fmt.Sprintf("pages read: %d, parsed: %d, still failing: %s; messages %s: %d app-stats, %d reviews; took %s",
+	out := fmt.Sprintf("pages read: %d, parsed: %d, still failing: %s; messages %s: %d app-stats, %d reviews; took %s",
 		s.Read, s.Parsed, failing, verb, s.Stats, s.Reviews, s.Took.Round(time.Millisecond))
+	if s.UnexpectedPages > 0 {
+		out += fmt.Sprintf("; %d records skipped: not a 200 answer of a known kind", s.UnexpectedPages)
+	}
+	return out
 }
 
 // reparseWorkers parse and publish pages at once: a send waits for the
@@ -278,7 +281,7 @@ func (rp *reparser) feed(ctx context.Context, poller recordPoller, total int64, 
 type pageResult struct {
 	read, parsed, stats, reviews int
 	failing                      string // "kind: reason" of a page that still fails
-	otherPackage, unexpected     bool
+	unexpected                   bool
 }
 
 func (s *reparseSummary) add(r pageResult) {
@@ -289,9 +292,6 @@ func (s *reparseSummary) add(r pageResult) {
 	if r.failing != "" {
 		s.Failing[r.failing]++
 	}
-	if r.otherPackage {
-		s.OtherPackages++
-	}
 	if r.unexpected {
 		s.UnexpectedPages++
 	}
@@ -301,7 +301,7 @@ func (s *reparseSummary) add(r pageResult) {
 func (rp *reparser) page(ctx context.Context, d kgo.Decompressor, r *kgo.Record) (pageResult, error) {
 	pkg := string(r.Key)
 	if rp.pkg != "" && pkg != rp.pkg {
-		return pageResult{otherPackage: true}, nil
+		return pageResult{}, nil
 	}
 	kind := recordHeader(r, headerKind)
 	if (kind != pageDetails && kind != pageReviews) || recordHeader(r, headerStatus) != "200" {
