@@ -110,7 +110,7 @@ func TestBrokerBudgetHoldsTheCrawlUntilTheConsumerStores(t *testing.T) {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	share := int64(1<<20) / 10 * 8 / 3 // reviews: 8 of 10 parts, over 3 partitions
+	share := int64(1<<20) / 16 * 8 / 3 // reviews: 8 of 16 parts (raw-pages has 6), over 3 partitions
 
 	waitFor(t, 60*time.Second, "the crawl to wait for room on the broker", func() bool {
 		return scrapeMetric(t, base, "playwatch_publish_backpressure_waits_total", `topic="reviews"`) >= 1
