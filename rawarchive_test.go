@@ -326,3 +326,39 @@ func checkKcatReadsRawPages(t *testing.T, kcat, broker string, brokers []string,
 		}
 	}
 }
+
+// Whatever a raw-pages record holds, reparse counts it as read, parsed or
+// failing, and never panics or decodes more than maxRawPageBytes.
+func FuzzReparsePage(f *testing.F) {
+	a, err := newRawArchive(nil, prometheus.NewRegistry(), testLogger(f))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, fixture := range []string{"reviews_UsvDTd_com.google.android.apps.translate_en_us_page1.txt", "details_com.adex77.WhereAmI_en_us.html"} {
+		v, err := a.compress(readPlaystoreFixture(f, fixture))
+		if err != nil {
+			f.Fatal(err)
+		}
+		kind := pageReviews
+		if strings.HasPrefix(fixture, "details") {
+			kind = pageDetails
+		}
+		f.Add([]byte("com.example.app"), kind, "2026-07-01T10:00:00.123456Z", "snappy", v)
+	}
+	f.Add([]byte("com.example.app"), pageDetails, "2026-07-01T10:00:00Z", "snappy", []byte{0xff, 0xff, 0xff, 0xff, 0x0f, 0})
+	f.Add([]byte(""), pageReviews, "yesterday", "gzip", []byte{})
+	rp := &reparser{parser: storeParser{}}
+	f.Fuzz(func(t *testing.T, key []byte, kind, crawledAt, encoding string, value []byte) {
+		r := &kgo.Record{Key: key, Value: value, Headers: []kgo.RecordHeader{
+			{Key: headerKind, Value: []byte(kind)}, {Key: headerStatus, Value: []byte("200")},
+			{Key: headerCrawledAt, Value: []byte(crawledAt)}, {Key: headerEncoding, Value: []byte(encoding)},
+		}}
+		res, err := rp.page(context.Background(), kgo.DefaultDecompressor(), r)
+		if err != nil {
+			t.Fatalf("a dry run failed: %v", err)
+		}
+		if res.unexpected == (res.read == 1) || res.read != res.parsed && res.failing == "" || res.parsed == 1 && res.failing != "" {
+			t.Fatalf("result %+v", res)
+		}
+	})
+}
