@@ -912,7 +912,7 @@ func cmdReparse(ctx context.Context, args []string, getenv func(string) string, 
 		return fmt.Errorf("kafka consumer of %s: %w", topicRawPages, err)
 	}
 	defer reader.Close()
-	rp := &reparser{parser: storeParser{}, pkg: f.pkg, progress: stderr}
+	rp := &reparser{parser: storeParser{}, pkg: f.pkg, progress: stderr, logStarts: rawLogStarts(kadm.NewClient(be.kafka))}
 	if !f.dryRun {
 		producer, err := newProducer(cl.cfg, be.brokers)
 		if err != nil {

@@ -75,7 +75,7 @@ func BenchmarkReparseCycle(b *testing.B) {
 	pages := 0
 	cpu := -processCPU(b, "self")
 	for b.Loop() {
-		sum := reparseRange(b, brokers, rp, time.Now().Add(-time.Hour))
+		sum := reparseRange(b, brokers, rp, time.Now().Add(-time.Hour), nil)
 		if sum.Read != apps*benchResponsesPerApp || sum.Parsed != sum.Read || sum.Stats != apps {
 			b.Fatalf("reparse: %s", sum)
 		}

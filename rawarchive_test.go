@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -67,8 +68,9 @@ func newTestArchive(t testing.TB, brokers []string, reg prometheus.Registerer) (
 	}
 }
 
-// reparseRange runs a reparse of everything on raw-pages since since.
-func reparseRange(t testing.TB, brokers []string, rp *reparser, since time.Time) reparseSummary {
+// reparseRange runs a reparse of everything on raw-pages since since; trim,
+// when set, runs after the range is planned and before it is read.
+func reparseRange(t testing.TB, brokers []string, rp *reparser, since time.Time, trim func(rawRange)) reparseSummary {
 	t.Helper()
 	var rng rawRange
 	var err error
@@ -78,11 +80,20 @@ func reparseRange(t testing.TB, brokers []string, rp *reparser, since time.Time)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if trim != nil {
+		trim(rng)
+	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(rng.offsets()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
+	admCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admCl.Close()
+	rp.logStarts = rawLogStarts(kadm.NewClient(admCl))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sum, err := rp.run(ctx, cl, rng)
@@ -140,13 +151,13 @@ func TestReparseStoresPagesTheCrawlCouldNotParse(t *testing.T) {
 	tc := startTestConsumer(t, pool, brokers, testConsumerOptions(), consumerHooks{})
 	t.Cleanup(func() { _ = tc.stop() })
 	rp := &reparser{parser: parser, pub: pub}
-	if sum := reparseRange(t, brokers, rp, began.Add(-time.Minute)); sum.Read != 2 || sum.Parsed != 0 || sum.Failing["details: layout changed"] != 1 ||
+	if sum := reparseRange(t, brokers, rp, began.Add(-time.Minute), nil); sum.Read != 2 || sum.Parsed != 0 || sum.Failing["details: layout changed"] != 1 ||
 		sum.Failing["reviews: layout changed"] != 1 || sum.Stats+sum.Reviews != 0 {
 		t.Fatalf("reparse with the old parser: %s", sum)
 	}
 
 	parser.reject.Store(false)
-	if sum := reparseRange(t, brokers, rp, began.Add(-time.Minute)); sum.Read != 2 || sum.Parsed != 2 || len(sum.Failing) != 0 || sum.Stats != 1 || sum.Reviews != 40 {
+	if sum := reparseRange(t, brokers, rp, began.Add(-time.Minute), nil); sum.Read != 2 || sum.Parsed != 2 || len(sum.Failing) != 0 || sum.Stats != 1 || sum.Reviews != 40 {
 		t.Fatalf("reparse with the fixed parser: %s", sum)
 	}
 	waitFor(t, 30*time.Second, "the reparsed app-stats and reviews stored", func() bool {
@@ -169,7 +180,7 @@ func TestReparseStoresPagesTheCrawlCouldNotParse(t *testing.T) {
 	}
 
 	// Twice: the same messages again, and nothing new in the tables.
-	if sum := reparseRange(t, brokers, rp, began.Add(-time.Minute)); sum.Stats != 1 || sum.Reviews != 40 {
+	if sum := reparseRange(t, brokers, rp, began.Add(-time.Minute), nil); sum.Stats != 1 || sum.Reviews != 40 {
 		t.Fatalf("second reparse: %s", sum)
 	}
 	published := endOffsets(t, brokers, topicAppStats, topicReviews)
@@ -361,4 +372,32 @@ func FuzzReparsePage(f *testing.F) {
 			t.Fatalf("result %+v", res)
 		}
 	})
+}
+
+// Pages trimmed from raw-pages after the reparse planned its range are
+// reported as such; the reparse ends instead of waiting for them.
+func TestReparseEndsWhenItsRangeIsTrimmed(t *testing.T) {
+	_, brokers := newTestBroker(t, t.TempDir())
+	createRawPagesTopic(t, brokers)
+	archive, flush := newTestArchive(t, brokers, prometheus.NewRegistry())
+	body := readPlaystoreFixture(t, "reviews_UsvDTd_com.google.android.apps.translate_en_us_page1.txt")
+	for i := range 6 {
+		archive.archive(context.Background(), rawPage{Kind: pageReviews, Package: fmt.Sprintf("com.example.trim%d", i), Lang: "en", Country: "us",
+			Status: 200, FetchedAt: time.Now(), Body: body})
+	}
+	flush()
+	sum := reparseRange(t, brokers, &reparser{parser: storeParser{}}, time.Now().Add(-time.Hour), func(rng rawRange) {
+		var del kadm.Offsets
+		for p, o := range rng {
+			del.Add(kadm.Offset{Topic: topicRawPages, Partition: p, At: o[1]})
+		}
+		withAdmin(t, brokers, func(ctx context.Context, adm *kadm.Client) {
+			if resps, err := adm.DeleteRecords(ctx, del); err != nil || resps.Error() != nil {
+				t.Fatalf("delete records: %v %v", err, resps.Error())
+			}
+		})
+	})
+	if sum.Trimmed != 6 || sum.Read != 0 || !strings.Contains(sum.String(), "6 pages of the range were trimmed") {
+		t.Errorf("reparse of a trimmed range: %s", sum)
+	}
 }

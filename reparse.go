@@ -143,6 +143,8 @@ type reparser struct {
 	parser pageParser
 	pub    crawlPublisher
 	pkg    string // only this package's pages; "": all
+	// logStarts reads the first offset each partition still holds.
+	logStarts func(context.Context) (map[int32]int64, error)
 	// progress gets a line every progressEvery while the run lasts.
 	progress io.Writer
 }
@@ -154,7 +156,8 @@ type reparseSummary struct {
 	Stats, Reviews  int            // messages published (or, in a dry run, that would be)
 	DryRun          bool
 	Took            time.Duration
-	UnexpectedPages int // records that are no 200 answer of a known kind
+	UnexpectedPages int   // records that are no 200 answer of a known kind
+	Trimmed         int64 // pages of the range deleted before they were read
 }
 
 func (s reparseSummary) String() string {
@@ -172,6 +175,9 @@ func (s reparseSummary) String() string {
 	}
 	out := fmt.Sprintf("pages read: %d, parsed: %d, still failing: %s; messages %s: %d app-stats, %d reviews; took %s",
 		s.Read, s.Parsed, failing, verb, s.Stats, s.Reviews, s.Took.Round(time.Millisecond))
+	if s.Trimmed > 0 {
+		out += fmt.Sprintf("; %d pages of the range were trimmed from %s before they were read", s.Trimmed, topicRawPages)
+	}
 	if s.UnexpectedPages > 0 {
 		out += fmt.Sprintf("; %d records skipped: not a 200 answer of a known kind", s.UnexpectedPages)
 	}
@@ -219,7 +225,7 @@ func (rp *reparser) run(ctx context.Context, poller recordPoller, rng rawRange) 
 			}
 		})
 	}
-	err := rp.feed(ctx, poller, rng.pages(), left, queues, func(seen int64) {
+	seen, err := rp.feed(ctx, poller, left, queues, func(seen int64) {
 		mu.Lock()
 		defer mu.Unlock()
 		fmt.Fprintf(rp.progress, "reparse: %d of %d archived pages read, %d parsed, %d failing\n", seen, rng.pages(), sum.Parsed, sum.Read-sum.Parsed)
@@ -229,36 +235,63 @@ func (rp *reparser) run(ctx context.Context, poller recordPoller, rng rawRange) 
 	}
 	wg.Wait()
 	sum.Took = time.Since(start)
+	sum.Trimmed = rng.pages() - seen
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return sum, cause
 	}
 	return sum, err
 }
 
+// reparseIdlePoll is how long a poll that brings nothing waits before the
+// reparse asks whether the rest of the range was trimmed meanwhile: raw-pages
+// is trimmed freely, and a consumer whose position was deleted starts again
+// at the log's new start, which may lie past the range.
+const reparseIdlePoll = 2 * time.Second
+
 // feed hands the records of the range to the workers' queues, by key, and
-// reports progress every progressEvery.
-func (rp *reparser) feed(ctx context.Context, poller recordPoller, total int64, left map[int32]int64, queues []chan *kgo.Record, progress func(seen int64)) error {
+// reports progress every progressEvery. It returns how many records of the
+// range it read.
+func (rp *reparser) feed(ctx context.Context, poller recordPoller, left map[int32]int64, queues []chan *kgo.Record, progress func(seen int64)) (int64, error) {
 	seen := int64(0)
 	next := time.Now().Add(progressEvery)
 	for len(left) > 0 {
-		fs := poller.PollFetches(ctx)
+		pctx, cancel := context.WithTimeout(ctx, reparseIdlePoll)
+		fs := poller.PollFetches(pctx)
+		cancel()
 		if err := ctx.Err(); err != nil {
-			return err
+			return seen, err
+		}
+		if fs.NumRecords() == 0 && pctx.Err() != nil {
+			starts, err := rp.logStarts(ctx)
+			if err != nil {
+				return seen, err
+			}
+			for p, end := range left {
+				if starts[p] >= end {
+					delete(left, p) // the rest of it is gone
+				}
+			}
+			continue
 		}
 		var ferr error
 		fs.EachError(func(t string, p int32, err error) {
-			ferr = errors.Join(ferr, fmt.Errorf("read %s/%d: %w", t, p, err))
+			if !errors.Is(err, context.DeadlineExceeded) {
+				ferr = errors.Join(ferr, fmt.Errorf("read %s/%d: %w", t, p, err))
+			}
 		})
 		if ferr != nil {
-			return ferr
+			return seen, ferr
 		}
 		for r := range fs.RecordsAll() {
 			end, due := left[r.Partition]
-			if !due || r.Offset >= end {
+			if !due {
 				continue
 			}
-			if r.Offset == end-1 {
+			if r.Offset >= end-1 {
 				delete(left, r.Partition)
+			}
+			if r.Offset >= end {
+				continue
 			}
 			seen++
 			h := fnv.New32a()
@@ -266,7 +299,7 @@ func (rp *reparser) feed(ctx context.Context, poller recordPoller, total int64, 
 			select {
 			case queues[h.Sum32()%uint32(len(queues))] <- r:
 			case <-ctx.Done():
-				return ctx.Err()
+				return seen, ctx.Err()
 			}
 		}
 		if now := time.Now(); now.After(next) && rp.progress != nil {
@@ -274,7 +307,24 @@ func (rp *reparser) feed(ctx context.Context, poller recordPoller, total int64, 
 			progress(seen)
 		}
 	}
-	return nil
+	return seen, nil
+}
+
+// rawLogStarts reads the first offset each partition of raw-pages still
+// holds.
+func rawLogStarts(adm *kadm.Client) func(context.Context) (map[int32]int64, error) {
+	return func(ctx context.Context) (map[int32]int64, error) {
+		starts, err := adm.ListStartOffsets(ctx, topicRawPages)
+		if err == nil {
+			err = starts.Error()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list the start offsets of %s: %w", topicRawPages, err)
+		}
+		out := map[int32]int64{}
+		starts.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+		return out, nil
+	}
 }
 
 // pageResult is what reparsing one record gave.
