@@ -44,6 +44,9 @@ var topicShares = map[string]topicShare{
 	topicReviews:        {weight: 8, drained: true},
 	topicAppStats:       {weight: 1, drained: true},
 	topicNetworkMetrics: {weight: 1, drained: true},
+	// Nobody drains the archive: its oldest pages go first, whatever the
+	// crawl's pace (README, "Raw page archive").
+	topicRawPages: {weight: 6, drained: false},
 }
 
 // brokerBudget is PLAYWATCH_BROKER_MAX_BYTES split over the topics, and the

@@ -34,8 +34,13 @@ func TestBrokerBudgetCoversEveryTopic(t *testing.T) {
 	if b.segmentBytes() != 1<<20 {
 		t.Errorf("segment %d bytes at 256 MiB, want 1 MiB", b.segmentBytes())
 	}
-	if _, err := planBrokerBudget(256<<20, time.Hour, append(allTopics, "raw-pages")); err == nil || !strings.Contains(err.Error(), "raw-pages") {
+	if _, err := planBrokerBudget(256<<20, time.Hour, append(allTopics, "crawl-jobs")); err == nil || !strings.Contains(err.Error(), "crawl-jobs") {
 		t.Errorf("a topic without a share: %v, want an error naming it", err)
+	}
+	// The archive has a share that nothing must drain.
+	withRaw, err := planBrokerBudget(256<<20, time.Hour, append(allTopics, topicRawPages))
+	if err != nil || withRaw.shares[topicRawPages] <= 0 || topicShares[topicRawPages].drained {
+		t.Errorf("%s: share %d, drained %v, %v", topicRawPages, withRaw.shares[topicRawPages], topicShares[topicRawPages].drained, err)
 	}
 }
 
@@ -105,7 +110,7 @@ func TestBrokerBudgetHoldsTheCrawlUntilTheConsumerStores(t *testing.T) {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	share := int64(1<<20) / 10 * 8 / 3 // reviews: 8 of 10 parts, over 3 partitions
+	share := int64(1<<20) / 16 * 8 / 3 // reviews: 8 of 16 parts (raw-pages has 6), over 3 partitions
 
 	waitFor(t, 60*time.Second, "the crawl to wait for room on the broker", func() bool {
 		return scrapeMetric(t, base, "playwatch_publish_backpressure_waits_total", `topic="reviews"`) >= 1

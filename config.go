@@ -34,6 +34,8 @@ type Config struct {
 	TopicReplication int
 	TopicRetention   time.Duration
 	ShutdownTimeout  time.Duration
+	RawArchive       bool          // RAW_ARCHIVE
+	RawRetention     time.Duration // KAFKA_RAW_RETENTION
 	LogLevel         slog.Level
 	LogFormat        string
 	Producer         producerSettings
@@ -121,6 +123,10 @@ var settings = []setting{
 			}
 			return
 		}},
+	{"RAW_ARCHIVE", "true", "publish every Play Store answer, compressed, to the raw-pages topic, for playwatch reparse",
+		func(c *Config, v string) (err error) { c.RawArchive, err = strconv.ParseBool(v); return }},
+	{"KAFKA_RAW_RETENTION", "72h", "retention.ms of the raw-pages topic on KAFKA_BROKERS (the embedded broker keeps it within its budget share)",
+		func(c *Config, v string) (err error) { c.RawRetention, err = parsePositiveDuration(v); return }},
 	{"PLAYWATCH_SHUTDOWN_TIMEOUT", "30s", "how long a graceful shutdown may take before it is cut short",
 		func(c *Config, v string) (err error) { c.ShutdownTimeout, err = parsePositiveDuration(v); return }},
 	{"KAFKA_ACKS", "all", "acknowledgements a produce waits for: all, leader or none",

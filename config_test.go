@@ -40,6 +40,9 @@ func TestConfigDefaults(t *testing.T) {
 	if err != nil || c.topicRetention(false) != 2*time.Hour || c.topicRetention(true) != 2*time.Hour {
 		t.Errorf("KAFKA_TOPIC_RETENTION=2h: %v, %s and %s", err, c.topicRetention(false), c.topicRetention(true))
 	}
+	if !c.RawArchive || c.RawRetention != 72*time.Hour {
+		t.Errorf("raw archive defaults: RAW_ARCHIVE %v, KAFKA_RAW_RETENTION %s; want true, 72h", c.RawArchive, c.RawRetention)
+	}
 }
 
 func TestConfigBrokerMaxBytes(t *testing.T) {
@@ -87,6 +90,9 @@ func TestConfigInvalidValuesNameTheVariable(t *testing.T) {
 		{"KAFKA_TOPIC_REPLICATION", "0"},
 		{"KAFKA_TOPIC_RETENTION", "7d"},
 		{"KAFKA_TOPIC_RETENTION", "-1h"},
+		{"RAW_ARCHIVE", "sometimes"},
+		{"KAFKA_RAW_RETENTION", "3d"},
+		{"KAFKA_RAW_RETENTION", "0s"},
 		{"PLAYWATCH_SHUTDOWN_TIMEOUT", "0s"},
 		{"KAFKA_ACKS", "some"},
 		{"KAFKA_IDEMPOTENT", "yes please"},

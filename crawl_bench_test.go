@@ -25,7 +25,9 @@
 // app, which is no part of the appliance. With broker=embedded the broker
 // runs in this process, as in the appliance; with broker=child it runs in
 // another child, which separates its share (broker-RSS-MB,
-// broker-cpu-ms/response).
+// broker-cpu-ms/response). These runs crawl without the raw archive;
+// archive=compare crawls with and without it in turns and reports the ratio
+// of the CPU times (rawarchive_bench_test.go).
 package main
 
 import (
@@ -75,6 +77,7 @@ type crawlBench struct {
 	store     *playStoreClient
 	storeReg  *prometheus.Registry
 	replayPID string
+	archive   *switchArchiver // off but in archive=compare's cycles with the archive
 }
 
 func BenchmarkCrawlCycle(b *testing.B) {
@@ -82,7 +85,7 @@ func BenchmarkCrawlCycle(b *testing.B) {
 		b.Skip("reads memory and CPU time from /proc (Linux)")
 	}
 	workerCounts := benchEnvInts(b, "PLAYWATCH_BENCH_WORKERS", "8")
-	cb := &crawlBench{apps: benchEnvInts(b, "PLAYWATCH_BENCH_APPS", "200")[0], storeReg: prometheus.NewRegistry()}
+	cb := &crawlBench{apps: benchEnvInts(b, "PLAYWATCH_BENCH_APPS", "200")[0], storeReg: prometheus.NewRegistry(), archive: &switchArchiver{}}
 	logger := testLogger(b)
 
 	var replayURL string
@@ -106,7 +109,7 @@ func BenchmarkCrawlCycle(b *testing.B) {
 	}
 	sc := defaultPlayStoreConfig()
 	sc.BaseURL = replayURL
-	if cb.store, err = newPlayStoreClient(sc, proxies, cb.storeReg, logger); err != nil {
+	if cb.store, err = newPlayStoreClient(sc, proxies, cb.archive, cb.storeReg, logger); err != nil {
 		b.Fatal(err)
 	}
 	// The warm-up reads every app once, publishing nothing, so that the
@@ -131,6 +134,9 @@ func BenchmarkCrawlCycle(b *testing.B) {
 			})
 		}
 	}
+	b.Run(fmt.Sprintf("broker=embedded/workers=%d/archive=compare", workerCounts[0]), func(b *testing.B) {
+		cb.runArchiveOverhead(b, workerCounts[0])
+	})
 }
 
 // run runs cycles with the appliance's producer, publisher and crawler,

@@ -60,10 +60,6 @@ type crawlJob struct {
 	FullResync bool      // read REVIEWS_PER_APP reviews even if a known one is reached
 }
 
-// crawlTime is t as a crawled_at: UTC, to the microsecond (PostgreSQL's
-// precision), so a resend of the crawl's messages carries the same value.
-func crawlTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
-
 // fullResyncDue says whether the cycle starting at at reads pkg's reviews in
 // full, with cycles cycle apart and a full read due every every (0: always).
 // Each app has its own phase within every, from a hash of its name, so the
@@ -196,7 +192,7 @@ func (c *crawler) crawlNewApps(ctx context.Context) error {
 		c.metrics.newApps.Inc()
 		// A full read: a new app has nothing stored, a reactivated one
 		// missed the resyncs of its inactive days.
-		c.crawlApp(ctx, crawlJob{App: a, CrawledAt: crawlTime(c.cfg.Clock.Now()), FullResync: true})
+		c.crawlApp(ctx, crawlJob{App: a, CrawledAt: messageTime(c.cfg.Clock.Now()), FullResync: true})
 		c.crawledMu.Lock()
 		c.early = ""
 		c.crawledMu.Unlock()
@@ -232,7 +228,7 @@ func runEvery(ctx context.Context, interval time.Duration, cycle func(context.Co
 // RunCycle crawls every active app once.
 func (c *crawler) RunCycle(ctx context.Context) (cycleSummary, error) {
 	start := time.Now()
-	crawledAt := crawlTime(c.cfg.Clock.Now())
+	crawledAt := messageTime(c.cfg.Clock.Now())
 	sum := cycleSummary{Failures: map[string]int{}}
 	apps, err := c.apps.ListActive(ctx)
 	if err != nil {
@@ -348,13 +344,14 @@ func crawlFailureReason(err error) string {
 
 // crawlApp runs both paths of one app. Whatever was fetched is published,
 // even when the fetch ended early (a reviews page failing after others).
-// AppTimeout bounds the reading, not the publishing of what was read. Every
-// message carries the job's CrawledAt.
+// AppTimeout bounds the reading, not the publishing of what was read.
+// Every message carries the job's CrawledAt, which the raw archive records
+// with each page, so that a reparse publishes the same messages again.
 func (c *crawler) crawlApp(ctx context.Context, j crawlJob) appResult {
 	a := j.App
+	ctx = withCrawlTime(ctx, j.CrawledAt)
 	loc := c.cfg.Locales.forApp(a.IsIranianApp)
 	r := appResult{pkg: a.PackageName}
-	crawledAt := crawlTime(j.CrawledAt)
 	tally := &requestTally{}
 	fetchCtx, cancel := context.WithTimeout(withRequestTally(ctx, tally), c.cfg.AppTimeout)
 	defer cancel()
@@ -362,7 +359,7 @@ func (c *crawler) crawlApp(ctx context.Context, j crawlJob) appResult {
 	details, err := c.store.Details(fetchCtx, a.PackageName, loc.Lang, loc.Country)
 	if err == nil {
 		m := appStatsFromDetails(details)
-		m.CrawledAt = crawledAt
+		m.CrawledAt = j.CrawledAt
 		err = c.pub.PublishAppStats(ctx, m)
 	}
 	r.statsErr = err
@@ -380,7 +377,7 @@ func (c *crawler) crawlApp(ctx context.Context, j crawlJob) appResult {
 			msgs := make([]reviewMessage, len(revs))
 			for i, rv := range revs {
 				msgs[i] = reviewMessageFrom(a.PackageName, rv)
-				msgs[i].CrawledAt = crawledAt
+				msgs[i].CrawledAt = j.CrawledAt
 			}
 			if perr = c.pub.PublishReviews(ctx, a.PackageName, msgs); perr == nil {
 				r.reviews = len(msgs)

@@ -94,6 +94,9 @@ type runningPlaywatch struct {
 	BrokerMaxBytes int64         `json:"broker_max_bytes,omitempty"`
 	TopicRetention time.Duration `json:"topic_retention,omitempty"`
 	ConsumerGroup  string        `json:"consumer_group,omitempty"`
+	// RawArchive: RAW_ARCHIVE of the playwatch that runs the embedded
+	// broker, whose budget then holds raw-pages; an attached crawl follows it.
+	RawArchive bool `json:"raw_archive,omitempty"`
 	// ManagedPostgres: DatabaseURL is the cluster it runs.
 	ManagedPostgres bool `json:"managed_postgres"`
 	// KafkaTLS and KafkaSASLMechanism say how Brokers are reached, so that

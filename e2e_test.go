@@ -203,12 +203,17 @@ func runEndToEnd(t *testing.T, engine map[string]string) {
 		`playwatch_crawl_app_paths_total{outcome="not_found",path="reviews"}`: 1,
 		`playwatch_publish_messages_produced_total{topic="app-stats"}`:        float64(len(stats)),
 		`playwatch_publish_messages_produced_total{topic="reviews"}`:          float64(reviews),
-		`playwatch_publish_failed_closed_total{topic="reviews"}`:              0,
-		`playwatch_consumer_records_total{topic="app-stats"}`:                 float64(len(stats)),
-		`playwatch_consumer_records_total{topic="reviews"}`:                   float64(reviews),
-		`playwatch_consumer_rows_written_total{table="app_stats"}`:            float64(len(stats)),
-		`playwatch_consumer_rows_written_total{table="reviews"}`:              float64(reviews),
-		`playwatch_consumer_rows_written_total{table="dead_letter_events"}`:   0,
+		// Every 200 answer was archived too (confirmed asynchronously, so
+		// only asked to be there).
+		`playwatch_raw_pages_archived_total{kind="details"}`:                -1,
+		`playwatch_raw_pages_archived_total{kind="reviews"}`:                -1,
+		`playwatch_raw_archive_failures_total`:                              0,
+		`playwatch_publish_failed_closed_total{topic="reviews"}`:            0,
+		`playwatch_consumer_records_total{topic="app-stats"}`:               float64(len(stats)),
+		`playwatch_consumer_records_total{topic="reviews"}`:                 float64(reviews),
+		`playwatch_consumer_rows_written_total{table="app_stats"}`:          float64(len(stats)),
+		`playwatch_consumer_rows_written_total{table="reviews"}`:            float64(reviews),
+		`playwatch_consumer_rows_written_total{table="dead_letter_events"}`: 0,
 		// Each listed app had an empty display name or category to fill.
 		`playwatch_consumer_rows_written_total{table="apps_registry_application"}`: float64(len(stats)),
 	})

@@ -228,13 +228,13 @@ func endOffsets(t testing.TB, brokers []string, topics ...string) int64 {
 }
 
 // consumeAll reads every record of topic from the start until n arrived.
-func consumeAll(t *testing.T, brokers []string, topic string, n int) []*kgo.Record {
+func consumeAll(t testing.TB, brokers []string, topic string, n int) []*kgo.Record {
 	t.Helper()
 	return consumeAllWith(t, []kgo.Opt{kgo.SeedBrokers(brokers...)}, topic, n)
 }
 
 // consumeAllWith is consumeAll with a client of opts (seed brokers, TLS, SASL).
-func consumeAllWith(t *testing.T, opts []kgo.Opt, topic string, n int) []*kgo.Record {
+func consumeAllWith(t testing.TB, opts []kgo.Opt, topic string, n int) []*kgo.Record {
 	t.Helper()
 	cl, err := kgo.NewClient(append(opts, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
 	if err != nil {

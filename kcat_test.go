@@ -31,7 +31,7 @@ var kcatContract = map[string]map[string]string{
 }
 
 // The messages playwatch writes are readable by clients other than
-// franz-go: kcat (librdkafka) reads every topic from the embedded broker
+// franz-go: kcat (librdkafka) reads every topic (raw-pages too) from the embedded broker
 // (franz-go's record batches, snappy-compressed where that saves space) and
 // finds every field of the contract in the JSON, of its kind, with the
 // package name as the key. A nullable field may be null in a message (a
@@ -115,6 +115,8 @@ func TestKcatReadsPlaywatchTopics(t *testing.T) {
 			t.Errorf("the Persian review text did not survive: %s", msgs[0].Payload)
 		}
 	}
+	// The crawl archived its two answers (the listing, one reviews page).
+	checkKcatReadsRawPages(t, kcat, brokers[0], brokers, pkg, 2)
 }
 
 // kcatMessage is one line of `kcat -J`.

@@ -78,6 +78,8 @@ Usage:
   playwatch sentiment run|rescore [flags]    score stored reviews' sentiment alone, or mark them for re-scoring
   playwatch sentiment classify [--lang auto|fa|en] [--json]
                                              label review texts from stdin (no database, no broker)
+  playwatch reparse [--since 24h] [--until T] [--package P] [--dry-run]
+                                             parse the archived raw pages again and publish their messages
   playwatch db-url [--reader]                print a URL of the managed PostgreSQL (for psql, dashboards)
   playwatch version                          print the version and exit
 
@@ -110,6 +112,8 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 		return cmdFetch(ctx, rest, getenv, stdout, stderr)
 	case "dlq":
 		return cmdDLQ(ctx, rest, getenv, stdout, stderr)
+	case "reparse":
+		return cmdReparse(ctx, rest, getenv, stdout, stderr)
 	case "db-url":
 		return cmdDBURL(rest, getenv, stdout, stderr)
 	case "sentiment":
@@ -305,7 +309,11 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		startRole("consumer", func(ctx context.Context) error { return sc.Run(ctx, cl) })
 	}
 	if slices.Contains(roles, "crawler") {
-		store, err := newPlayStore(cfg, 0, reg, logger)
+		archiver, err := be.newArchiver(cfg, reg, logger)
+		if err != nil {
+			return errors.Join(err, shutdown())
+		}
+		store, err := newPlayStore(cfg, 0, archiver, reg, logger)
 		if err != nil {
 			return errors.Join(err, shutdown())
 		}
@@ -338,7 +346,8 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		up, err := publishRunning(cfg.DataDir, runningPlaywatch{PID: os.Getpid(), Version: version, StartedAt: started,
 			DatabaseURL: be.databaseURL, Brokers: be.brokers, PGListen: managedPGListen(cfg), ManagedPostgres: cfg.DatabaseURL == "",
 			EmbeddedBroker: be.embedded != nil, BrokerMaxBytes: cfg.BrokerMaxBytes, TopicRetention: cfg.topicRetention(true), ConsumerGroup: cfg.ConsumerGroup,
-			KafkaTLS: cfg.Kafka.TLS, KafkaSASLMechanism: cfg.Kafka.SASLMechanism})
+			KafkaTLS: cfg.Kafka.TLS, KafkaSASLMechanism: cfg.Kafka.SASLMechanism,
+			RawArchive: cfg.RawArchive})
 		if err != nil {
 			ln.Close()
 			return errors.Join(err, shutdown())
@@ -377,8 +386,8 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 // newPlayStore builds the Play Store client with its egresses (PROXIES or
 // direct), each with its token bucket. maxWait bounds every wait for a
 // benched egress or a retry (fetch's --max-wait); 0, for the crawler, bounds
-// none.
-func newPlayStore(cfg Config, maxWait time.Duration, reg prometheus.Registerer, logger *slog.Logger) (*playStoreClient, error) {
+// none. archiver (nil: none) gets every 200 answer.
+func newPlayStore(cfg Config, maxWait time.Duration, archiver pageArchiver, reg prometheus.Registerer, logger *slog.Logger) (*playStoreClient, error) {
 	pc := defaultProxyPoolConfig()
 	pc.Proxies, pc.RateLimitRequests, pc.RateLimitPeriod = cfg.Proxies, cfg.RateLimitRequests, cfg.RateLimitPeriod
 	pc.MinGap, pc.MaxInFlight, pc.MaxWait = cfg.EgressMinGap, cfg.EgressMaxInFlight, maxWait
@@ -388,7 +397,7 @@ func newPlayStore(cfg Config, maxWait time.Duration, reg prometheus.Registerer, 
 	}
 	sc := defaultPlayStoreConfig()
 	sc.BaseURL, sc.MaxWait = cfg.PlayStoreURL, maxWait
-	client, err := newPlayStoreClient(sc, pool, reg, logger)
+	client, err := newPlayStoreClient(sc, pool, archiver, reg, logger)
 	if err != nil {
 		return nil, fmt.Errorf("PLAYSTORE_URL: %w", err)
 	}
@@ -402,6 +411,25 @@ func newProducer(cfg Config, brokers []string) (*kgo.Client, error) {
 		return nil, fmt.Errorf("kafka producer: %w", err)
 	}
 	return cl, nil
+}
+
+// newArchiver is the raw page archive (rawarchive.go) on its own Kafka
+// client, stopped by be's shutdown; nil with RAW_ARCHIVE=false (on the
+// embedded broker: that of the playwatch that runs it).
+func (be *backends) newArchiver(cfg Config, reg prometheus.Registerer, logger *slog.Logger) (pageArchiver, error) {
+	if !be.rawArchive {
+		return nil, nil
+	}
+	cl, err := kgo.NewClient(append(rawProducerOptions(cfg.Producer), kgo.SeedBrokers(be.brokers...))...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka producer of %s: %w", topicRawPages, err)
+	}
+	be.onClose(flushAndClose(cl))
+	a, err := newRawArchive(cl, reg, logger)
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
 // flushAndClose delivers what the producer still holds, then closes it.
@@ -440,7 +468,11 @@ func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	defer func() { err = errors.Join(err, be.shutdown(ctx, cfg.ShutdownTimeout)) }()
 	reg := prometheus.NewRegistry()
-	store, err := newPlayStore(cfg, 0, reg, logger)
+	archiver, err := be.newArchiver(cfg, reg, logger)
+	if err != nil {
+		return err
+	}
+	store, err := newPlayStore(cfg, 0, archiver, reg, logger)
 	if err != nil {
 		return err
 	}
@@ -502,7 +534,7 @@ func cmdFetch(ctx context.Context, args []string, getenv func(string) string, st
 	if maxWait < 0 {
 		return usageError{"--max-wait must not be negative"}
 	}
-	store, err := newPlayStore(cl.cfg, maxWait, prometheus.NewRegistry(), cl.logger)
+	store, err := newPlayStore(cl.cfg, maxWait, nil, prometheus.NewRegistry(), cl.logger)
 	if err != nil {
 		return err
 	}
@@ -586,7 +618,11 @@ type backends struct {
 	// this process runs it or attached to the playwatch that does.
 	embedded *embeddedBroker
 	budget   *brokerBudgetKeeper
-	stops    []func(context.Context) error
+	// rawArchive: the crawl archives its pages on raw-pages (RAW_ARCHIVE,
+	// on the embedded broker that of the playwatch that runs it, whose
+	// budget holds the topic).
+	rawArchive bool
+	stops      []func(context.Context) error
 }
 
 // backendOptions say what a command needs.
@@ -670,9 +706,14 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 	if !opts.broker {
 		return be, nil
 	}
+	be.rawArchive = cfg.RawArchive
+	topics := allTopics
+	if cfg.RawArchive {
+		topics = append(slices.Clone(allTopics), topicRawPages)
+	}
 	var budget brokerBudget
 	if embedded {
-		if budget, err = planBrokerBudget(cfg.BrokerMaxBytes, cfg.topicRetention(true), allTopics); err != nil {
+		if budget, err = planBrokerBudget(cfg.BrokerMaxBytes, cfg.topicRetention(true), topics); err != nil {
 			return nil, err
 		}
 	}
@@ -694,6 +735,14 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 	if err := ensureTopics(ctx, kadm.NewClient(be.kafka), spec, allTopics, logger); err != nil {
 		// The first requests to the brokers: where TLS and SASL fail.
 		return nil, cfg.Kafka.explainKafkaError(err)
+	}
+	if cfg.RawArchive {
+		if spec.Retention != 0 {
+			spec.Retention = cfg.RawRetention
+		}
+		if err := ensureTopics(ctx, kadm.NewClient(be.kafka), spec, []string{topicRawPages}, logger); err != nil {
+			return nil, err
+		}
 	}
 	if embedded {
 		be.budget = newBrokerBudgetKeeper(budget, kadm.NewClient(be.kafka),
@@ -756,6 +805,7 @@ func attachedConfig(cfg Config) (Config, runningPlaywatch, error) {
 		cfg.KafkaBrokers = r.Brokers
 		if r.EmbeddedBroker {
 			cfg.BrokerMaxBytes, cfg.TopicRetention, cfg.ConsumerGroup = r.BrokerMaxBytes, r.TopicRetention, r.ConsumerGroup
+			cfg.RawArchive = r.RawArchive
 		}
 	}
 	return cfg, r, nil
@@ -859,6 +909,52 @@ func cmdDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 		err = runDLQReplay(ctx, newConsumerStore(be.pool, cl.cfg.ConsumerGroup), &f, cl.args, cl.cfg.ConsumerMaxRecordBytes, stdout)
 	}
 	return errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout))
+}
+
+// cmdReparse is `playwatch reparse` (reparse.go): it reads raw-pages of the
+// broker it attaches to, directly (no consumer group), and publishes
+// through the crawl's publisher.
+func cmdReparse(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
+	var f reparseFlags
+	cl, err := parseCommandLine("reparse", reparseSynopsis, args, getenv, stdout, stderr, f.register)
+	if err != nil {
+		return err
+	}
+	if len(cl.args) > 0 {
+		return usageError{fmt.Sprintf("reparse takes no arguments, got %q", cl.args)}
+	}
+	w, err := f.window(time.Now())
+	if err != nil {
+		return err
+	}
+	be, err := openBackends(ctx, cl.cfg, cl.logger, backendOptions{broker: true, attach: true})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout)) }()
+	rng, err := planRawRange(ctx, kadm.NewClient(be.kafka), w)
+	if err != nil {
+		return err
+	}
+	reader, err := kgo.NewClient(kgo.SeedBrokers(be.brokers...), kgo.ConsumePartitions(rng.offsets()))
+	if err != nil {
+		return fmt.Errorf("kafka consumer of %s: %w", topicRawPages, err)
+	}
+	defer reader.Close()
+	rp := &reparser{parser: storeParser{}, pkg: f.pkg, progress: stderr, logStarts: rawLogStarts(kadm.NewClient(be.kafka))}
+	if !f.dryRun {
+		producer, err := newProducer(cl.cfg, be.brokers)
+		if err != nil {
+			return err
+		}
+		be.onClose(flushAndClose(producer))
+		pub := newPublisher(producer, cl.cfg.Producer, prometheus.NewRegistry(), cl.logger)
+		pub.gate = be.publishGate()
+		rp.pub = pub
+	}
+	sum, err := rp.run(ctx, reader, rng)
+	fmt.Fprintln(stdout, sum)
+	return err
 }
 
 // managedPGListen is PLAYWATCH_PG_LISTEN when playwatch runs the cluster.

@@ -125,6 +125,32 @@ type playStoreConfig struct {
 	MaxWait time.Duration
 	Clock   clock
 	Random  func() float64
+	// Parser reads the answers: today's parser (storeParser); a test
+	// swaps in one that rejects a page, to play a layout change.
+	Parser pageParser
+}
+
+// pageParser turns the body of a 200 answer into what the crawl publishes.
+type pageParser interface {
+	details(body []byte) (appDetails, error)
+	reviews(body []byte) (reviewsPage, error)
+}
+
+// storeParser is today's parser (playstore_parse.go), for the crawl and for
+// `playwatch reparse`.
+type storeParser struct{}
+
+func (storeParser) details(body []byte) (appDetails, error) { return parseDetailsPage(body) }
+func (storeParser) reviews(body []byte) (reviewsPage, error) {
+	return parseReviewsAnswer(body, reviewsRPC)
+}
+
+// pageArchiver keeps the body of every 200 answer before it is parsed
+// (rawarchive.go). It must not keep body, whose buffer is reused, and must
+// not block the crawl: an answer it cannot keep is its own failure, never
+// the crawl's.
+type pageArchiver interface {
+	archive(ctx context.Context, p rawPage)
 }
 
 // Defaults of the client.
@@ -149,6 +175,7 @@ func defaultPlayStoreConfig() playStoreConfig {
 		MaxBody:     16 << 20,
 		Clock:       systemClock{},
 		Random:      rand.Float64,
+		Parser:      storeParser{},
 	}
 }
 
@@ -159,21 +186,26 @@ type playStoreClient struct {
 	base     *url.URL
 	pool     *proxyPool
 	log      *slog.Logger
+	archiver pageArchiver // nil: answers are not archived
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	parseErr *prometheus.CounterVec
 }
 
-// newPlayStoreClient registers its metrics on reg (never the global registry).
-func newPlayStoreClient(cfg playStoreConfig, pool *proxyPool, reg prometheus.Registerer, log *slog.Logger) (*playStoreClient, error) {
+// newPlayStoreClient registers its metrics on reg (never the global
+// registry). archiver, when not nil, gets every 200 answer before it is
+// parsed.
+func newPlayStoreClient(cfg playStoreConfig, pool *proxyPool, archiver pageArchiver, reg prometheus.Registerer, log *slog.Logger) (*playStoreClient, error) {
 	base, err := url.Parse(strings.TrimRight(cfg.BaseURL, "/"))
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return nil, fmt.Errorf("base URL of the Play Store %q is not an http(s) URL", cfg.BaseURL)
 	}
 	c := &playStoreClient{
-		cfg:  cfg,
-		base: base,
-		pool: pool,
-		log:  log,
+		cfg:      cfg,
+		base:     base,
+		pool:     pool,
+		log:      log,
+		archiver: archiver,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "playwatch_playstore_requests_total",
 			Help: "Play Store HTTP requests (each attempt) by outcome and egress.",
@@ -183,8 +215,12 @@ func newPlayStoreClient(cfg playStoreConfig, pool *proxyPool, reg prometheus.Reg
 			Help:    "Play Store request latency, answer parsed, by endpoint.",
 			Buckets: []float64{0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1, 1.5, 2, 3, 5, 8, 13, 20, 30, 60},
 		}, []string{"endpoint"}),
+		parseErr: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "playwatch_parse_failures_total",
+			Help: "200 answers of the Play Store that the parser could not read, by crawl path (stats, reviews) and reason (what the parser missed): a layout change shows here.",
+		}, []string{"path", "reason"}),
 	}
-	for _, m := range []prometheus.Collector{c.requests, c.latency} {
+	for _, m := range []prometheus.Collector{c.requests, c.latency, c.parseErr} {
 		if err := reg.Register(m); err != nil {
 			return nil, fmt.Errorf("registering Play Store metrics: %w", err)
 		}
@@ -197,7 +233,7 @@ func (c *playStoreClient) Details(ctx context.Context, pkg, lang, country string
 	u := c.base.JoinPath("/store/apps/details")
 	u.RawQuery = url.Values{"id": {pkg}, "hl": {lang}, "gl": {country}}.Encode()
 	var d appDetails
-	err := c.call(ctx, "details", nil, func(ctx context.Context) (*http.Request, error) {
+	err := c.call(ctx, requestOf{pageDetails, pkg, lang, country}, nil, func(ctx context.Context) (*http.Request, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 		if err == nil {
 			c.setHeaders(req, lang, country)
@@ -205,7 +241,7 @@ func (c *playStoreClient) Details(ctx context.Context, pkg, lang, country string
 		}
 		return req, err
 	}, func(body []byte, at time.Time) error {
-		parsed, err := parseDetailsPage(body)
+		parsed, err := c.cfg.Parser.details(body)
 		if err != nil {
 			return err
 		}
@@ -288,7 +324,7 @@ func (c *playStoreClient) reviewsPage(ctx context.Context, route *egressRoute, p
 	u.RawQuery = url.Values{"hl": {lang}, "gl": {country}}.Encode()
 
 	var page reviewsPage
-	err = c.call(ctx, "reviews", route, func(ctx context.Context) (*http.Request, error) {
+	err = c.call(ctx, requestOf{pageReviews, pkg, lang, country}, route, func(ctx context.Context) (*http.Request, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), strings.NewReader(form))
 		if err == nil {
 			c.setHeaders(req, lang, country)
@@ -297,7 +333,7 @@ func (c *playStoreClient) reviewsPage(ctx context.Context, route *egressRoute, p
 		return req, err
 	}, func(body []byte, at time.Time) error {
 		var err error
-		if page, err = parseReviewsAnswer(body, reviewsRPC); err != nil {
+		if page, err = c.cfg.Parser.reviews(body); err != nil {
 			return err
 		}
 		for i := range page.Reviews {
@@ -313,14 +349,22 @@ func (c *playStoreClient) setHeaders(req *http.Request, lang, country string) {
 	req.Header.Set("Accept-Language", fmt.Sprintf("%s-%s,%s;q=0.9", lang, strings.ToUpper(country), lang))
 }
 
+// requestOf says what a request asks for: its kind (pageDetails,
+// pageReviews, also the endpoint label of the metrics) and the app and
+// locale, which the raw archive records with the answer.
+type requestOf struct {
+	kind, pkg, lang, country string
+}
+
 // call sends a request until it succeeds, fails permanently or runs out of
 // retries (docs/playstore-protocol.md §4.2). Only transient errors are
 // retried, after min(base·2^n, cap)·(0.5+rand), or after Retry-After when the
 // server asks for longer; a wait that would outlive ctx's deadline, or last
 // longer than MaxWait, is not started.
-func (c *playStoreClient) call(ctx context.Context, endpoint string, route *egressRoute, newRequest func(context.Context) (*http.Request, error), parse func(body []byte, at time.Time) error) error {
+func (c *playStoreClient) call(ctx context.Context, what requestOf, route *egressRoute, newRequest func(context.Context) (*http.Request, error), parse func(body []byte, at time.Time) error) error {
+	endpoint := what.kind
 	for attempt := 0; ; attempt++ {
-		err := c.attempt(ctx, endpoint, route, newRequest, parse)
+		err := c.attempt(ctx, what, route, newRequest, parse)
 		switch {
 		case err == nil:
 			return nil
@@ -391,7 +435,7 @@ func (t *requestTally) count(endpoint string) int {
 type egressRoute struct{ last *egress }
 
 // attempt sends one request through one lease and parses the answer.
-func (c *playStoreClient) attempt(ctx context.Context, endpoint string, route *egressRoute, newRequest func(context.Context) (*http.Request, error), parse func(body []byte, at time.Time) error) error {
+func (c *playStoreClient) attempt(ctx context.Context, what requestOf, route *egressRoute, newRequest func(context.Context) (*http.Request, error), parse func(body []byte, at time.Time) error) error {
 	var prev *egress
 	if route != nil {
 		prev = route.last
@@ -404,17 +448,17 @@ func (c *playStoreClient) attempt(ctx context.Context, endpoint string, route *e
 		route.last = l.egress
 	}
 	if t, ok := ctx.Value(requestTallyKey{}).(*requestTally); ok {
-		t.add(endpoint)
+		t.add(what.kind)
 	}
 	start := c.cfg.Clock.Now()
-	err = c.exchange(ctx, l, newRequest, parse)
-	c.latency.WithLabelValues(endpoint).Observe(c.cfg.Clock.Now().Sub(start).Seconds())
+	err = c.exchange(ctx, what, l, newRequest, parse)
+	c.latency.WithLabelValues(what.kind).Observe(c.cfg.Clock.Now().Sub(start).Seconds())
 	c.requests.WithLabelValues(errorReason(err), l.Name()).Inc()
 	l.Release(leaseOutcomeOf(ctx, err), err)
 	return err
 }
 
-func (c *playStoreClient) exchange(ctx context.Context, l *lease, newRequest func(context.Context) (*http.Request, error), parse func(body []byte, at time.Time) error) error {
+func (c *playStoreClient) exchange(ctx context.Context, what requestOf, l *lease, newRequest func(context.Context) (*http.Request, error), parse func(body []byte, at time.Time) error) error {
 	req, err := newRequest(ctx)
 	if err != nil {
 		return fmt.Errorf("building request: %w", err)
@@ -439,10 +483,26 @@ func (c *playStoreClient) exchange(ctx context.Context, l *lease, newRequest fun
 		return transportError(ctx, l, err)
 	}
 	if int64(buf.Len()) > c.cfg.MaxBody {
-		return &parseError{Path: "response body", Detail: fmt.Sprintf("larger than %d bytes", c.cfg.MaxBody)}
+		return c.countParseFailure(what.kind, &parseError{Path: "response body", Detail: fmt.Sprintf("larger than %d bytes", c.cfg.MaxBody)})
+	}
+	if c.archiver != nil {
+		// Before the parse, so that a page the parser fails on is kept
+		// for `playwatch reparse`.
+		c.archiver.archive(ctx, rawPage{Kind: what.kind, Package: what.pkg, Lang: what.lang, Country: what.country,
+			URL: req.URL.String(), Status: resp.StatusCode, FetchedAt: arrived.UTC(), CrawledAt: crawlTimeOf(ctx), Body: buf.Bytes()})
 	}
 	// parse must not keep the body: its buffer is reused.
-	return parse(buf.Bytes(), arrived.UTC())
+	return c.countParseFailure(what.kind, parse(buf.Bytes(), arrived.UTC()))
+}
+
+// countParseFailure counts err in playwatch_parse_failures_total when it is
+// a *parseError, and returns it.
+func (c *playStoreClient) countParseFailure(kind string, err error) error {
+	var perr *parseError
+	if errors.As(err, &perr) {
+		c.parseErr.WithLabelValues(crawlPathOf(kind), perr.reason()).Inc()
+	}
+	return err
 }
 
 // bodyBuffers recycles the buffers answers are read into: a details page is

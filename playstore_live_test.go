@@ -38,7 +38,7 @@ func TestLivePlayStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := newPlayStoreClient(defaultPlayStoreConfig(), pool, reg, log)
+	client, err := newPlayStoreClient(defaultPlayStoreConfig(), pool, nil, reg, log)
 	if err != nil {
 		t.Fatal(err)
 	}

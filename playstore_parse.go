@@ -97,6 +97,16 @@ func (e *parseError) Error() string {
 	return "cannot parse Play Store response at " + e.Path + ": " + e.Detail
 }
 
+// reason is the metric label and summary key of a parse failure: what the
+// parser found wrong, without the block keys and positions of Path, which
+// vary from page to page.
+func (e *parseError) reason() string {
+	if e.Detail == "" {
+		return "unreadable"
+	}
+	return e.Detail
+}
+
 const (
 	detailsRPC = "Ws7gDc"
 	// fallbackDetailsBlock is where every page since Aug 2022 keeps the app,

@@ -644,7 +644,7 @@ func newTestPlayStore(t testing.TB, baseURL string, tune func(*proxyPoolConfig, 
 	if ts.pool, err = newProxyPool(poolCfg, ts.reg, log); err != nil {
 		t.Fatal(err)
 	}
-	if ts.client, err = newPlayStoreClient(clientCfg, ts.pool, ts.reg, log); err != nil {
+	if ts.client, err = newPlayStoreClient(clientCfg, ts.pool, nil, ts.reg, log); err != nil {
 		t.Fatal(err)
 	}
 	return ts

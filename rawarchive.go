@@ -1,0 +1,265 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The raw page archive (docs/design.md "Raw page archive"): every 200 answer of the
+// Play Store, compressed, on the raw-pages topic, so that `playwatch
+// reparse` can parse the pages of a day again after a parser fix instead
+// of crawling them again at the store's scarce rate.
+
+const topicRawPages = "raw-pages"
+
+// parserVersion goes into every archived page's header. Bump it when a
+// change of playstore_parse.go reads a page differently (a field more, a
+// layout it now understands), so that the pages read by the old parser can
+// be told apart.
+const parserVersion = "1"
+
+// Kinds of archived pages (the request kind header), also the endpoint
+// label of the Play Store metrics.
+const (
+	pageDetails = "details"
+	pageReviews = "reviews"
+)
+
+// crawlPathOf is the crawl path a page kind feeds.
+func crawlPathOf(kind string) string {
+	if kind == pageDetails {
+		return pathStats
+	}
+	return pathReviews
+}
+
+// Headers of a raw-pages record; times are RFC 3339 in UTC.
+const (
+	headerURL           = "url"
+	headerKind          = "kind" // details or reviews
+	headerLang          = "lang"
+	headerCountry       = "country"
+	headerStatus        = "status"
+	headerFetchedAt     = "fetched_at" // when the answer arrived
+	headerCrawledAt     = "crawled_at" // the crawl's time, every message of the crawl's crawled_at
+	headerParserVersion = "parser_version"
+	headerEncoding      = "content_encoding" // how the value is compressed: snappy
+)
+
+// rawEncoding is how the archive compresses: snappy (the block format),
+// through franz-go's compressor. gzip at its fastest level and zstd took
+// three times as long on a details page, for values 12-25 % smaller; at
+// ~1.2 MB a details page, compression is most of what the archive costs the
+// crawl (README, "Raw page archive").
+const rawEncoding = "snappy"
+
+type crawlTimeKey struct{}
+
+// withCrawlTime gives the Play Store client the time of the crawl its
+// requests belong to, which the archive records with each page.
+func withCrawlTime(ctx context.Context, t time.Time) context.Context {
+	return context.WithValue(ctx, crawlTimeKey{}, t)
+}
+
+// crawlTimeOf is the time withCrawlTime set, or zero.
+func crawlTimeOf(ctx context.Context) time.Time {
+	t, _ := ctx.Value(crawlTimeKey{}).(time.Time)
+	return t
+}
+
+// rawPage is one answer as the client received it.
+type rawPage struct {
+	Kind, Package, Lang, Country, URL string
+	Status                            int
+	FetchedAt, CrawledAt              time.Time
+	Body                              []byte // valid only during archive: its buffer is reused
+}
+
+// rawProducer is the part of *kgo.Client the archive uses: a produce that
+// fails at once rather than wait when the client's buffer is full.
+type rawProducer interface {
+	TryProduce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+}
+
+// rawArchive publishes pages to raw-pages without ever holding the crawl
+// up: it compresses the body in the crawl's goroutine (the body's buffer
+// goes back to the pool right after), hands the record to its own Kafka
+// client and returns; the client's buffer is bounded (rawArchiveBuffer), and
+// a page that does not fit is dropped and counted, as is one the broker
+// does not take.
+type rawArchive struct {
+	producer   rawProducer
+	compressor kgo.Compressor
+	scratch    sync.Pool // *bytes.Buffer for the compressor
+	metrics    *rawArchiveMetrics
+	logger     *slog.Logger
+	// lastLog is when a failure was last logged (unix nanoseconds): one
+	// line per rawFailureLogEvery, not one per page, while a broker is down.
+	lastLog  atomic.Int64
+	unlogged atomic.Int64
+}
+
+// rawArchiveBuffer bounds the bytes of compressed pages the archive's Kafka
+// client holds; beyond it pages are dropped (about 100 details pages).
+const rawArchiveBuffer = 32 << 20
+
+// rawFailureLogEvery is how often archive failures are logged at most.
+const rawFailureLogEvery = time.Minute
+
+// rawProducerOptions are the options of the archive's own Kafka client on
+// top of the producer settings: no batch compression (the values are
+// compressed), a bounded buffer, and franz-go's default batch size, which
+// lies below the 1,048,588-byte message.max.bytes of Apache Kafka's and
+// kfake's defaults.
+func rawProducerOptions(s producerSettings) []kgo.Opt {
+	return append(producerOptions(s), kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.MaxBufferedBytes(rawArchiveBuffer))
+}
+
+func newRawArchive(p rawProducer, reg prometheus.Registerer, logger *slog.Logger) (*rawArchive, error) {
+	c, err := kgo.DefaultCompressor(kgo.SnappyCompression())
+	if err != nil {
+		return nil, fmt.Errorf("raw archive compressor: %w", err)
+	}
+	return &rawArchive{producer: p, compressor: c, metrics: newRawArchiveMetrics(reg), logger: logger,
+		scratch: sync.Pool{New: func() any { return new(bytes.Buffer) }}}, nil
+}
+
+func (a *rawArchive) archive(ctx context.Context, p rawPage) {
+	value, err := a.compress(p.Body)
+	if err != nil {
+		a.failed(p, err)
+		return
+	}
+	r := &kgo.Record{Topic: topicRawPages, Key: []byte(p.Package), Value: value, Headers: []kgo.RecordHeader{
+		{Key: headerURL, Value: []byte(p.URL)},
+		{Key: headerKind, Value: []byte(p.Kind)},
+		{Key: headerLang, Value: []byte(p.Lang)},
+		{Key: headerCountry, Value: []byte(p.Country)},
+		{Key: headerStatus, Value: []byte(strconv.Itoa(p.Status))},
+		{Key: headerFetchedAt, Value: []byte(p.FetchedAt.UTC().Format(time.RFC3339Nano))},
+		{Key: headerCrawledAt, Value: []byte(crawledAtHeader(p))},
+		{Key: headerParserVersion, Value: []byte(parserVersion)},
+		{Key: headerEncoding, Value: []byte(rawEncoding)},
+	}}
+	// Not the crawl's ctx: franz-go fails a buffered record whose context
+	// ends, and a crawl that ended need not lose its pages.
+	a.producer.TryProduce(context.WithoutCancel(ctx), r, func(r *kgo.Record, err error) {
+		if err != nil {
+			a.failed(p, err)
+			return
+		}
+		a.metrics.pages.WithLabelValues(p.Kind).Inc()
+		a.metrics.bytes.WithLabelValues(p.Kind).Add(float64(len(r.Value)))
+	})
+}
+
+// crawledAtHeader is the crawl's time, or the page's arrival when the
+// request belongs to no crawl.
+func crawledAtHeader(p rawPage) string {
+	t := p.CrawledAt
+	if t.IsZero() {
+		t = p.FetchedAt
+	}
+	return messageTime(t).Format(time.RFC3339Nano)
+}
+
+// compress returns body compressed, in a slice of its own.
+func (a *rawArchive) compress(body []byte) ([]byte, error) {
+	buf := a.scratch.Get().(*bytes.Buffer)
+	defer func() {
+		buf.Reset()
+		a.scratch.Put(buf)
+	}()
+	out, codec := a.compressor.Compress(buf, body)
+	if codec != kgo.CodecSnappy {
+		return nil, fmt.Errorf("compressing a page of %d bytes with %s failed", len(body), rawEncoding)
+	}
+	return bytes.Clone(out), nil
+}
+
+func (a *rawArchive) failed(p rawPage, err error) {
+	a.metrics.failures.Inc()
+	now := time.Now().UnixNano()
+	last := a.lastLog.Load()
+	if now-last < int64(rawFailureLogEvery) || !a.lastLog.CompareAndSwap(last, now) {
+		a.unlogged.Add(1)
+		return
+	}
+	a.logger.Warn("cannot archive a Play Store page in "+topicRawPages+"; the crawl goes on without it",
+		"package", p.Package, "kind", p.Kind, "err", err, "failures_not_logged", a.unlogged.Swap(0))
+}
+
+// maxRawPageBytes bounds what a raw page may decompress to: the client's
+// MaxBody, so that a record of the topic cannot make reparse allocate more
+// than a crawl would.
+const maxRawPageBytes = 16 << 20
+
+// errRawEncoding: a raw-pages record that cannot be decoded.
+var errRawEncoding = errors.New("raw page cannot be decoded")
+
+// decodeRawPage returns the body of a raw-pages record.
+func decodeRawPage(d kgo.Decompressor, r *kgo.Record) ([]byte, error) {
+	if enc := recordHeader(r, headerEncoding); enc != rawEncoding {
+		return nil, fmt.Errorf("%w: %s %q, want %q", errRawEncoding, headerEncoding, enc, rawEncoding)
+	}
+	// A snappy block starts with its decoded length.
+	n, k := binary.Uvarint(r.Value)
+	if k <= 0 || n > maxRawPageBytes {
+		return nil, fmt.Errorf("%w: its decoded length is unreadable or over %d bytes", errRawEncoding, maxRawPageBytes)
+	}
+	body, err := d.Decompress(r.Value, kgo.CodecSnappy)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errRawEncoding, err)
+	}
+	return body, nil
+}
+
+// recordHeader is the value of r's header key, or "".
+func recordHeader(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+type rawArchiveMetrics struct {
+	pages    *prometheus.CounterVec
+	bytes    *prometheus.CounterVec
+	failures prometheus.Counter
+}
+
+func newRawArchiveMetrics(reg prometheus.Registerer) *rawArchiveMetrics {
+	m := &rawArchiveMetrics{
+		pages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "playwatch_raw_pages_archived_total",
+			Help: "Play Store answers the broker confirmed on " + topicRawPages + ", by kind (details, reviews).",
+		}, []string{"kind"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "playwatch_raw_page_bytes_archived_total",
+			Help: "Compressed bytes of the answers confirmed on " + topicRawPages + ", by kind.",
+		}, []string{"kind"}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "playwatch_raw_archive_failures_total",
+			Help: "Play Store answers not archived (buffer full, broker refused or unreachable); the crawl goes on without them.",
+		}),
+	}
+	reg.MustRegister(m.pages, m.bytes, m.failures)
+	for _, k := range []string{pageDetails, pageReviews} {
+		m.pages.WithLabelValues(k)
+		m.bytes.WithLabelValues(k)
+	}
+	return m
+}
