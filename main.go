@@ -420,7 +420,7 @@ func (be *backends) newArchiver(cfg Config, reg prometheus.Registerer, logger *s
 	if !be.rawArchive {
 		return nil, nil
 	}
-	cl, err := kgo.NewClient(append(rawProducerOptions(cfg.Producer), kgo.SeedBrokers(be.brokers...))...)
+	cl, err := kgo.NewClient(append(rawProducerOptions(cfg.Producer), kafkaClientOptions(cfg.Kafka, be.brokers)...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka producer of %s: %w", topicRawPages, err)
 	}
@@ -936,7 +936,7 @@ func cmdReparse(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
-	reader, err := kgo.NewClient(kgo.SeedBrokers(be.brokers...), kgo.ConsumePartitions(rng.offsets()))
+	reader, err := kgo.NewClient(append(kafkaClientOptions(cl.cfg.Kafka, be.brokers), kgo.ConsumePartitions(rng.offsets()))...)
 	if err != nil {
 		return fmt.Errorf("kafka consumer of %s: %w", topicRawPages, err)
 	}
