@@ -31,6 +31,13 @@ type activeAppLister interface {
 	ListActive(ctx context.Context) ([]app, error)
 }
 
+// crawlJob is one app's crawl in one cycle.
+type crawlJob struct {
+	App        app
+	CrawledAt  time.Time // the crawl's time: every message of this crawl carries it as crawled_at, the raw archive records it
+	FullResync bool      // read REVIEWS_PER_APP reviews even if a known one is reached
+}
+
 // crawlerConfig is the crawl part of Config.
 type crawlerConfig struct {
 	Interval      time.Duration // CRAWL_INTERVAL
@@ -144,7 +151,7 @@ func (c *crawler) crawlNewApps(ctx context.Context) error {
 		}
 		c.logger.Info("crawling a newly active app now; the next cycle crawls it with the others", "package", a.PackageName)
 		c.metrics.newApps.Inc()
-		c.crawlApp(ctx, a)
+		c.crawlApp(ctx, crawlJob{App: a, CrawledAt: messageTime(time.Now())})
 		c.crawledMu.Lock()
 		c.early = ""
 		c.crawledMu.Unlock()
@@ -180,6 +187,7 @@ func runEvery(ctx context.Context, interval time.Duration, cycle func(context.Co
 // RunCycle crawls every active app once.
 func (c *crawler) RunCycle(ctx context.Context) (cycleSummary, error) {
 	start := time.Now()
+	crawledAt := messageTime(start)
 	sum := cycleSummary{Failures: map[string]int{}}
 	apps, err := c.apps.ListActive(ctx)
 	if err != nil {
@@ -214,7 +222,7 @@ func (c *crawler) RunCycle(ctx context.Context) (cycleSummary, error) {
 			for a := range queue {
 				c.metrics.queueDepth.Dec()
 				c.metrics.busy.Inc()
-				r := c.crawlApp(ctx, a)
+				r := c.crawlApp(ctx, crawlJob{App: a, CrawledAt: crawledAt})
 				c.metrics.busy.Dec()
 				mu.Lock()
 				sum.add(r)
@@ -285,7 +293,8 @@ func crawlFailureReason(err error) string {
 // crawlApp runs both paths of one app. Whatever was fetched is published,
 // even when the fetch ended early (a reviews page failing after others).
 // AppTimeout bounds the reading, not the publishing of what was read.
-func (c *crawler) crawlApp(ctx context.Context, a app) appResult {
+func (c *crawler) crawlApp(ctx context.Context, j crawlJob) appResult {
+	a := j.App
 	loc := c.cfg.Locales.forApp(a.IsIranianApp)
 	r := appResult{pkg: a.PackageName}
 	fetchCtx, cancel := context.WithTimeout(ctx, c.cfg.AppTimeout)
@@ -293,7 +302,9 @@ func (c *crawler) crawlApp(ctx context.Context, a app) appResult {
 
 	details, err := c.store.Details(fetchCtx, a.PackageName, loc.Lang, loc.Country)
 	if err == nil {
-		err = c.pub.PublishAppStats(ctx, appStatsFromDetails(details))
+		m := appStatsFromDetails(details)
+		m.CrawledAt = messageTime(j.CrawledAt)
+		err = c.pub.PublishAppStats(ctx, m)
 	}
 	r.statsErr = err
 	c.observe(a.PackageName, pathStats, err)
@@ -309,6 +320,7 @@ func (c *crawler) crawlApp(ctx context.Context, a app) appResult {
 			msgs := make([]reviewMessage, len(revs))
 			for i, rv := range revs {
 				msgs[i] = reviewMessageFrom(a.PackageName, rv)
+				msgs[i].CrawledAt = messageTime(j.CrawledAt)
 			}
 			if perr = c.pub.PublishReviews(ctx, a.PackageName, msgs); perr == nil {
 				r.reviews = len(msgs)

@@ -304,7 +304,21 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		pub := newPublisher(producer, cfg.Producer, reg, logger)
 		pub.gate = be.publishGate()
 		cr := newCrawler(crawlerConfigOf(cfg), newAppStore(be.pool), store, pub, reg, logger)
-		startRole("crawler", cr.Run)
+		// One path with any broker, the embedded one included: the leader
+		// among the instances plans cycles into crawl-jobs, and every
+		// instance's worker crawls what it is given (scheduler.go).
+		sched := newScheduler(schedulerConfigOf(cfg), be.pool, newAppStore(be.pool), producer, kadm.NewClient(be.kafka), cr.metrics, reg, logger)
+		worker := newCrawlWorker(cr, cfg.CrawlWorkers, reg, logger)
+		jobs, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(be.brokers...)}, worker.clientOptions(cfg.CrawlJobsGroup, cfg.SchedulerLease)...)...)
+		if err != nil {
+			return errors.Join(fmt.Errorf("crawl-jobs kafka client: %w", err), shutdown())
+		}
+		be.onClose(func(context.Context) error { jobs.Close(); return nil })
+		startRole("crawler", func(ctx context.Context) error {
+			done := make(chan error, 1)
+			go func() { done <- sched.Run(ctx) }()
+			return errors.Join(worker.Run(ctx, jobs), <-done)
+		})
 	}
 
 	var api *registryAPI
@@ -403,6 +417,11 @@ func flushAndClose(cl *kgo.Client) func(context.Context) error {
 func crawlerConfigOf(cfg Config) crawlerConfig {
 	return crawlerConfig{Interval: cfg.CrawlInterval, Workers: cfg.CrawlWorkers, ReviewsPerApp: cfg.ReviewsPerApp,
 		AppTimeout: cfg.CrawlAppTimeout, NewAppCheck: cfg.CrawlNewAppCheck, Locales: cfg.Locales}
+}
+
+func schedulerConfigOf(cfg Config) schedulerConfig {
+	return schedulerConfig{Interval: cfg.CrawlInterval, Lease: cfg.SchedulerLease, NewAppCheck: cfg.CrawlNewAppCheck,
+		JobsGroup: cfg.CrawlJobsGroup, Locales: cfg.Locales}
 }
 
 func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
@@ -644,7 +663,7 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 	}
 	var budget brokerBudget
 	if embedded {
-		if budget, err = planBrokerBudget(cfg.BrokerMaxBytes, cfg.topicRetention(true), allTopics); err != nil {
+		if budget, err = planBrokerBudget(cfg.BrokerMaxBytes, cfg.topicRetention(true), createdTopics); err != nil {
 			return nil, err
 		}
 	}
@@ -663,12 +682,13 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 	if embedded {
 		spec.Retention = 0 // trimmed by the budget keeper instead
 	}
-	if err := ensureTopics(ctx, kadm.NewClient(be.kafka), spec, allTopics, logger); err != nil {
+	if err := ensureTopics(ctx, kadm.NewClient(be.kafka), spec, createdTopics, logger); err != nil {
 		return nil, err
 	}
 	if embedded {
 		be.budget = newBrokerBudgetKeeper(budget, kadm.NewClient(be.kafka),
 			newConsumerStore(be.pool, cfg.ConsumerGroup).loadOffsets, opts.metrics, logger)
+		be.budget.jobsGroup = cfg.CrawlJobsGroup
 	}
 	if be.embedded != nil {
 		be.keepBrokerTrimmed(ctx, logger)
