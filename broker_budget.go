@@ -147,11 +147,8 @@ func (k *brokerBudgetKeeper) measure(ctx context.Context) ([]partitionUsage, err
 	}
 	var commits kadm.OffsetResponses
 	if _, ok := k.budget.shares[topicCrawlJobs]; ok {
-		if commits, err = k.adm.FetchOffsets(ctx, k.jobsGroup); err == nil {
-			err = commits.Error()
-		}
-		if err != nil {
-			return nil, fmt.Errorf("offsets of group %s: %w", k.jobsGroup, err)
+		if commits, err = fetchGroupOffsets(ctx, k.adm, k.jobsGroup); err != nil {
+			return nil, err
 		}
 	}
 	partitions := map[string]int64{}

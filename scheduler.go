@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -349,18 +350,21 @@ func (s *scheduler) publish(ctx context.Context, c crawlCycle, apps []app) error
 		return fmt.Errorf("publish the jobs of crawl cycle %d: %w", c.ID, err)
 	}
 	s.metrics.published.Add(float64(len(recs)))
-	offs, err := s.jobOffsets(ctx)
-	if err != nil {
-		return err
+	// The jobs are out: recording their end offsets is retried on its own
+	// for a lease's time rather than publishing them all again.
+	var err error
+	for deadline := time.Now().Add(s.cfg.Lease); ; {
+		var ends map[int32]int64
+		if ends, err = s.jobEnds(ctx); err == nil {
+			err = s.inLease(ctx, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, `UPDATE crawl_cycles SET apps = $2, job_end_offsets = $3, published_at = now() WHERE id = $1`, c.ID, len(apps), ends)
+				return err
+			})
+		}
+		if err == nil || s.epoch == 0 || time.Now().After(deadline) || sleepOn(ctx, systemClock{}, s.part(leaseTick)) != nil {
+			break
+		}
 	}
-	ends, err := json.Marshal(offs.end)
-	if err != nil {
-		return err
-	}
-	err = s.inLease(ctx, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `UPDATE crawl_cycles SET apps = $2, job_end_offsets = $3, published_at = now() WHERE id = $1`, c.ID, len(apps), ends)
-		return err
-	})
 	if err != nil {
 		return fmt.Errorf("record the jobs of crawl cycle %d: %w", c.ID, err)
 	}
@@ -472,17 +476,30 @@ func (o jobOffsets) reached(ends map[int32]int64) bool {
 	return true
 }
 
-func (s *scheduler) jobOffsets(ctx context.Context) (jobOffsets, error) {
+// jobEnds are crawl-jobs' end offsets by partition.
+func (s *scheduler) jobEnds(ctx context.Context) (map[int32]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	o := jobOffsets{end: map[int32]int64{}, next: map[int32]int64{}}
 	ends, err := s.adm.ListEndOffsets(ctx, topicCrawlJobs)
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
-		return o, fmt.Errorf("end offsets of %s: %w", topicCrawlJobs, err)
+		return nil, fmt.Errorf("end offsets of %s: %w", topicCrawlJobs, err)
 	}
+	out := map[int32]int64{}
+	ends.Each(func(l kadm.ListedOffset) { out[l.Partition] = l.Offset })
+	return out, nil
+}
+
+func (s *scheduler) jobOffsets(ctx context.Context) (jobOffsets, error) {
+	o := jobOffsets{next: map[int32]int64{}}
+	var err error
+	if o.end, err = s.jobEnds(ctx); err != nil {
+		return o, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	starts, err := s.adm.ListStartOffsets(ctx, topicCrawlJobs)
 	if err == nil {
 		err = starts.Error()
@@ -490,25 +507,39 @@ func (s *scheduler) jobOffsets(ctx context.Context) (jobOffsets, error) {
 	if err != nil {
 		return o, fmt.Errorf("start offsets of %s: %w", topicCrawlJobs, err)
 	}
-	commits, err := s.adm.FetchOffsets(ctx, s.cfg.JobsGroup)
+	commits, err := fetchGroupOffsets(ctx, s.adm, s.cfg.JobsGroup)
+	if err != nil {
+		return o, err
+	}
+	for p := range o.end {
+		next := int64(0)
+		if st, ok := starts.Lookup(topicCrawlJobs, p); ok {
+			next = st.Offset
+		}
+		if c, ok := commits.Lookup(topicCrawlJobs, p); ok && c.At >= 0 {
+			next = c.At
+		}
+		o.next[p] = next
+	}
+	return o, nil
+}
+
+// fetchGroupOffsets are group's committed offsets; none for a group that
+// does not exist yet (some brokers say GROUP_ID_NOT_FOUND).
+func fetchGroupOffsets(ctx context.Context, adm interface {
+	FetchOffsets(context.Context, string) (kadm.OffsetResponses, error)
+}, group string) (kadm.OffsetResponses, error) {
+	commits, err := adm.FetchOffsets(ctx, group)
 	if err == nil {
 		err = commits.Error()
 	}
-	if err != nil {
-		return o, fmt.Errorf("offsets of group %s: %w", s.cfg.JobsGroup, err)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return kadm.OffsetResponses{}, nil
 	}
-	ends.Each(func(l kadm.ListedOffset) {
-		o.end[l.Partition] = l.Offset
-		next := int64(0)
-		if st, ok := starts.Lookup(l.Topic, l.Partition); ok {
-			next = st.Offset
-		}
-		if c, ok := commits.Lookup(l.Topic, l.Partition); ok && c.At >= 0 {
-			next = c.At
-		}
-		o.next[l.Partition] = next
-	})
-	return o, nil
+	if err != nil {
+		return nil, fmt.Errorf("offsets of group %s: %w", group, err)
+	}
+	return commits, nil
 }
 
 type schedulerMetrics struct {
