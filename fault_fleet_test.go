@@ -197,15 +197,23 @@ func TestFaultFleetThreeInstances(t *testing.T) {
 	}
 	t.Logf("cycle 1: %s, apps per instance %v", c1.finished.Sub(c1.planned).Round(time.Millisecond), perInstance)
 
-	// midCycle waits until cycle id is under way: published, with jobs
-	// left for a while yet.
+	// midCycle waits until cycle id is under way: published, and a third
+	// to two thirds of its jobs left (the fleet's job lag).
 	midCycle := func(id int64) {
 		t.Helper()
 		waitFor(t, interval+time.Minute, fmt.Sprintf("cycle %d under way", id), func() bool {
-			var rows int
-			err := pool.QueryRow(context.Background(), `SELECT count(*) FROM app_stats s JOIN crawl_cycles c ON s.crawled_at = c.planned_at
-				WHERE c.id = $1 AND c.job_end_offsets IS NOT NULL`, id).Scan(&rows)
-			return err == nil && rows >= 10 && rows <= apps/2
+			var published bool
+			err := pool.QueryRow(context.Background(), `SELECT job_end_offsets IS NOT NULL AND finished_at IS NULL FROM crawl_cycles WHERE id = $1`, id).Scan(&published)
+			if err != nil || !published {
+				return false
+			}
+			for _, f := range fleet {
+				if f.a.running() {
+					lag := f.a.metric(t, "playwatch_crawl_jobs_lag_records", "")
+					return lag >= apps/3 && lag <= 2*apps/3
+				}
+			}
+			return false
 		})
 	}
 	takeover := func(old *fleetInstance, since time.Time) (*fleetInstance, time.Duration) {
