@@ -197,14 +197,14 @@ func TestFaultFleetThreeInstances(t *testing.T) {
 	}
 	t.Logf("cycle 1: %s, apps per instance %v", c1.finished.Sub(c1.planned).Round(time.Millisecond), perInstance)
 
-	// midCycle waits until cycle id is under way: published, and a third
-	// to two thirds of its jobs left (the fleet's job lag).
-	midCycle := func(id int64) {
+	// midCycle waits until a cycle is under way: published, and a third to
+	// two thirds of its jobs left (the fleet's job lag); it returns its id.
+	midCycle := func() int64 {
 		t.Helper()
-		waitFor(t, interval+time.Minute, fmt.Sprintf("cycle %d under way", id), func() bool {
-			var published bool
-			err := pool.QueryRow(context.Background(), `SELECT job_end_offsets IS NOT NULL AND finished_at IS NULL FROM crawl_cycles WHERE id = $1`, id).Scan(&published)
-			if err != nil || !published {
+		var id int64
+		waitFor(t, interval+time.Minute, "a cycle under way", func() bool {
+			err := pool.QueryRow(context.Background(), `SELECT id FROM crawl_cycles WHERE job_end_offsets IS NOT NULL AND finished_at IS NULL`).Scan(&id)
+			if err != nil {
 				return false
 			}
 			for _, f := range fleet {
@@ -215,6 +215,7 @@ func TestFaultFleetThreeInstances(t *testing.T) {
 			}
 			return false
 		})
+		return id
 	}
 	takeover := func(old *fleetInstance, since time.Time) (*fleetInstance, time.Duration) {
 		t.Helper()
@@ -232,23 +233,23 @@ func TestFaultFleetThreeInstances(t *testing.T) {
 	}
 
 	// The leader is SIGKILLed mid-cycle.
-	midCycle(2)
+	id := midCycle()
 	if err := first.a.stop(t, syscall.SIGKILL, 30*time.Second); err == nil {
 		t.Fatal("the leader exited cleanly after SIGKILL")
 	}
 	killedAt := time.Now()
 	second, took := takeover(first, killedAt)
-	t.Logf("leader %s SIGKILLed mid-cycle 2; %s leads %s later (SCHEDULER_LEASE %s)", first.name, second.name, took.Round(time.Millisecond), lease)
+	t.Logf("leader %s SIGKILLed mid-cycle %d; %s leads %s later (SCHEDULER_LEASE %s)", first.name, id, second.name, took.Round(time.Millisecond), lease)
 	if took > lease {
 		t.Errorf("the new leader took over after %s, more than SCHEDULER_LEASE %s", took, lease)
 	}
-	c2 := cycleDone(2, 2*time.Minute)
-	t.Logf("cycle 2 finished %s after its planned time, %d app_stats rows", c2.finished.Sub(c2.planned).Round(time.Millisecond), c2.statsRows)
-	start(first) // a new process in its place, between cycles
+	c2 := cycleDone(id, 2*time.Minute)
+	t.Logf("cycle %d finished %s after its planned time, %d app_stats rows", id, c2.finished.Sub(c2.planned).Round(time.Millisecond), c2.statsRows)
+	start(first) // a new process in its place
 
 	// A non-leader is SIGKILLed mid-cycle: the others crawl its jobs in
 	// the same cycle.
-	midCycle(3)
+	id = midCycle()
 	var victim *fleetInstance
 	for _, f := range fleet {
 		if f != second && f.a.running() {
@@ -259,15 +260,15 @@ func TestFaultFleetThreeInstances(t *testing.T) {
 	if err := victim.a.stop(t, syscall.SIGKILL, 30*time.Second); err == nil {
 		t.Fatal("the non-leader exited cleanly after SIGKILL")
 	}
-	c3 := cycleDone(3, 2*time.Minute)
-	t.Logf("non-leader %s SIGKILLed mid-cycle 3 after %v jobs; cycle 3 finished %s after its planned time with %d app_stats rows",
-		victim.name, doneBefore, c3.finished.Sub(c3.planned).Round(time.Millisecond), c3.statsRows)
+	c3 := cycleDone(id, 2*time.Minute)
+	t.Logf("non-leader %s SIGKILLed mid-cycle %d after %v jobs; it finished %s after its planned time with %d app_stats rows",
+		victim.name, id, doneBefore, c3.finished.Sub(c3.planned).Round(time.Millisecond), c3.statsRows)
 	start(victim)
 
 	// The leader's database connections are cut, again and again, for
 	// longer than the lease: it cannot renew, another takes over, and no
 	// cycle is planned twice.
-	midCycle(4)
+	id = midCycle()
 	cutFrom := time.Now()
 	var third *fleetInstance
 	for time.Since(cutFrom) < lease+lease/2 {
@@ -278,7 +279,7 @@ func TestFaultFleetThreeInstances(t *testing.T) {
 		for _, f := range fleet {
 			if third == nil && f != second && f.leads(t) {
 				third = f
-				t.Logf("leader %s cut from the database; %s leads %s after the first cut", second.name, third.name, time.Since(cutFrom).Round(time.Millisecond))
+				t.Logf("leader %s cut from the database; %s leads %s after the first cut (cycle %d under way)", second.name, third.name, time.Since(cutFrom).Round(time.Millisecond), id)
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -289,8 +290,8 @@ func TestFaultFleetThreeInstances(t *testing.T) {
 	if second.leads(t) {
 		t.Errorf("%s still leads after losing the lease", second.name)
 	}
-	cycleDone(4, 2*time.Minute)
-	cycleDone(5, interval+2*time.Minute)
+	cycleDone(id, 2*time.Minute)
+	cycleDone(id+1, interval+2*time.Minute)
 
 	// Every cycle is planned once: one per interval at most, each after the
 	// previous one finished, each with exactly one app_stats row per app.
