@@ -20,6 +20,7 @@ import (
 // log) and its own application_name on the shared database.
 type fleetInstance struct {
 	name string
+	role string // its database role
 	env  map[string]string
 	log  string
 	a    *appliance
@@ -87,14 +88,19 @@ func TestFaultFleetThreeInstances(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		q := u.Query()
-		q.Set("application_name", "playwatch-"+name)
-		u.RawQuery = q.Encode()
+		// A login role of its own (a member of the writer role), so that
+		// the test can cut this instance alone from the database.
+		role := fmt.Sprintf("pwfleet_%s_%s", name, run[len(run)-8:])
+		if err := testPG.exec(context.Background(), fmt.Sprintf("CREATE ROLE %s LOGIN IN ROLE %s", role, pgWriterRole)); err != nil {
+			t.Skipf("the fleet test needs a superuser on the test cluster to create roles: %v", err)
+		}
+		t.Cleanup(func() { _ = testPG.exec(context.Background(), "DROP ROLE IF EXISTS "+role) })
+		u.User = url.User(role)
 		var proxies []string
 		for j := range 2 {
 			proxies = append(proxies, newForwardProxy(t, fmt.Sprintf("%s-p%d", name, j)).URL)
 		}
-		fleet[i] = &fleetInstance{name: name, log: filepath.Join(t.TempDir(), name+".log"), env: map[string]string{
+		fleet[i] = &fleetInstance{name: name, role: role, log: filepath.Join(t.TempDir(), name+".log"), env: map[string]string{
 			"DATABASE_URL":        u.String(),
 			"KAFKA_BROKERS":       strings.Join(k.Brokers(), ","),
 			"PLAYWATCH_DATA_DIR":  t.TempDir(),
@@ -265,24 +271,30 @@ func TestFaultFleetThreeInstances(t *testing.T) {
 		victim.name, id, doneBefore, c3.finished.Sub(c3.planned).Round(time.Millisecond), c3.statsRows)
 	start(victim)
 
-	// The leader's database connections are cut, again and again, for
-	// longer than the lease: it cannot renew, another takes over, and no
-	// cycle is planned twice.
+	// The leader is cut from the database (its role may not log in, its
+	// sessions are ended) for longer than the lease: it cannot renew,
+	// another takes over, and no cycle is planned twice.
 	id = midCycle()
 	cutFrom := time.Now()
+	if err := testPG.exec(context.Background(), "ALTER ROLE "+second.role+" NOLOGIN"); err != nil {
+		t.Fatal(err)
+	}
 	var third *fleetInstance
 	for time.Since(cutFrom) < lease+lease/2 {
-		if _, err := pool.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-			WHERE datname = current_database() AND application_name = $1`, "playwatch-"+second.name); err != nil {
+		if _, err := pool.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1`, second.role); err != nil {
 			t.Fatal(err)
 		}
 		for _, f := range fleet {
 			if third == nil && f != second && f.leads(t) {
 				third = f
-				t.Logf("leader %s cut from the database; %s leads %s after the first cut (cycle %d under way)", second.name, third.name, time.Since(cutFrom).Round(time.Millisecond), id)
+				t.Logf("leader %s cut from the database; %s leads %s after the cut (cycle %d under way)", second.name, third.name,
+					time.Since(cutFrom).Round(time.Millisecond), id)
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	if err := testPG.exec(context.Background(), "ALTER ROLE "+second.role+" LOGIN"); err != nil {
+		t.Fatal(err)
 	}
 	if third == nil {
 		t.Errorf("no other instance took over within %s of cutting the leader from the database", lease+lease/2)
