@@ -281,7 +281,7 @@ func TestFaultFleetThreeInstances(t *testing.T) {
 	}
 	var third *fleetInstance
 	for time.Since(cutFrom) < lease+lease/2 {
-		if _, err := pool.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1`, second.role); err != nil {
+		if err := testPG.exec(context.Background(), "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '"+second.role+"'"); err != nil {
 			t.Fatal(err)
 		}
 		for _, f := range fleet {
