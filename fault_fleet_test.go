@@ -240,6 +240,7 @@ func TestFaultFleetThreeInstances(t *testing.T) {
 
 	// The leader is SIGKILLed mid-cycle.
 	id := midCycle()
+	first = leader()
 	if err := first.a.stop(t, syscall.SIGKILL, 30*time.Second); err == nil {
 		t.Fatal("the leader exited cleanly after SIGKILL")
 	}
@@ -256,6 +257,7 @@ func TestFaultFleetThreeInstances(t *testing.T) {
 	// A non-leader is SIGKILLed mid-cycle: the others crawl its jobs in
 	// the same cycle.
 	id = midCycle()
+	second = leader()
 	var victim *fleetInstance
 	for _, f := range fleet {
 		if f != second && f.a.running() {
@@ -275,6 +277,7 @@ func TestFaultFleetThreeInstances(t *testing.T) {
 	// sessions are ended) for longer than the lease: it cannot renew,
 	// another takes over, and no cycle is planned twice.
 	id = midCycle()
+	second = leader()
 	cutFrom := time.Now()
 	if err := testPG.exec(context.Background(), "ALTER ROLE "+second.role+" NOLOGIN"); err != nil {
 		t.Fatal(err)

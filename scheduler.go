@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -80,8 +81,15 @@ type scheduler struct {
 	metrics  *schedulerMetrics
 	logger   *slog.Logger
 
-	epoch     int64     // the lease's epoch while this instance leads; 0 otherwise
+	// The lease, kept by its own loop so that a slow broker never delays a
+	// renewal: epoch is the lease's epoch while this instance leads, else 0.
+	leaseMu   sync.Mutex
+	epoch     int64
 	renewedAt time.Time // when the last successful renewal was sent
+
+	// What the planning loop keeps of its leadership: the epoch it led
+	// under, the apps it has seen.
+	ledEpoch int64
 	// known are the apps of the current cycle and the new apps published
 	// since; nil until this leader has planned or taken over a cycle.
 	known        map[string]bool
@@ -106,7 +114,17 @@ func (s *scheduler) part(f float64) time.Duration { return time.Duration(float64
 // over at once.
 func (s *scheduler) Run(ctx context.Context) error {
 	tick := min(s.part(leaseTick), time.Second)
-	defer s.resign()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			s.keepLease(ctx)
+			if sleepOn(ctx, systemClock{}, tick) != nil {
+				return
+			}
+		}
+	}()
+	defer func() { <-done; s.resign() }()
 	for {
 		s.step(ctx)
 		if sleepOn(ctx, systemClock{}, tick) != nil {
@@ -115,26 +133,46 @@ func (s *scheduler) Run(ctx context.Context) error {
 	}
 }
 
-func (s *scheduler) step(ctx context.Context) {
-	if s.epoch != 0 && time.Since(s.renewedAt) >= s.part(leaseTTL) {
-		s.demote("the lease ran out before it could be renewed")
-	}
-	if s.epoch == 0 {
+// currentEpoch is the lease's epoch while this instance leads, else 0.
+func (s *scheduler) currentEpoch() int64 {
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	return s.epoch
+}
+
+// keepLease takes the lease when it is free, renews it when due, and
+// gives up leading once the last renewal is too old.
+func (s *scheduler) keepLease(ctx context.Context) {
+	s.leaseMu.Lock()
+	epoch, renewed := s.epoch, s.renewedAt
+	s.leaseMu.Unlock()
+	switch {
+	case epoch != 0 && time.Since(renewed) >= s.part(leaseTTL):
+		s.demote(epoch, "the lease ran out before it could be renewed")
+	case epoch == 0:
 		if err := s.acquire(ctx); err != nil && ctx.Err() == nil {
 			s.logger.Debug("scheduler: cannot try for the lease", "err", err)
 		}
-	} else if time.Since(s.renewedAt) >= s.part(leaseRenew) {
-		if err := s.renew(ctx); err != nil && ctx.Err() == nil {
+	case time.Since(renewed) >= s.part(leaseRenew):
+		if err := s.renew(ctx, epoch); err != nil && ctx.Err() == nil {
 			s.logger.Warn("scheduler: cannot renew the lease; trying again", "err", err)
 		}
 	}
+}
+
+func (s *scheduler) step(ctx context.Context) {
 	offs, err := s.jobOffsets(ctx)
 	if err == nil {
 		s.metrics.lag.Set(float64(offs.lag()))
 	} else if ctx.Err() == nil {
 		s.logger.Debug("scheduler: cannot read the offsets of "+topicCrawlJobs, "err", err)
 	}
-	if s.epoch == 0 || ctx.Err() != nil {
+	epoch := s.currentEpoch()
+	if epoch != s.ledEpoch {
+		// Leading afresh, or no more: what the last leadership saw is void.
+		s.ledEpoch, s.known, s.nextNewCheck, s.idleUntil = epoch, nil, time.Time{}, time.Time{}
+	}
+	if epoch == 0 || ctx.Err() != nil {
 		return
 	}
 	if err := s.lead(ctx, offs, err); err != nil && ctx.Err() == nil {
@@ -160,48 +198,63 @@ func (s *scheduler) acquire(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("take the scheduler lease: %w", err)
 	}
-	s.epoch, s.renewedAt, s.known = epoch, sent, nil
+	s.leaseMu.Lock()
+	s.epoch, s.renewedAt = epoch, sent
+	s.leaseMu.Unlock()
 	s.metrics.leader.Set(1)
 	s.metrics.takeovers.Inc()
 	s.logger.Info("scheduler: this instance is the leader; it plans the crawl cycles", "holder", s.holder, "epoch", epoch)
 	return nil
 }
 
-func (s *scheduler) renew(ctx context.Context) error {
+func (s *scheduler) renew(ctx context.Context, epoch int64) error {
 	sent := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, s.part(leaseRenew))
 	defer cancel()
 	tag, err := s.pool.Exec(ctx, `UPDATE scheduler_lease SET expires_at = now() + make_interval(secs => $3)
-		WHERE name = 'crawl' AND holder = $1 AND epoch = $2`, s.holder, s.epoch, s.part(leaseTTL).Seconds())
+		WHERE name = 'crawl' AND holder = $1 AND epoch = $2`, s.holder, epoch, s.part(leaseTTL).Seconds())
 	if err != nil {
 		return fmt.Errorf("renew the scheduler lease: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
-		s.demote("another instance holds the lease")
+		s.demote(epoch, "another instance holds the lease")
 		return nil
 	}
-	s.renewedAt = sent
+	s.leaseMu.Lock()
+	if s.epoch == epoch {
+		s.renewedAt = sent
+	}
+	s.leaseMu.Unlock()
 	return nil
 }
 
-func (s *scheduler) demote(why string) {
-	s.logger.Warn("scheduler: this instance is no longer the leader", "reason", why, "epoch", s.epoch)
-	s.epoch, s.known = 0, nil
+// demote ends the leadership of epoch, if it is still this instance's.
+func (s *scheduler) demote(epoch int64, why string) {
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	if s.epoch != epoch || epoch == 0 {
+		return
+	}
+	s.logger.Warn("scheduler: this instance is no longer the leader", "reason", why, "epoch", epoch)
+	s.epoch = 0
 	s.metrics.leader.Set(0)
 }
 
 // resign gives the lease up at shutdown.
 func (s *scheduler) resign() {
-	if s.epoch == 0 {
+	epoch := s.currentEpoch()
+	if epoch == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.part(leaseRenew))
 	defer cancel()
 	if _, err := s.pool.Exec(ctx, `UPDATE scheduler_lease SET expires_at = now() WHERE name = 'crawl' AND holder = $1 AND epoch = $2`,
-		s.holder, s.epoch); err != nil {
+		s.holder, epoch); err != nil {
 		s.logger.Warn("scheduler: cannot give the lease up; another instance takes over once it expires", "err", err)
 	}
+	s.leaseMu.Lock()
 	s.epoch = 0
+	s.leaseMu.Unlock()
 	s.metrics.leader.Set(0)
 }
 
@@ -282,10 +335,11 @@ func (s *scheduler) lastCycle(ctx context.Context) (*crawlCycle, time.Time, erro
 func (s *scheduler) inLease(ctx context.Context, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var ok bool
+		epoch := s.ledEpoch
 		err := tx.QueryRow(ctx, `SELECT true FROM scheduler_lease WHERE name = 'crawl' AND holder = $1 AND epoch = $2 AND expires_at > now() FOR UPDATE`,
-			s.holder, s.epoch).Scan(&ok)
+			s.holder, epoch).Scan(&ok)
 		if errors.Is(err, pgx.ErrNoRows) {
-			s.demote("the lease passed to another instance")
+			s.demote(epoch, "the lease passed to another instance")
 			return errors.New("the scheduler lease is no longer this instance's")
 		}
 		if err != nil {
@@ -312,7 +366,7 @@ func (s *scheduler) planCycle(ctx context.Context) error {
 	err = s.inLease(ctx, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, `INSERT INTO crawl_cycles (id, planned_at, leader, leader_epoch)
 			SELECT coalesce(max(id), 0) + 1, now(), $1, $2 FROM crawl_cycles
-			RETURNING id, planned_at`, s.holder, s.epoch).Scan(&c.ID, &c.PlannedAt)
+			RETURNING id, planned_at`, s.holder, s.ledEpoch).Scan(&c.ID, &c.PlannedAt)
 	})
 	if err != nil {
 		return fmt.Errorf("plan a crawl cycle: %w", err)
@@ -361,7 +415,7 @@ func (s *scheduler) publish(ctx context.Context, c crawlCycle, apps []app) error
 				return err
 			})
 		}
-		if err == nil || s.epoch == 0 || time.Now().After(deadline) || sleepOn(ctx, systemClock{}, s.part(leaseTick)) != nil {
+		if err == nil || s.currentEpoch() == 0 || time.Now().After(deadline) || sleepOn(ctx, systemClock{}, s.part(leaseTick)) != nil {
 			break
 		}
 	}

@@ -180,7 +180,7 @@ func TestSchedulerLeaseOneLeader(t *testing.T) {
 	if a.epoch != 1 || b.epoch != 0 {
 		t.Fatalf("epochs %d and %d, want a leading with 1", a.epoch, b.epoch)
 	}
-	if err := a.renew(ctx); err != nil || a.epoch != 1 {
+	if err := a.renew(ctx, 1); err != nil || a.epoch != 1 {
 		t.Fatalf("renew: %v, epoch %d", err, a.epoch)
 	}
 	// The lease runs out (the leader stalled): b takes it with epoch 2.
@@ -192,6 +192,7 @@ func TestSchedulerLeaseOneLeader(t *testing.T) {
 	}
 	// a still believes it leads; what it would write is refused.
 	registerApps(t, pool, "com.example.one")
+	a.ledEpoch = a.epoch
 	if err := a.planCycle(ctx); err == nil || a.epoch != 0 {
 		t.Errorf("the old leader planned a cycle (err %v), epoch %d", err, a.epoch)
 	}
