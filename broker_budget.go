@@ -29,6 +29,9 @@ import (
 type topicShare struct {
 	weight  int64 // its part of the budget, relative to the other topics'
 	drained bool  // the storage consumer reads it: a record it has not stored is never deleted
+	// jobs: the crawl workers' group reads it: a job it has not committed
+	// is never deleted, and one it has goes at the next trim.
+	jobs bool
 }
 
 // topicShares has a row for every topic playwatch puts on the embedded
@@ -37,9 +40,8 @@ type topicShare struct {
 //
 // A topic added later gets its row here. One that nobody has to drain (a
 // raw-pages archive) is drained: false and is trimmed freely within its
-// share; one that another consumer group drains (crawl-jobs) needs that
-// group's stored offsets as its floor, as drained topics have the storage
-// consumer's.
+// share; crawl-jobs has the crawl workers' committed offsets as its floor,
+// as drained topics have the storage consumer's.
 var topicShares = map[string]topicShare{
 	topicReviews:        {weight: 8, drained: true},
 	topicAppStats:       {weight: 1, drained: true},
@@ -47,6 +49,9 @@ var topicShares = map[string]topicShare{
 	// Nobody drains the archive: its oldest pages go first, whatever the
 	// crawl's pace (README, "Raw page archive").
 	topicRawPages: {weight: 6, drained: false},
+	// A cycle's jobs are a few hundred bytes per app and useless once done:
+	// no share, only what the workers have not committed stays.
+	topicCrawlJobs: {weight: 0, jobs: true},
 }
 
 // brokerBudget is PLAYWATCH_BROKER_MAX_BYTES split over the topics, and the
@@ -105,9 +110,12 @@ type brokerBudgetKeeper struct {
 	budget brokerBudget
 	adm    *kadm.Client
 	// stored are the storage consumer's next offsets (consumer_offsets).
-	stored  func(context.Context) (map[topicPartition]int64, error)
-	logger  *slog.Logger
-	metrics *brokerBudgetMetrics
+	stored func(context.Context) (map[topicPartition]int64, error)
+	// jobsGroup is the crawl workers' consumer group, whose committed
+	// offsets are crawl-jobs' floor.
+	jobsGroup string
+	logger    *slog.Logger
+	metrics   *brokerBudgetMetrics
 }
 
 func newBrokerBudgetKeeper(budget brokerBudget, adm *kadm.Client, stored func(context.Context) (map[topicPartition]int64, error),
@@ -140,6 +148,12 @@ func (k *brokerBudgetKeeper) measure(ctx context.Context) ([]partitionUsage, err
 	if err != nil {
 		return nil, fmt.Errorf("stored offsets: %w", err)
 	}
+	var commits kadm.OffsetResponses
+	if _, ok := k.budget.shares[topicCrawlJobs]; ok {
+		if commits, err = fetchGroupOffsets(ctx, k.adm, k.jobsGroup); err != nil {
+			return nil, err
+		}
+	}
 	partitions := map[string]int64{}
 	ends.Each(func(o kadm.ListedOffset) { partitions[o.Topic]++ })
 	var out []partitionUsage
@@ -160,6 +174,12 @@ func (k *brokerBudgetKeeper) measure(ctx context.Context) ([]partitionUsage, err
 		if topicShares[o.Topic].drained {
 			// No row yet: the consumer has stored nothing of the partition.
 			u.floor = min(max(stored[topicPartition{o.Topic, o.Partition}], u.start), u.end)
+		}
+		if topicShares[o.Topic].jobs {
+			u.floor = u.start // no commit yet: nothing is done
+			if c, ok := commits.Lookup(o.Topic, o.Partition); ok && c.At >= 0 {
+				u.floor = min(max(c.At, u.start), u.end)
+			}
 		}
 		out = append(out, u)
 	})

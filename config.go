@@ -56,6 +56,8 @@ type Config struct {
 	// ReviewsFullSyncInterval: how often each app's reviews are read in
 	// full rather than up to the first stored one; 0: every cycle.
 	ReviewsFullSyncInterval time.Duration
+	SchedulerLease          time.Duration
+	CrawlJobsGroup          string
 
 	// Storage consumer (consumer.go).
 	ConsumerGroup           string
@@ -216,6 +218,23 @@ var settings = []setting{
 		}},
 	{"CRAWL_NEW_APP_CHECK", "30s", "how often the crawler looks for apps registered or reactivated since its cycle began, and crawls them at once",
 		func(c *Config, v string) (err error) { c.CrawlNewAppCheck, err = parsePositiveDuration(v); return }},
+	{"SCHEDULER_LEASE", "30s", "how soon another instance takes over planning the crawl cycles when the leader dies or loses the database (6s to 10m)",
+		func(c *Config, v string) (err error) {
+			if c.SchedulerLease, err = parsePositiveDuration(v); err == nil && (c.SchedulerLease < 6*time.Second || c.SchedulerLease > 10*time.Minute) {
+				// It is also the crawl-jobs group's session timeout, which
+				// Kafka and Redpanda refuse below 6s by default.
+				err = errors.New("must be between 6s and 10m")
+			}
+			return
+		}},
+	{"CRAWL_JOBS_GROUP", "playwatch-crawl", "Kafka consumer group in which the crawlers of every instance share the crawl-jobs topic",
+		func(c *Config, v string) error {
+			c.CrawlJobsGroup = v
+			if len(v) > 255 {
+				return errors.New("must be at most 255 characters")
+			}
+			return nonEmpty(v)
+		}},
 	{"LOG_LEVEL", "info", "debug, info, warn or error",
 		func(c *Config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
 	{"LOG_FORMAT", "text", "text or json",

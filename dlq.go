@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -376,6 +377,33 @@ func runDLQList(ctx context.Context, q querier, f *dlqFlags, args []string, stdo
 	return printDeadLetterTable(stdout, rows, filter.Limit)
 }
 
+// dlqReplayLockKey is the advisory lock one replay at a time holds
+// (migrate.go's key is another).
+const dlqReplayLockKey = 0x706c7764_6c717270 // "plwdlqrp"
+
+// lockDLQReplay takes the replay lock on a connection of its own for the
+// replay's whole run, so that two replays (on one server or two) never run
+// at once; a second one stops at once rather than wait.
+func lockDLQReplay(ctx context.Context, pool *pgxpool.Pool) (func(), error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("dlq replay lock: %w", err)
+	}
+	var ok bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(dlqReplayLockKey)).Scan(&ok); err != nil {
+		conn.Release()
+		return nil, fmt.Errorf("dlq replay lock: %w", err)
+	}
+	if !ok {
+		conn.Release()
+		return nil, errors.New("another `playwatch dlq replay` is running on this database; run this one again once it has finished")
+	}
+	return func() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(dlqReplayLockKey))
+		conn.Release()
+	}, nil
+}
+
 // runDLQReplay is `playwatch dlq replay`.
 func runDLQReplay(ctx context.Context, s *consumerStore, f *dlqFlags, args []string, maxRecordBytes int, stdout io.Writer) error {
 	var ids []int64
@@ -393,6 +421,11 @@ func runDLQReplay(ctx context.Context, s *consumerStore, f *dlqFlags, args []str
 	if err != nil {
 		return err
 	}
+	unlock, err := lockDLQReplay(ctx, s.pool)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	res, err := s.replayDeadLetters(ctx, ids, filter, maxRecordBytes)
 	fmt.Fprintf(stdout, "stored %d, still dead %d", len(res.Stored), len(res.StillDead))
 	if len(res.NotFound) > 0 {

@@ -182,3 +182,21 @@ func TestRunConsumerRole(t *testing.T) {
 		t.Errorf("stored next offset %d, want 1", n)
 	}
 }
+
+// Two replays never run at once: while one holds the replay lock, another
+// stops with an error saying so; once it is released the replay runs.
+func TestDLQReplayLock(t *testing.T) {
+	dsn := newTestDatabase(t)
+	pool := newTestPoolFor(t, dsn)
+	unlock, err := lockDLQReplay(context.Background(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runCLI(t, dsn, "dlq", "replay", "--all"); err == nil || !strings.Contains(err.Error(), "another `playwatch dlq replay` is running") {
+		t.Fatalf("a second replay: %v (%s)", err, out)
+	}
+	unlock()
+	if out, err := runCLI(t, dsn, "dlq", "replay", "--all"); err != nil || !strings.HasPrefix(out, "stored 0, still dead 0") {
+		t.Fatalf("replay after the lock was released: %v (%s)", err, out)
+	}
+}

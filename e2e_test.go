@@ -712,7 +712,7 @@ func clearPlaywatchTopics(t *testing.T, adm *kadm.Client) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resps, err := adm.DeleteTopics(ctx, allTopics...)
+	resps, err := adm.DeleteTopics(ctx, createdTopics...)
 	if err != nil {
 		t.Fatalf("delete topics: %v", err)
 	}
@@ -722,7 +722,7 @@ func clearPlaywatchTopics(t *testing.T, adm *kadm.Client) {
 		}
 	}
 	waitFor(t, 30*time.Second, "the deleted topics to leave the metadata", func() bool {
-		topics, err := adm.ListTopics(ctx, allTopics...)
+		topics, err := adm.ListTopics(ctx, createdTopics...)
 		return err == nil && len(topics.TopicsSet()) == 0
 	})
 }

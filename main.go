@@ -325,7 +325,21 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		pub := newPublisher(producer, cfg.Producer, reg, logger)
 		pub.gate = be.publishGate()
 		cr := newCrawler(crawlerConfigOf(cfg), newAppStore(be.pool), store, newPGKnownReviews(be.pool), pub, reg, logger)
-		startRole("crawler", cr.Run)
+		// One path with any broker, the embedded one included: the leader
+		// among the instances plans cycles into crawl-jobs, and every
+		// instance's worker crawls what it is given (scheduler.go).
+		sched := newScheduler(schedulerConfigOf(cfg), be.pool, newAppStore(be.pool), producer, kadm.NewClient(be.kafka), cr.metrics, reg, logger)
+		worker := newCrawlWorker(cr, cfg.CrawlWorkers, reg, logger)
+		jobs, err := kgo.NewClient(append(kafkaClientOptions(cfg.Kafka, be.brokers), worker.clientOptions(cfg.CrawlJobsGroup, cfg.SchedulerLease)...)...)
+		if err != nil {
+			return errors.Join(fmt.Errorf("crawl-jobs kafka client: %w", err), shutdown())
+		}
+		be.onClose(func(context.Context) error { jobs.Close(); return nil })
+		startRole("crawler", func(ctx context.Context) error {
+			done := make(chan error, 1)
+			go func() { done <- sched.Run(ctx) }()
+			return errors.Join(worker.Run(ctx, jobs), <-done)
+		})
 	}
 
 	var api *registryAPI
@@ -448,6 +462,11 @@ func crawlerConfigOf(cfg Config) crawlerConfig {
 	return crawlerConfig{Interval: cfg.CrawlInterval, Workers: cfg.CrawlWorkers, ReviewsPerApp: cfg.ReviewsPerApp,
 		AppTimeout: cfg.CrawlAppTimeout, NewAppCheck: cfg.CrawlNewAppCheck, FullSyncInterval: cfg.ReviewsFullSyncInterval,
 		Locales: cfg.Locales, Clock: systemClock{}}
+}
+
+func schedulerConfigOf(cfg Config) schedulerConfig {
+	return schedulerConfig{Interval: cfg.CrawlInterval, Lease: cfg.SchedulerLease, NewAppCheck: cfg.CrawlNewAppCheck,
+		JobsGroup: cfg.CrawlJobsGroup, Locales: cfg.Locales, FullResyncEvery: cfg.ReviewsFullSyncInterval}
 }
 
 func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
@@ -707,9 +726,9 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 		return be, nil
 	}
 	be.rawArchive = cfg.RawArchive
-	topics := allTopics
+	topics := createdTopics
 	if cfg.RawArchive {
-		topics = append(slices.Clone(allTopics), topicRawPages)
+		topics = append(slices.Clone(createdTopics), topicRawPages)
 	}
 	var budget brokerBudget
 	if embedded {
@@ -732,7 +751,7 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 	if embedded {
 		spec.Retention = 0 // trimmed by the budget keeper instead
 	}
-	if err := ensureTopics(ctx, kadm.NewClient(be.kafka), spec, allTopics, logger); err != nil {
+	if err := ensureTopics(ctx, kadm.NewClient(be.kafka), spec, createdTopics, logger); err != nil {
 		// The first requests to the brokers: where TLS and SASL fail.
 		return nil, cfg.Kafka.explainKafkaError(err)
 	}
@@ -747,6 +766,7 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 	if embedded {
 		be.budget = newBrokerBudgetKeeper(budget, kadm.NewClient(be.kafka),
 			newConsumerStore(be.pool, cfg.ConsumerGroup).loadOffsets, opts.metrics, logger)
+		be.budget.jobsGroup = cfg.CrawlJobsGroup
 	}
 	if be.embedded != nil {
 		be.keepBrokerTrimmed(ctx, logger)

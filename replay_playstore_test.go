@@ -85,8 +85,9 @@ type replayPlayStore struct {
 	nextNID       int
 	lastReviewReq url.Values // hl/gl of the last reviews request
 	lastPageSize  int
-	proxied       int // requests that came through a proxy (Via header)
-	sorryHits     int // requests that reached the captcha page
+	proxied       int                 // requests that came through a proxy (Via header)
+	vias          map[string][]string // "details pkg" / "reviews pkg" -> Via of each request ("" direct)
+	sorryHits     int                 // requests that reached the captcha page
 }
 
 const (
@@ -107,6 +108,7 @@ func newReplayPlayStore(t testing.TB) *replayPlayStore {
 		reviewPages: make(map[string][]byte),
 		counts:      make(map[string]int),
 		locales:     make(map[string]string),
+		vias:        make(map[string][]string),
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /store/apps/details", s.serveDetails)
@@ -178,6 +180,14 @@ func (s *replayPlayStore) locale(endpoint, pkg string) string {
 	return s.locales[endpoint+" "+pkg]
 }
 
+// viasOf is the Via header of each request for endpoint and pkg: which
+// egress (forward proxy) sent it, "" for a direct request.
+func (s *replayPlayStore) viasOf(endpoint, pkg string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.vias[endpoint+" "+pkg])
+}
+
 func (s *replayPlayStore) totalRequests() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -240,6 +250,7 @@ func (s *replayPlayStore) countAndFault(endpoint, pkg string, r *http.Request) (
 	if r.Header.Get("Via") != "" {
 		s.proxied++
 	}
+	s.vias[key] = append(s.vias[key], r.Header.Get("Via"))
 	app := s.app(pkg)
 	queue, always := app.DetailsFaults, app.DetailsAlways
 	if endpoint == "reviews" {

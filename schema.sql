@@ -150,3 +150,30 @@ CREATE FUNCTION reviews_sentiment_input(score SMALLINT, content TEXT) RETURNS BY
 -- row version.
 CREATE INDEX reviews_sentiment_todo_idx ON reviews (id)
     WHERE sentiment IS NULL OR sentiment_text_hash IS DISTINCT FROM reviews_sentiment_input(score, content);
+
+-- migration 6: crawl scheduler
+-- The lease that makes one instance the scheduler leader: the holder renews
+-- expires_at (the database's clock) before it passes; another instance takes
+-- the row once it has, with epoch + 1. Planning a cycle checks the holder and
+-- epoch in the same transaction, so a leader that lost the lease plans nothing.
+CREATE TABLE scheduler_lease (
+    name       VARCHAR(64) PRIMARY KEY,
+    holder     VARCHAR(255) NOT NULL,
+    epoch      BIGINT NOT NULL CHECK (epoch > 0),
+    expires_at TIMESTAMPTZ NOT NULL
+);
+
+-- One row per crawl cycle planned. A cycle's jobs are published after its
+-- row is inserted; job_end_offsets (partition -> end offset of crawl-jobs
+-- right after they were) is set once they all are. The cycle is finished
+-- when the crawl workers' committed offsets reach them.
+CREATE TABLE crawl_cycles (
+    id              BIGINT PRIMARY KEY CHECK (id > 0),
+    planned_at      TIMESTAMPTZ NOT NULL,
+    leader          VARCHAR(255) NOT NULL,
+    leader_epoch    BIGINT NOT NULL,
+    apps            INTEGER CHECK (apps >= 0),
+    job_end_offsets JSONB,
+    published_at    TIMESTAMPTZ,
+    finished_at     TIMESTAMPTZ
+);

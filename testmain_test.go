@@ -182,7 +182,7 @@ func newTestBroker(t testing.TB, dataDir string) (*embeddedBroker, []string) {
 func createTestTopics(t testing.TB, brokers []string, spec topicSpec) {
 	t.Helper()
 	withAdmin(t, brokers, func(ctx context.Context, adm *kadm.Client) {
-		if err := ensureTopics(ctx, adm, spec, allTopics, testLogger(t)); err != nil {
+		if err := ensureTopics(ctx, adm, spec, createdTopics, testLogger(t)); err != nil {
 			t.Fatalf("create topics: %v", err)
 		}
 	})

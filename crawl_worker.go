@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// crawlWorker consumes crawl-jobs in the crawl workers' group and crawls
+// each job's app with crawler.crawlApp, at most CRAWL_WORKERS at once. A
+// job's offset is committed only once its crawl has ended (both paths
+// published and confirmed, or failed closed), and per partition only up to
+// the first job still running, so a member that dies leaves every job it
+// had not finished to the member that gets its partition. Jobs of a
+// partition taken away mid-crawl are abandoned, not committed: the new
+// owner crawls them again at the same crawled_at.
+type crawlWorker struct {
+	crawler *crawler
+	workers int
+	metrics *crawlWorkerMetrics
+	logger  *slog.Logger
+
+	runCtx   context.Context // cancels every job at shutdown
+	mu       sync.Mutex
+	parts    map[int32]*partitionJobs
+	commitMu sync.Mutex // commits leave in the order they are computed
+}
+
+// partitionJobs are the jobs of one assigned partition not yet committed,
+// in offset order.
+type partitionJobs struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	pending []*kgo.Record
+	done    map[int64]bool
+}
+
+func newCrawlWorker(c *crawler, workers int, reg prometheus.Registerer, logger *slog.Logger) *crawlWorker {
+	return &crawlWorker{crawler: c, workers: workers, metrics: newCrawlWorkerMetrics(reg), logger: logger, parts: map[int32]*partitionJobs{}}
+}
+
+// clientOptions are the consumer settings of the crawl-jobs client. The
+// group's session is SCHEDULER_LEASE, so the jobs of a member that died go
+// to another within the time a new leader takes. A new group starts at the
+// oldest job: the leader may publish before any worker has joined.
+func (w *crawlWorker) clientOptions(group string, session time.Duration) []kgo.Opt {
+	return []kgo.Opt{
+		kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(topicCrawlJobs),
+		kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.SessionTimeout(session),
+		kgo.HeartbeatInterval(max(session/10, 100*time.Millisecond)),
+		kgo.OnPartitionsRevoked(w.abandon),
+		kgo.OnPartitionsLost(w.abandon),
+	}
+}
+
+// jobsClient is the part of *kgo.Client the worker uses.
+type jobsClient interface {
+	PollRecords(ctx context.Context, maxPollRecords int) kgo.Fetches
+	CommitRecords(ctx context.Context, rs ...*kgo.Record) error
+}
+
+// Run polls jobs while a worker slot is free, until ctx ends; then it
+// waits for the running jobs, which ctx cancels.
+func (w *crawlWorker) Run(ctx context.Context, cl jobsClient) error {
+	w.mu.Lock()
+	w.runCtx = ctx
+	w.mu.Unlock()
+	slots := make(chan struct{}, w.workers)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	w.logger.Info("crawl worker started", "topic", topicCrawlJobs, "workers", w.workers)
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		free := 1
+		for free < w.workers && len(slots) < cap(slots) {
+			slots <- struct{}{}
+			free++
+		}
+		fetches := cl.PollRecords(ctx, free)
+		if ctx.Err() != nil {
+			return nil
+		}
+		fetches.EachError(func(t string, p int32, err error) {
+			w.logger.Warn("crawl worker: fetch failed; the client retries", "topic", t, "partition", p, "err", err)
+		})
+		recs := fetches.Records()
+		for range free - len(recs) {
+			<-slots
+		}
+		for _, r := range recs {
+			jctx := w.track(r)
+			wg.Go(func() {
+				defer func() { <-slots }()
+				w.runJob(jctx, r)
+				w.complete(ctx, cl, r)
+			})
+		}
+	}
+}
+
+// track adds a polled job to its partition's pending list and returns the
+// context its crawl runs in.
+func (w *crawlWorker) track(r *kgo.Record) context.Context {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.parts[r.Partition]
+	if p == nil {
+		ctx, cancel := context.WithCancel(w.runCtx)
+		p = &partitionJobs{ctx: ctx, cancel: cancel, done: map[int64]bool{}}
+		w.parts[r.Partition] = p
+	}
+	p.pending = append(p.pending, r)
+	return p.ctx
+}
+
+func (w *crawlWorker) runJob(ctx context.Context, r *kgo.Record) {
+	m, bad := decodeCrawlJob(r.Value, time.Now())
+	if bad != nil {
+		w.metrics.invalid.Inc()
+		w.logger.Warn("crawl worker: skipping a job that breaks its contract", "partition", r.Partition, "offset", r.Offset,
+			"key", printable(string(r.Key), 100), "reason", string(bad.code)+": "+bad.detail)
+		return
+	}
+	w.crawler.metrics.busy.Inc()
+	res := w.crawler.crawlApp(ctx, m.crawlJob())
+	w.crawler.metrics.busy.Dec()
+	if ctx.Err() == nil {
+		w.metrics.done.Inc()
+	}
+	w.logger.Debug("crawl job done", "package", m.PackageName, "cycle", m.CycleID, "stats_err", res.statsErr, "reviews_err", res.reviewsErr)
+}
+
+// complete marks r done and commits its partition up to the first job
+// still running. A job whose partition was taken away meanwhile is not
+// committed.
+func (w *crawlWorker) complete(ctx context.Context, cl jobsClient, r *kgo.Record) {
+	w.commitMu.Lock()
+	defer w.commitMu.Unlock()
+	w.mu.Lock()
+	p := w.parts[r.Partition]
+	if p == nil || !slices.Contains(p.pending, r) || p.ctx.Err() != nil {
+		w.mu.Unlock()
+		return
+	}
+	p.done[r.Offset] = true
+	var upTo *kgo.Record
+	for len(p.pending) > 0 && p.done[p.pending[0].Offset] {
+		upTo = p.pending[0]
+		delete(p.done, upTo.Offset)
+		p.pending = p.pending[1:]
+	}
+	w.mu.Unlock()
+	if upTo == nil {
+		return
+	}
+	if err := cl.CommitRecords(context.WithoutCancel(ctx), upTo); err != nil {
+		w.logger.Warn("crawl worker: commit failed; the jobs up to it may be crawled again", "partition", upTo.Partition,
+			"offset", upTo.Offset, "err", err)
+	}
+}
+
+// abandon cancels the jobs of partitions taken away from this member; they
+// are never committed here.
+func (w *crawlWorker) abandon(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, p := range lost[topicCrawlJobs] {
+		if pj := w.parts[p]; pj != nil {
+			if len(pj.pending) > 0 {
+				w.logger.Info("crawl worker: partition taken away; its running jobs are left to its new owner", "partition", p, "jobs", len(pj.pending))
+			}
+			pj.cancel()
+			delete(w.parts, p)
+		}
+	}
+}
+
+type crawlWorkerMetrics struct {
+	done    prometheus.Counter
+	invalid prometheus.Counter
+}
+
+func newCrawlWorkerMetrics(reg prometheus.Registerer) *crawlWorkerMetrics {
+	m := &crawlWorkerMetrics{
+		done: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "playwatch_crawl_jobs_done_total",
+			Help: "Crawl jobs this instance crawled to the end (both paths published or failed closed).",
+		}),
+		invalid: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "playwatch_crawl_jobs_invalid_total",
+			Help: "Crawl jobs skipped because they break the crawl-jobs contract (logged with partition and offset).",
+		}),
+	}
+	reg.MustRegister(m.done, m.invalid)
+	return m
+}

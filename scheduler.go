@@ -1,0 +1,634 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The scheduler plans crawl cycles for the whole fleet (docs/design.md
+// "Several servers"). Every instance with the crawler role runs one; the one
+// holding the lease row in scheduler_lease is the leader. A lease row rather
+// than an advisory lock: its deadline runs on the database's clock, so a
+// leader whose host vanished without closing its connection (which
+// PostgreSQL notices only after TCP keepalives, hours by default) is
+// replaced within SCHEDULER_LEASE all the same, and the planning
+// transaction can check the lease it plans under.
+//
+// The leader inserts a crawl_cycles row, publishes one job per active app
+// to crawl-jobs, records the topic's end offsets in the row, and calls the
+// cycle finished once the crawl workers' committed offsets reach them. The
+// next cycle is planned when CRAWL_INTERVAL has passed since the planned
+// time and the previous cycle has finished. A new leader reads the last row
+// and carries on where the old one stopped: it republishes the jobs of a
+// cycle whose end offsets are missing, waits for an unfinished one, and
+// never plans a cycle that a row already holds.
+
+// schedulerConfig is the scheduling part of Config.
+type schedulerConfig struct {
+	Interval        time.Duration // CRAWL_INTERVAL
+	Lease           time.Duration // SCHEDULER_LEASE
+	NewAppCheck     time.Duration // CRAWL_NEW_APP_CHECK
+	FullResyncEvery time.Duration // how often an app's reviews are read in full (fullResyncDue)
+	JobsGroup       string        // CRAWL_JOBS_GROUP: the crawl workers' consumer group
+	Locales         localeDefaults
+}
+
+// The lease's timing, as parts of SCHEDULER_LEASE: the row is valid for
+// leaseTTL and renewed every leaseRenew, and a follower looks at most every
+// leaseTick, so a dead leader is replaced within leaseTTL + leaseTick <
+// SCHEDULER_LEASE of its last renewal.
+const (
+	leaseTTL   = 0.8
+	leaseRenew = 0.25
+	leaseTick  = 0.1
+)
+
+// jobProducer is what the scheduler needs of the Kafka producer.
+type jobProducer interface {
+	ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults
+}
+
+// jobOffsetsAdmin reads crawl-jobs' offsets and the workers' commits.
+type jobOffsetsAdmin interface {
+	ListStartOffsets(ctx context.Context, topics ...string) (kadm.ListedOffsets, error)
+	ListEndOffsets(ctx context.Context, topics ...string) (kadm.ListedOffsets, error)
+	FetchOffsets(ctx context.Context, group string) (kadm.OffsetResponses, error)
+}
+
+type scheduler struct {
+	cfg      schedulerConfig
+	pool     *pgxpool.Pool
+	apps     activeAppLister
+	producer jobProducer
+	adm      jobOffsetsAdmin
+	holder   string // this process in scheduler_lease and crawl_cycles
+	crawl    *crawlMetrics
+	metrics  *schedulerMetrics
+	logger   *slog.Logger
+
+	// The lease, kept by its own loop so that a slow broker never delays a
+	// renewal: epoch is the lease's epoch while this instance leads, else 0.
+	leaseMu   sync.Mutex
+	epoch     int64
+	renewedAt time.Time // when the last successful renewal was sent
+
+	// What the planning loop keeps of its leadership: the epoch it led
+	// under, the apps it has seen.
+	ledEpoch int64
+	// known are the apps of the current cycle and the new apps published
+	// since; nil until this leader has planned or taken over a cycle.
+	known        map[string]bool
+	nextNewCheck time.Time
+	idleUntil    time.Time // no active apps: when to look again
+}
+
+func newScheduler(cfg schedulerConfig, pool *pgxpool.Pool, apps activeAppLister, producer jobProducer, adm jobOffsetsAdmin,
+	crawl *crawlMetrics, reg prometheus.Registerer, logger *slog.Logger) *scheduler {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return &scheduler{cfg: cfg, pool: pool, apps: apps, producer: producer, adm: adm,
+		holder: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:])),
+		crawl:  crawl, metrics: newSchedulerMetrics(reg), logger: logger}
+}
+
+func (s *scheduler) part(f float64) time.Duration { return time.Duration(float64(s.cfg.Lease) * f) }
+
+// Run takes part in the election until ctx ends, leading when it holds the
+// lease; at the end it gives the lease up, so that another instance takes
+// over at once.
+func (s *scheduler) Run(ctx context.Context) error {
+	tick := min(s.part(leaseTick), time.Second)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			s.keepLease(ctx)
+			if sleepOn(ctx, systemClock{}, tick) != nil {
+				return
+			}
+		}
+	}()
+	defer func() { <-done; s.resign() }()
+	for {
+		s.step(ctx)
+		if sleepOn(ctx, systemClock{}, tick) != nil {
+			return nil
+		}
+	}
+}
+
+// currentEpoch is the lease's epoch while this instance leads, else 0.
+func (s *scheduler) currentEpoch() int64 {
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	return s.epoch
+}
+
+// keepLease takes the lease when it is free, renews it when due, and
+// gives up leading once the last renewal is too old.
+func (s *scheduler) keepLease(ctx context.Context) {
+	s.leaseMu.Lock()
+	epoch, renewed := s.epoch, s.renewedAt
+	s.leaseMu.Unlock()
+	switch {
+	case epoch != 0 && time.Since(renewed) >= s.part(leaseTTL):
+		s.demote(epoch, "the lease ran out before it could be renewed")
+	case epoch == 0:
+		if err := s.acquire(ctx); err != nil && ctx.Err() == nil {
+			s.logger.Debug("scheduler: cannot try for the lease", "err", err)
+		}
+	case time.Since(renewed) >= s.part(leaseRenew):
+		if err := s.renew(ctx, epoch); err != nil && ctx.Err() == nil {
+			s.logger.Warn("scheduler: cannot renew the lease; trying again", "err", err)
+		}
+	}
+}
+
+func (s *scheduler) step(ctx context.Context) {
+	offs, err := s.jobOffsets(ctx)
+	if err == nil {
+		s.metrics.lag.Set(float64(offs.lag()))
+	} else if ctx.Err() == nil {
+		s.logger.Debug("scheduler: cannot read the offsets of "+topicCrawlJobs, "err", err)
+	}
+	epoch := s.currentEpoch()
+	if epoch != s.ledEpoch {
+		// Leading afresh, or no more: what the last leadership saw is void.
+		s.ledEpoch, s.known, s.nextNewCheck, s.idleUntil = epoch, nil, time.Time{}, time.Time{}
+	}
+	if epoch == 0 || ctx.Err() != nil {
+		return
+	}
+	if err := s.lead(ctx, offs, err); err != nil && ctx.Err() == nil {
+		s.logger.Warn("scheduler: planning failed; trying again", "err", err)
+	}
+}
+
+// acquire takes the lease if it is free or has expired.
+func (s *scheduler) acquire(ctx context.Context) error {
+	sent := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, s.part(leaseRenew))
+	defer cancel()
+	var epoch int64
+	err := s.pool.QueryRow(ctx, `
+		INSERT INTO scheduler_lease AS l (name, holder, epoch, expires_at)
+		VALUES ('crawl', $1, 1, now() + make_interval(secs => $2))
+		ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, epoch = l.epoch + 1, expires_at = EXCLUDED.expires_at
+		WHERE l.expires_at <= now()
+		RETURNING epoch`, s.holder, s.part(leaseTTL).Seconds()).Scan(&epoch)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("take the scheduler lease: %w", err)
+	}
+	s.leaseMu.Lock()
+	s.epoch, s.renewedAt = epoch, sent
+	s.leaseMu.Unlock()
+	s.metrics.leader.Set(1)
+	s.metrics.takeovers.Inc()
+	s.logger.Info("scheduler: this instance is the leader; it plans the crawl cycles", "holder", s.holder, "epoch", epoch)
+	return nil
+}
+
+func (s *scheduler) renew(ctx context.Context, epoch int64) error {
+	sent := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, s.part(leaseRenew))
+	defer cancel()
+	tag, err := s.pool.Exec(ctx, `UPDATE scheduler_lease SET expires_at = now() + make_interval(secs => $3)
+		WHERE name = 'crawl' AND holder = $1 AND epoch = $2`, s.holder, epoch, s.part(leaseTTL).Seconds())
+	if err != nil {
+		return fmt.Errorf("renew the scheduler lease: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		s.demote(epoch, "another instance holds the lease")
+		return nil
+	}
+	s.leaseMu.Lock()
+	if s.epoch == epoch {
+		s.renewedAt = sent
+	}
+	s.leaseMu.Unlock()
+	return nil
+}
+
+// demote ends the leadership of epoch, if it is still this instance's.
+func (s *scheduler) demote(epoch int64, why string) {
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	if s.epoch != epoch || epoch == 0 {
+		return
+	}
+	s.logger.Warn("scheduler: this instance is no longer the leader", "reason", why, "epoch", epoch)
+	s.epoch = 0
+	s.metrics.leader.Set(0)
+}
+
+// resign gives the lease up at shutdown.
+func (s *scheduler) resign() {
+	epoch := s.currentEpoch()
+	if epoch == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.part(leaseRenew))
+	defer cancel()
+	if _, err := s.pool.Exec(ctx, `UPDATE scheduler_lease SET expires_at = now() WHERE name = 'crawl' AND holder = $1 AND epoch = $2`,
+		s.holder, epoch); err != nil {
+		s.logger.Warn("scheduler: cannot give the lease up; another instance takes over once it expires", "err", err)
+	}
+	s.leaseMu.Lock()
+	s.epoch = 0
+	s.leaseMu.Unlock()
+	s.metrics.leader.Set(0)
+}
+
+// crawlCycle is a crawl_cycles row.
+type crawlCycle struct {
+	ID         int64
+	PlannedAt  time.Time
+	Apps       *int
+	EndOffsets map[int32]int64 // nil until the jobs are published
+	FinishedAt *time.Time
+}
+
+// lead does what is due: finish publishing, finish the cycle, plan the
+// next one, publish jobs for new apps.
+func (s *scheduler) lead(ctx context.Context, offs jobOffsets, offsErr error) error {
+	last, now, err := s.lastCycle(ctx)
+	if err != nil {
+		return err
+	}
+	if last != nil && last.EndOffsets == nil {
+		// Planned, but its leader stopped before all jobs were out.
+		return s.publishCycle(ctx, *last)
+	}
+	if last != nil && last.FinishedAt == nil {
+		if offsErr != nil {
+			return offsErr
+		}
+		if !offs.reached(last.EndOffsets) {
+			return s.watchNewApps(ctx, last.ID)
+		}
+		if last, err = s.finishCycle(ctx, *last); err != nil {
+			return err
+		}
+	}
+	due := now
+	if last != nil {
+		due = last.PlannedAt.Add(s.cfg.Interval)
+		if last.FinishedAt.After(due) {
+			due = *last.FinishedAt
+		}
+	}
+	if now.Before(due) || time.Now().Before(s.idleUntil) {
+		id := int64(0)
+		if last != nil {
+			id = last.ID
+		}
+		return s.watchNewApps(ctx, id)
+	}
+	return s.planCycle(ctx)
+}
+
+func (s *scheduler) lastCycle(ctx context.Context) (*crawlCycle, time.Time, error) {
+	var now time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return nil, now, fmt.Errorf("read the database's clock: %w", err)
+	}
+	var c crawlCycle
+	var ends []byte
+	err := s.pool.QueryRow(ctx, `SELECT id, planned_at, apps, job_end_offsets, finished_at FROM crawl_cycles ORDER BY id DESC LIMIT 1`).
+		Scan(&c.ID, &c.PlannedAt, &c.Apps, &ends, &c.FinishedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, now, nil
+	}
+	if err != nil {
+		return nil, now, fmt.Errorf("read the last crawl cycle: %w", err)
+	}
+	if ends != nil {
+		if err := json.Unmarshal(ends, &c.EndOffsets); err != nil {
+			return nil, now, fmt.Errorf("crawl cycle %d: job_end_offsets: %w", c.ID, err)
+		}
+	}
+	return &c, now, nil
+}
+
+// inLease runs fn in a transaction that holds this instance's lease row,
+// or fails when the lease is no longer this instance's: a leader that lost
+// the lease writes nothing.
+func (s *scheduler) inLease(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var ok bool
+		epoch := s.ledEpoch
+		err := tx.QueryRow(ctx, `SELECT true FROM scheduler_lease WHERE name = 'crawl' AND holder = $1 AND epoch = $2 AND expires_at > now() FOR UPDATE`,
+			s.holder, epoch).Scan(&ok)
+		if errors.Is(err, pgx.ErrNoRows) {
+			s.demote(epoch, "the lease passed to another instance")
+			return errors.New("the scheduler lease is no longer this instance's")
+		}
+		if err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
+// planCycle inserts the next cycle and publishes its jobs.
+func (s *scheduler) planCycle(ctx context.Context) error {
+	apps, err := s.apps.ListActive(ctx)
+	if err != nil {
+		return fmt.Errorf("list active apps: %w", err)
+	}
+	if len(apps) == 0 {
+		// Not a cycle: nothing to record, and the new-app watch crawls
+		// what gets registered meanwhile.
+		s.logger.Info("no active apps to crawl; register some with POST /api/v1/apps")
+		s.idleUntil, s.known = time.Now().Add(s.cfg.Interval), map[string]bool{}
+		s.crawl.forgetInactive(s.known)
+		s.crawl.lastCycle.SetToCurrentTime() // an empty cycle is not an overrun
+		return nil
+	}
+	var c crawlCycle
+	err = s.inLease(ctx, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `INSERT INTO crawl_cycles (id, planned_at, leader, leader_epoch)
+			SELECT coalesce(max(id), 0) + 1, now(), $1, $2 FROM crawl_cycles
+			RETURNING id, planned_at`, s.holder, s.ledEpoch).Scan(&c.ID, &c.PlannedAt)
+	})
+	if err != nil {
+		return fmt.Errorf("plan a crawl cycle: %w", err)
+	}
+	s.logger.Info("crawl cycle planned", "cycle", c.ID, "planned_at", c.PlannedAt, "apps", len(apps))
+	return s.publish(ctx, c, apps)
+}
+
+// publishCycle publishes the jobs of a cycle planned by a leader that
+// stopped before they were all out. Jobs it did publish are there twice;
+// their crawls carry the same crawled_at, so the tables take them once.
+func (s *scheduler) publishCycle(ctx context.Context, c crawlCycle) error {
+	apps, err := s.apps.ListActive(ctx)
+	if err != nil {
+		return fmt.Errorf("list active apps: %w", err)
+	}
+	s.logger.Warn("crawl cycle planned but its jobs not all published; publishing them again", "cycle", c.ID, "apps", len(apps))
+	return s.publish(ctx, c, apps)
+}
+
+func (s *scheduler) publish(ctx context.Context, c crawlCycle, apps []app) error {
+	recs := make([]*kgo.Record, 0, len(apps))
+	known := make(map[string]bool, len(apps))
+	for _, a := range apps {
+		r, err := s.jobRecord(c.ID, c.PlannedAt, a)
+		if err != nil {
+			return err
+		}
+		recs = append(recs, r)
+		known[a.PackageName] = true
+	}
+	// The per-app series of this process's crawls: an app no longer
+	// active would otherwise look like one that stopped succeeding.
+	s.crawl.forgetInactive(known)
+	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := s.producer.ProduceSync(pctx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("publish the jobs of crawl cycle %d: %w", c.ID, err)
+	}
+	s.metrics.published.Add(float64(len(recs)))
+	// The jobs are out: recording their end offsets is retried on its own
+	// for a lease's time rather than publishing them all again.
+	var err error
+	for deadline := time.Now().Add(s.cfg.Lease); ; {
+		var ends map[int32]int64
+		if ends, err = s.jobEnds(ctx); err == nil {
+			err = s.inLease(ctx, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, `UPDATE crawl_cycles SET apps = $2, job_end_offsets = $3, published_at = now() WHERE id = $1`, c.ID, len(apps), ends)
+				return err
+			})
+		}
+		if err == nil || s.currentEpoch() == 0 || time.Now().After(deadline) || sleepOn(ctx, systemClock{}, s.part(leaseTick)) != nil {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("record the jobs of crawl cycle %d: %w", c.ID, err)
+	}
+	s.known, s.nextNewCheck = known, time.Now().Add(s.cfg.NewAppCheck)
+	s.logger.Info("crawl cycle started", "cycle", c.ID, "apps", len(apps), "planned_at", c.PlannedAt)
+	return nil
+}
+
+// jobRecord is the job of a in cycle (0: the new-app watch's, a full read:
+// a new app has nothing stored, a reactivated one missed its resyncs).
+func (s *scheduler) jobRecord(cycle int64, at time.Time, a app) (*kgo.Record, error) {
+	loc := s.cfg.Locales.forApp(a.IsIranianApp)
+	b, err := crawlJobMessage{CycleID: cycle, PlannedAt: messageTime(at), PackageName: a.PackageName, IsIranianApp: a.IsIranianApp,
+		Lang: loc.Lang, Country: loc.Country, FullResync: cycle == 0 || fullResyncDue(a.PackageName, at, s.cfg.FullResyncEvery, s.cfg.Interval)}.encode()
+	if err != nil {
+		return nil, err
+	}
+	return &kgo.Record{Topic: topicCrawlJobs, Key: []byte(a.PackageName), Value: b}, nil
+}
+
+// finishCycle records that every job of c is done.
+func (s *scheduler) finishCycle(ctx context.Context, c crawlCycle) (*crawlCycle, error) {
+	var finished time.Time
+	err := s.inLease(ctx, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `UPDATE crawl_cycles SET finished_at = coalesce(finished_at, now()) WHERE id = $1 RETURNING finished_at`, c.ID).Scan(&finished)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("finish crawl cycle %d: %w", c.ID, err)
+	}
+	c.FinishedAt = &finished
+	took := finished.Sub(c.PlannedAt)
+	s.crawl.cycles.Inc()
+	s.crawl.lastCycle.SetToCurrentTime()
+	s.crawl.cycleDuration.Observe(took.Seconds())
+	apps := 0
+	if c.Apps != nil {
+		apps = *c.Apps
+	}
+	s.logger.Info("crawl cycle finished", "cycle", c.ID, "apps", apps, "took", took.Round(time.Millisecond))
+	if took >= s.cfg.Interval {
+		s.crawl.overruns.Inc()
+		s.logger.Warn("crawl cycle took longer than CRAWL_INTERVAL; starting the next one now",
+			"cycle", c.ID, "took", took.Round(time.Millisecond), "interval", s.cfg.Interval)
+	}
+	return &c, nil
+}
+
+// watchNewApps publishes, every NewAppCheck, a job for each active app that
+// neither the current cycle nor an earlier look has seen, crawled at the
+// time of its job; the next cycle crawls it with the others. Only the
+// leader looks, so no app is crawled early twice.
+func (s *scheduler) watchNewApps(ctx context.Context, cycle int64) error {
+	if time.Now().Before(s.nextNewCheck) {
+		return nil
+	}
+	s.nextNewCheck = time.Now().Add(s.cfg.NewAppCheck)
+	apps, err := s.apps.ListActive(ctx)
+	if err != nil {
+		return fmt.Errorf("list active apps: %w", err)
+	}
+	if s.known == nil {
+		// Taken over mid-cycle: what is active now counts as seen; an app
+		// registered since the cycle began waits for the next one.
+		s.known = make(map[string]bool, len(apps))
+		for _, a := range apps {
+			s.known[a.PackageName] = true
+		}
+		return nil
+	}
+	for _, a := range apps {
+		if s.known[a.PackageName] {
+			continue
+		}
+		r, err := s.jobRecord(0, time.Now(), a)
+		if err != nil {
+			return err
+		}
+		if err := s.producer.ProduceSync(ctx, r).FirstErr(); err != nil {
+			return fmt.Errorf("publish a job for new app %s: %w", a.PackageName, err)
+		}
+		s.known[a.PackageName] = true
+		s.metrics.published.Inc()
+		s.crawl.newApps.Inc()
+		s.logger.Info("crawling a newly active app now; the next cycle crawls it with the others", "package", a.PackageName, "cycle", cycle)
+	}
+	return nil
+}
+
+// jobOffsets are crawl-jobs' end offsets and the workers' next offsets
+// (their commits, or the log start where they committed none), by
+// partition.
+type jobOffsets struct {
+	end, next map[int32]int64
+}
+
+func (o jobOffsets) lag() int64 {
+	var n int64
+	for p, e := range o.end {
+		n += max(e-o.next[p], 0)
+	}
+	return n
+}
+
+// reached: the workers have committed every job below ends.
+func (o jobOffsets) reached(ends map[int32]int64) bool {
+	for p, e := range ends {
+		if o.next[p] < e {
+			return false
+		}
+	}
+	return true
+}
+
+// jobEnds are crawl-jobs' end offsets by partition.
+func (s *scheduler) jobEnds(ctx context.Context) (map[int32]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ends, err := s.adm.ListEndOffsets(ctx, topicCrawlJobs)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("end offsets of %s: %w", topicCrawlJobs, err)
+	}
+	out := map[int32]int64{}
+	ends.Each(func(l kadm.ListedOffset) { out[l.Partition] = l.Offset })
+	return out, nil
+}
+
+func (s *scheduler) jobOffsets(ctx context.Context) (jobOffsets, error) {
+	o := jobOffsets{next: map[int32]int64{}}
+	var err error
+	if o.end, err = s.jobEnds(ctx); err != nil {
+		return o, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	starts, err := s.adm.ListStartOffsets(ctx, topicCrawlJobs)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return o, fmt.Errorf("start offsets of %s: %w", topicCrawlJobs, err)
+	}
+	commits, err := fetchGroupOffsets(ctx, s.adm, s.cfg.JobsGroup)
+	if err != nil {
+		return o, err
+	}
+	for p := range o.end {
+		next := int64(0)
+		if st, ok := starts.Lookup(topicCrawlJobs, p); ok {
+			next = st.Offset
+		}
+		if c, ok := commits.Lookup(topicCrawlJobs, p); ok && c.At >= 0 {
+			next = c.At
+		}
+		o.next[p] = next
+	}
+	return o, nil
+}
+
+// fetchGroupOffsets are group's committed offsets; none for a group that
+// does not exist yet (some brokers say GROUP_ID_NOT_FOUND).
+func fetchGroupOffsets(ctx context.Context, adm interface {
+	FetchOffsets(context.Context, string) (kadm.OffsetResponses, error)
+}, group string) (kadm.OffsetResponses, error) {
+	commits, err := adm.FetchOffsets(ctx, group)
+	if err == nil {
+		err = commits.Error()
+	}
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return kadm.OffsetResponses{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("offsets of group %s: %w", group, err)
+	}
+	return commits, nil
+}
+
+type schedulerMetrics struct {
+	leader    prometheus.Gauge
+	lag       prometheus.Gauge
+	takeovers prometheus.Counter
+	published prometheus.Counter
+}
+
+func newSchedulerMetrics(reg prometheus.Registerer) *schedulerMetrics {
+	m := &schedulerMetrics{
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "playwatch_scheduler_leader",
+			Help: "1 while this instance holds the scheduler lease and plans the crawl cycles, else 0.",
+		}),
+		lag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "playwatch_crawl_jobs_lag_records",
+			Help: "Crawl jobs published but not yet done by any instance: the fleet's crawl queue depth.",
+		}),
+		takeovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "playwatch_scheduler_leaderships_total",
+			Help: "Times this instance took the scheduler lease.",
+		}),
+		published: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "playwatch_crawl_jobs_published_total",
+			Help: "Crawl jobs this instance published to crawl-jobs as the leader.",
+		}),
+	}
+	reg.MustRegister(m.leader, m.lag, m.takeovers, m.published)
+	return m
+}
