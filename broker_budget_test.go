@@ -34,7 +34,7 @@ func TestBrokerBudgetCoversEveryTopic(t *testing.T) {
 	if b.segmentBytes() != 1<<20 {
 		t.Errorf("segment %d bytes at 256 MiB, want 1 MiB", b.segmentBytes())
 	}
-	if _, err := planBrokerBudget(256<<20, time.Hour, append(allTopics, "crawl-jobs")); err == nil || !strings.Contains(err.Error(), "crawl-jobs") {
+	if _, err := planBrokerBudget(256<<20, time.Hour, append(allTopics, "unplanned-topic")); err == nil || !strings.Contains(err.Error(), "unplanned-topic") {
 		t.Errorf("a topic without a share: %v, want an error naming it", err)
 	}
 	// The archive has a share that nothing must drain.
