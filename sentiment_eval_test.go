@@ -40,20 +40,23 @@ func f1(tp, fp, fn int) float64 {
 	return 2 * float64(tp) / float64(2*tp+fp+fn)
 }
 
-// macroF1 averages the F1 of the classes that occur in the gold labels.
+// macroF1 is the 3-class macro-F1 (docs/sentiment.md §5): the mean F1 of
+// the classes that occur in the gold labels or the predictions, the usual
+// reading (scikit-learn's default labels). On a set without neutral gold,
+// the neutral class still counts, with F1 0, once anything is predicted
+// neutral; a class neither in the gold nor ever predicted has no F1 at all
+// and is left out rather than counted as a perfect or a zero score.
 func (e *sentEval) macroF1() float64 {
 	sum, n := 0.0, 0
 	for c := range sentClasses {
 		tp, fp, fn := e.confusion[c][c], 0, 0
-		gold := 0
 		for o := range sentClasses {
-			gold += e.confusion[c][o]
 			if o != c {
 				fp += e.confusion[o][c]
 				fn += e.confusion[c][o]
 			}
 		}
-		if gold > 0 {
+		if tp+fp+fn > 0 {
 			sum += f1(tp, fp, fn)
 			n++
 		}

@@ -106,6 +106,13 @@ func (j *sentimentJob) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			failures++
+			j.metrics.batchErrors.Inc()
+			// The backlog keeps being counted while batches fail (the claim
+			// or the write refused, the count itself may still answer), so
+			// that its gauge grows instead of freezing at the last success.
+			if berr := j.refreshBacklog(ctx, false); berr != nil && ctx.Err() == nil {
+				j.logger.Debug("sentiment job cannot count its backlog", "err", berr)
+			}
 			delay := retryDelay(failures, sentimentRetryMaxBackoff)
 			log := j.logger.Warn
 			if classifyDBError(err) == dbBlocked {
@@ -241,21 +248,47 @@ func sentimentBacklog(ctx context.Context, q interface {
 	return n, nil
 }
 
+// sentimentRescoreBatch is how many reviews rescore marks per transaction:
+// one UPDATE of the whole table would hold every scored row locked until
+// its commit, and the consumer's upserts of those reviews would wait.
+const sentimentRescoreBatch = 10000
+
 // rescoreSentiment marks scored reviews for the job to score again: all of
 // them, or those another model version scored. Their label stays until
-// then. It returns how many it marked.
-func rescoreSentiment(ctx context.Context, pool *pgxpool.Pool, all bool, version string) (int64, error) {
-	sql := `UPDATE reviews SET sentiment_text_hash = NULL WHERE sentiment_text_hash IS NOT NULL`
-	var args []any
+// then. It marks them up the ids, batch reviews per transaction, calls
+// progress after each batch with the reviews marked so far and the count
+// found at the start, and returns how many it marked.
+func rescoreSentiment(ctx context.Context, pool *pgxpool.Pool, all bool, version string, batch int, progress func(marked, total int64)) (int64, error) {
+	// $1 is the version whose reviews stay as they are; NULL (--all) keeps none.
+	const cond = `r.sentiment_text_hash IS NOT NULL AND ($1::text IS NULL OR r.sentiment_model IS DISTINCT FROM $1)`
+	var keep *string
 	if !all {
-		sql += ` AND sentiment_model IS DISTINCT FROM $1`
-		args = append(args, version)
+		keep = &version
 	}
-	tag, err := pool.Exec(ctx, sql, args...)
-	if err != nil {
-		return 0, fmt.Errorf("mark reviews for re-scoring: %w", err)
+	var total int64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM reviews AS r WHERE `+cond, keep).Scan(&total); err != nil {
+		return 0, fmt.Errorf("count the reviews to mark for re-scoring: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	// A batch is the next rows to mark above the previous one, found in the
+	// primary key. The UPDATE checks the condition again on the row it
+	// locks, which the job may have scored in between; the pass goes on
+	// from the batch's last id even when none of it was left to mark.
+	const mark = `WITH b AS (SELECT id FROM reviews AS r WHERE r.id > $2 AND ` + cond + ` ORDER BY r.id LIMIT $3),
+	u AS (UPDATE reviews AS r SET sentiment_text_hash = NULL FROM b WHERE r.id = b.id AND ` + cond + ` RETURNING 1)
+SELECT (SELECT count(*) FROM u), (SELECT coalesce(max(id), 0) FROM b)`
+	var marked, after int64
+	for {
+		var n, last int64
+		if err := pool.QueryRow(ctx, mark, keep, after, batch).Scan(&n, &last); err != nil {
+			return marked, fmt.Errorf("mark reviews for re-scoring after id %d: %w", after, err)
+		}
+		if last == 0 {
+			return marked, nil
+		}
+		marked += n
+		after = last
+		progress(marked, total)
+	}
 }
 
 // sentimentMetrics are the job's Prometheus metrics (names agreed with the
@@ -265,6 +298,9 @@ type sentimentMetrics struct {
 	backlog    prometheus.Gauge
 	latency    prometheus.Histogram
 	batchWrite prometheus.Histogram
+	// batchErrors counts batches that failed (rolled back, retried); the
+	// backlog gauge alone cannot tell a failing job from a busy one.
+	batchErrors prometheus.Counter
 }
 
 func newSentimentMetrics(reg prometheus.Registerer) *sentimentMetrics {
@@ -275,7 +311,7 @@ func newSentimentMetrics(reg prometheus.Registerer) *sentimentMetrics {
 		}, []string{"label", "lang"}),
 		backlog: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "playwatch_sentiment_backlog_reviews",
-			Help: "Reviews waiting to be scored: never scored, text or stars changed, or marked by rescore; counted at each idle poll and every 10s while busy.",
+			Help: "Reviews waiting to be scored: never scored, text or stars changed, or marked by rescore; counted at each idle poll and every 10s while busy or failing.",
 		}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "playwatch_sentiment_latency_seconds",
@@ -287,12 +323,16 @@ func newSentimentMetrics(reg prometheus.Registerer) *sentimentMetrics {
 			Help:    "Time of a batch's UPDATE and COMMIT.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 		}),
+		batchErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "playwatch_sentiment_batch_errors_total",
+			Help: "Batches the sentiment job could not claim, write or commit (rolled back and retried with backoff).",
+		}),
 	}
 	for _, label := range []string{"POSITIVE", "NEUTRAL", "NEGATIVE"} {
 		for _, lang := range []string{"fa", "en", "other"} {
 			m.scored.WithLabelValues(label, lang)
 		}
 	}
-	reg.MustRegister(m.scored, m.backlog, m.latency, m.batchWrite)
+	reg.MustRegister(m.scored, m.backlog, m.latency, m.batchWrite, m.batchErrors)
 	return m
 }

@@ -355,10 +355,12 @@ func TestSentimentRescore(t *testing.T) {
 	if _, err := pool.Exec(ctx, `UPDATE reviews SET sentiment_model = 'lr1-000000000000' WHERE id % 3 = 0`); err != nil {
 		t.Fatal(err)
 	}
+	var rescoreErr bytes.Buffer
 	rescore := func(args ...string) (string, error) {
-		var out, errOut bytes.Buffer
+		var out bytes.Buffer
+		rescoreErr.Reset()
 		err := run(ctx, append([]string{"sentiment", "rescore"}, args...),
-			envFunc(map[string]string{"DATABASE_URL": url, "PLAYWATCH_DATA_DIR": t.TempDir(), "LOG_LEVEL": "warn"}), &out, &errOut)
+			envFunc(map[string]string{"DATABASE_URL": url, "PLAYWATCH_DATA_DIR": t.TempDir(), "LOG_LEVEL": "warn"}), &out, &rescoreErr)
 		return out.String(), err
 	}
 	out, err := rescore("--model-older")
@@ -381,8 +383,23 @@ func TestSentimentRescore(t *testing.T) {
 	if got := metricValue(t, reg, "playwatch_sentiment_latency_seconds", nil); got != 30 {
 		t.Errorf("latency_seconds has %v samples, want the 30 first scorings only", got)
 	}
-	if out, err := rescore("--all"); err != nil || !strings.HasPrefix(out, "30 reviews marked") {
-		t.Errorf("rescore --all: %q, %v", out, err)
+	// Marking goes up the ids a batch per transaction (a row's xmin is the
+	// transaction that last wrote it) and reports its progress.
+	var progress [][2]int64
+	n, err := rescoreSentiment(ctx, pool, true, j.version, 7, func(marked, total int64) {
+		progress = append(progress, [2]int64{marked, total})
+	})
+	if want := [][2]int64{{7, 30}, {14, 30}, {21, 30}, {28, 30}, {30, 30}}; err != nil || n != 30 || !slices.Equal(progress, want) {
+		t.Errorf("rescore in batches of 7: %d, %v, progress %v; want 30 and %v", n, err, progress, want)
+	}
+	if n := count(t, pool, `SELECT count(DISTINCT xmin::text) FROM reviews`); n != 5 {
+		t.Errorf("rescore in batches of 7 wrote the 30 reviews in %d transactions, want 5", n)
+	}
+	if sizes := scoreAll(t, j); len(sizes) != 1 || sizes[0] != 30 {
+		t.Errorf("batches after rescore of all %v, want [30]", sizes)
+	}
+	if out, err := rescore("--all"); err != nil || !strings.HasPrefix(out, "30 reviews marked") || !strings.Contains(rescoreErr.String(), "marked 30 of 30 reviews") {
+		t.Errorf("rescore --all: %q, %v; stderr %q", out, err, rescoreErr.String())
 	}
 	// `sentiment run` scores them, and ends without an error at a signal.
 	before := sentimentAt(t, pool)
@@ -455,6 +472,47 @@ func TestSentimentJobShutdownAndDatabaseTrouble(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "sentiment job scores again") {
 		t.Errorf("no recovery logged:\n%s", logs.String())
+	}
+}
+
+// A job whose writes fail counts every failed batch, and its backlog gauge
+// keeps following the work list (the database still answers the count)
+// rather than staying at what the last successful batch left.
+func TestSentimentJobFailingBatchesAreCountedWithTheBacklog(t *testing.T) {
+	pool := newTestPool(t)
+	ctx := context.Background()
+	insertSentimentReviews(t, pool, "f", 40)
+	if _, err := pool.Exec(ctx, `CREATE FUNCTION refuse_sentiment() RETURNS trigger LANGUAGE plpgsql AS
+		$$BEGIN RAISE EXCEPTION 'sentiment writes refused'; END$$;
+		CREATE TRIGGER refuse_sentiment BEFORE UPDATE OF sentiment ON reviews FOR EACH ROW EXECUTE FUNCTION refuse_sentiment()`); err != nil {
+		t.Fatal(err)
+	}
+	j, reg := newTestSentimentJob(t, pool, 100)
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	ended := make(chan error, 1)
+	go func() { ended <- j.Run(rctx) }()
+	waitFor(t, 10*time.Second, "two failed batches and the backlog counted", func() bool {
+		return metricValue(t, reg, "playwatch_sentiment_batch_errors_total", nil) >= 2 &&
+			metricValue(t, reg, "playwatch_sentiment_backlog_reviews", nil) == 40
+	})
+	if got := scoredTotal(t, reg); got != 0 {
+		t.Errorf("%v reviews counted as scored while every write failed", got)
+	}
+	if _, err := pool.Exec(ctx, `DROP TRIGGER refuse_sentiment ON reviews`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the job to score once writes are taken", func() bool {
+		return scoredTotal(t, reg) == 40 && metricValue(t, reg, "playwatch_sentiment_backlog_reviews", nil) == 0
+	})
+	errs := metricValue(t, reg, "playwatch_sentiment_batch_errors_total", nil)
+	time.Sleep(100 * time.Millisecond) // a few idle polls
+	if got := metricValue(t, reg, "playwatch_sentiment_batch_errors_total", nil); got != errs {
+		t.Errorf("batch errors went from %v to %v while the job scored", errs, got)
+	}
+	stop()
+	if err := <-ended; err != nil {
+		t.Errorf("Run: %v", err)
 	}
 }
 

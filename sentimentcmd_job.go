@@ -37,7 +37,8 @@ func cmdSentimentRun(ctx context.Context, args []string, getenv func(string) str
 	return errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout))
 }
 
-// cmdSentimentRescore marks reviews for re-scoring and prints how many.
+// cmdSentimentRescore marks reviews for re-scoring, a batch per
+// transaction with its progress on stderr, and prints how many.
 func cmdSentimentRescore(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var all, older bool
 	cl, err := parseCommandLine("sentiment rescore", "sentiment rescore --all|--model-older [flags]", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
@@ -61,7 +62,9 @@ func cmdSentimentRescore(ctx context.Context, args []string, getenv func(string)
 	if err != nil {
 		return err
 	}
-	n, err := rescoreSentiment(ctx, be.pool, all, model.Version())
+	n, err := rescoreSentiment(ctx, be.pool, all, model.Version(), sentimentRescoreBatch, func(marked, total int64) {
+		fmt.Fprintf(stderr, "marked %d of %d reviews\n", marked, total)
+	})
 	var backlog int64
 	if err == nil {
 		backlog, err = sentimentBacklog(ctx, be.pool)
