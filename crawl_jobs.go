@@ -68,10 +68,9 @@ func (m crawlJobMessage) encode() ([]byte, error) {
 	return b, nil
 }
 
-// crawlJob is the crawl the message describes. The locale travels for
-// logs and checks; crawlApp picks it from the app as every instance
-// shares PLAYSTORE_* settings.
+// crawlJob is the crawl the message describes, in the message's locale:
+// the leader chose it, so which worker crawls does not change the storefront.
 func (m crawlJobMessage) crawlJob() crawlJob {
 	return crawlJob{App: app{PackageName: m.PackageName, IsIranianApp: m.IsIranianApp, IsActive: true},
-		CrawledAt: messageTime(m.PlannedAt), FullResync: m.FullResync}
+		CrawledAt: messageTime(m.PlannedAt), FullResync: m.FullResync, Locale: locale{Lang: m.Lang, Country: m.Country}}
 }

@@ -38,7 +38,8 @@ func FuzzDecodeCrawlJob(f *testing.F) {
 		if bad != nil || again != m {
 			t.Fatalf("%s: decoded %+v, again %+v (%v)", v, m, again, bad)
 		}
-		if j := m.crawlJob(); j.App.PackageName != m.PackageName || !j.CrawledAt.Equal(messageTime(m.PlannedAt)) {
+		if j := m.crawlJob(); j.App.PackageName != m.PackageName || !j.CrawledAt.Equal(messageTime(m.PlannedAt)) ||
+			j.Locale != (locale{m.Lang, m.Country}) {
 			t.Fatalf("job %+v of %+v", j, m)
 		}
 	})

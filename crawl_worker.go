@@ -47,7 +47,10 @@ func newCrawlWorker(c *crawler, workers int, reg prometheus.Registerer, logger *
 // clientOptions are the consumer settings of the crawl-jobs client. The
 // group's session is SCHEDULER_LEASE, so the jobs of a member that died go
 // to another within the time a new leader takes. A new group starts at the
-// oldest job: the leader may publish before any worker has joined.
+// oldest job: the leader may publish before any worker has joined. A
+// rebalance waits until polled jobs are tracked (BlockRebalanceOnPoll), so
+// a job is never tracked, crawled and committed for a partition already
+// taken away: the revoke that follows cancels it.
 func (w *crawlWorker) clientOptions(group string, session time.Duration) []kgo.Opt {
 	return []kgo.Opt{
 		kgo.ConsumerGroup(group),
@@ -56,6 +59,7 @@ func (w *crawlWorker) clientOptions(group string, session time.Duration) []kgo.O
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.SessionTimeout(session),
 		kgo.HeartbeatInterval(max(session/10, 100*time.Millisecond)),
+		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsRevoked(w.abandon),
 		kgo.OnPartitionsLost(w.abandon),
 	}
@@ -65,6 +69,7 @@ func (w *crawlWorker) clientOptions(group string, session time.Duration) []kgo.O
 type jobsClient interface {
 	PollRecords(ctx context.Context, maxPollRecords int) kgo.Fetches
 	CommitRecords(ctx context.Context, rs ...*kgo.Record) error
+	AllowRebalance()
 }
 
 // Run polls jobs while a worker slot is free, until ctx ends; then it
@@ -90,6 +95,7 @@ func (w *crawlWorker) Run(ctx context.Context, cl jobsClient) error {
 		}
 		fetches := cl.PollRecords(ctx, free)
 		if ctx.Err() != nil {
+			cl.AllowRebalance() // a poll blocks rebalances, an empty one too
 			return nil
 		}
 		fetches.EachError(func(t string, p int32, err error) {
@@ -99,8 +105,13 @@ func (w *crawlWorker) Run(ctx context.Context, cl jobsClient) error {
 		for range free - len(recs) {
 			<-slots
 		}
-		for _, r := range recs {
-			jctx := w.track(r)
+		jctxs := make([]context.Context, len(recs))
+		for i, r := range recs {
+			jctxs[i] = w.track(r)
+		}
+		cl.AllowRebalance()
+		for i, r := range recs {
+			jctx := jctxs[i]
 			wg.Go(func() {
 				defer func() { <-slots }()
 				w.runJob(jctx, r)
@@ -172,8 +183,11 @@ func (w *crawlWorker) complete(ctx context.Context, cl jobsClient, r *kgo.Record
 }
 
 // abandon cancels the jobs of partitions taken away from this member; they
-// are never committed here.
+// are never committed here. It waits for a commit under way, so none leaves
+// once the partition may have a new owner.
 func (w *crawlWorker) abandon(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	w.commitMu.Lock()
+	defer w.commitMu.Unlock()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, p := range lost[topicCrawlJobs] {

@@ -58,6 +58,7 @@ type crawlJob struct {
 	App        app
 	CrawledAt  time.Time // the crawl's time: every message of this crawl carries it as crawled_at, the raw archive records it
 	FullResync bool      // read REVIEWS_PER_APP reviews even if a known one is reached
+	Locale     locale    // the storefront read: a crawl-jobs job carries the leader's choice
 }
 
 // fullResyncDue says whether the cycle starting at at reads pkg's reviews in
@@ -192,7 +193,7 @@ func (c *crawler) crawlNewApps(ctx context.Context) error {
 		c.metrics.newApps.Inc()
 		// A full read: a new app has nothing stored, a reactivated one
 		// missed the resyncs of its inactive days.
-		c.crawlApp(ctx, crawlJob{App: a, CrawledAt: messageTime(c.cfg.Clock.Now()), FullResync: true})
+		c.crawlApp(ctx, crawlJob{App: a, CrawledAt: messageTime(c.cfg.Clock.Now()), FullResync: true, Locale: c.cfg.Locales.forApp(a.IsIranianApp)})
 		c.crawledMu.Lock()
 		c.early = ""
 		c.crawledMu.Unlock()
@@ -275,7 +276,8 @@ func (c *crawler) RunCycle(ctx context.Context) (cycleSummary, error) {
 	}
 feed:
 	for _, a := range apps {
-		j := crawlJob{App: a, CrawledAt: crawledAt, FullResync: fullResyncDue(a.PackageName, crawledAt, c.cfg.FullSyncInterval, c.cfg.Interval)}
+		j := crawlJob{App: a, CrawledAt: crawledAt, FullResync: fullResyncDue(a.PackageName, crawledAt, c.cfg.FullSyncInterval, c.cfg.Interval),
+			Locale: c.cfg.Locales.forApp(a.IsIranianApp)}
 		select {
 		case queue <- j:
 		case <-ctx.Done():
@@ -350,7 +352,7 @@ func crawlFailureReason(err error) string {
 func (c *crawler) crawlApp(ctx context.Context, j crawlJob) appResult {
 	a := j.App
 	ctx = withCrawlTime(ctx, j.CrawledAt)
-	loc := c.cfg.Locales.forApp(a.IsIranianApp)
+	loc := j.Locale
 	r := appResult{pkg: a.PackageName}
 	tally := &requestTally{}
 	fetchCtx, cancel := context.WithTimeout(withRequestTally(ctx, tally), c.cfg.AppTimeout)

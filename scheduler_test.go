@@ -127,9 +127,18 @@ func TestSchedulerCycleThroughCrawlJobs(t *testing.T) {
 	waitFor(t, 5*time.Second, "no job lag", func() bool { return m.metric(t, "playwatch_crawl_jobs_lag_records") == 0 })
 
 	// A job delivered again (another leader published it before it died)
-	// crawls at the same time, so app_stats takes it once.
+	// crawls at the same time, so app_stats takes it once, and in the
+	// locale the job carries: that leader had other PLAYSTORE_* settings.
 	job, err := m.sched.jobRecord(1, planned, app{PackageName: "com.example.fleet03"})
 	if err != nil {
+		t.Fatal(err)
+	}
+	var jm crawlJobMessage
+	if err := jsonUnmarshalStrict(job.Value, &jm); err != nil {
+		t.Fatal(err)
+	}
+	jm.Lang, jm.Country = "de", "at"
+	if job.Value, err = jm.encode(); err != nil {
 		t.Fatal(err)
 	}
 	produce(t, f.brokers, job)
@@ -155,6 +164,9 @@ func TestSchedulerCycleThroughCrawlJobs(t *testing.T) {
 	}
 	if len(again) != 2 || !again[0].Equal(planned) || !again[1].Equal(planned) {
 		t.Errorf("the app of the redelivered job crawled at %v, want twice at %v", again, planned)
+	}
+	if got := f.replay.locale("details", "com.example.fleet03"); got != "de/at" {
+		t.Errorf("the redelivered job was read in %s, not in its own de/at", got)
 	}
 	if !late.CrawledAt.After(planned) {
 		t.Errorf("the new app crawled at %v, before the cycle's %v", late.CrawledAt, planned)
