@@ -1,17 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -54,15 +54,18 @@ const (
 	headerFetchedAt     = "fetched_at" // when the answer arrived
 	headerCrawledAt     = "crawled_at" // the crawl's time, every message of the crawl's crawled_at
 	headerParserVersion = "parser_version"
-	headerEncoding      = "content_encoding" // how the value is compressed: snappy
+	headerEncoding      = "content_encoding" // how the value is compressed: zstd
 )
 
-// rawEncoding is how the archive compresses: snappy (the block format),
-// through franz-go's compressor. gzip at its fastest level and zstd took
-// three times as long on a details page, for values 12-25 % smaller; at
-// ~1.2 MB a details page, compression is most of what the archive costs the
-// crawl (README, "Raw page archive").
-const rawEncoding = "snappy"
+// rawEncoding is how the archive compresses: one zstd frame (RFC 8878) per
+// value, at zstd's fastest level, which any zstd tool reads; at ~1.2 MB a
+// details page, compression is most of what the archive costs the crawl
+// (README, "Raw page archive").
+const rawEncoding = "zstd"
+
+// rawZstdWindow bounds the encoder's window, and so its memory, to a little
+// over a details page: a longer one finds no more matches in a page.
+const rawZstdWindow = 2 << 20
 
 type crawlTimeKey struct{}
 
@@ -99,11 +102,13 @@ type rawProducer interface {
 // a page that does not fit is dropped and counted, as is one the broker
 // does not take.
 type rawArchive struct {
-	producer   rawProducer
-	compressor kgo.Compressor
-	scratch    sync.Pool // *bytes.Buffer for the compressor
-	metrics    *rawArchiveMetrics
-	logger     *slog.Logger
+	producer rawProducer
+	// encoder is one for all crawl workers: compressing is short next to
+	// the wait for the store, and each encoder holds its window's memory.
+	encoder *zstd.Encoder
+	scratch sync.Pool // *[]byte, the encoder's output before it is copied
+	metrics *rawArchiveMetrics
+	logger  *slog.Logger
 	// lastLog is when a failure was last logged (unix nanoseconds): one
 	// line per rawFailureLogEvery, not one per page, while a broker is down.
 	lastLog  atomic.Int64
@@ -127,20 +132,17 @@ func rawProducerOptions(s producerSettings) []kgo.Opt {
 }
 
 func newRawArchive(p rawProducer, reg prometheus.Registerer, logger *slog.Logger) (*rawArchive, error) {
-	c, err := kgo.DefaultCompressor(kgo.SnappyCompression())
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
+		zstd.WithWindowSize(rawZstdWindow))
 	if err != nil {
 		return nil, fmt.Errorf("raw archive compressor: %w", err)
 	}
-	return &rawArchive{producer: p, compressor: c, metrics: newRawArchiveMetrics(reg), logger: logger,
-		scratch: sync.Pool{New: func() any { return new(bytes.Buffer) }}}, nil
+	return &rawArchive{producer: p, encoder: enc, metrics: newRawArchiveMetrics(reg), logger: logger,
+		scratch: sync.Pool{New: func() any { return new([]byte) }}}, nil
 }
 
 func (a *rawArchive) archive(ctx context.Context, p rawPage) {
-	value, err := a.compress(p.Body)
-	if err != nil {
-		a.failed(p, err)
-		return
-	}
+	value := a.compress(p.Body)
 	r := &kgo.Record{Topic: topicRawPages, Key: []byte(p.Package), Value: value, Headers: []kgo.RecordHeader{
 		{Key: headerURL, Value: []byte(p.URL)},
 		{Key: headerKind, Value: []byte(p.Kind)},
@@ -174,18 +176,14 @@ func crawledAtHeader(p rawPage) string {
 	return messageTime(t).Format(time.RFC3339Nano)
 }
 
-// compress returns body compressed, in a slice of its own.
-func (a *rawArchive) compress(body []byte) ([]byte, error) {
-	buf := a.scratch.Get().(*bytes.Buffer)
-	defer func() {
-		buf.Reset()
-		a.scratch.Put(buf)
-	}()
-	out, codec := a.compressor.Compress(buf, body)
-	if codec != kgo.CodecSnappy {
-		return nil, fmt.Errorf("compressing a page of %d bytes with %s failed", len(body), rawEncoding)
-	}
-	return bytes.Clone(out), nil
+// compress returns body compressed, in a slice of its own and of its size:
+// EncodeAll into an empty slice would allocate the size of the body.
+func (a *rawArchive) compress(body []byte) []byte {
+	buf := a.scratch.Get().(*[]byte)
+	*buf = a.encoder.EncodeAll(body, (*buf)[:0])
+	out := slices.Clone(*buf)
+	a.scratch.Put(buf)
+	return out
 }
 
 func (a *rawArchive) failed(p rawPage, err error) {
@@ -208,22 +206,36 @@ const maxRawPageBytes = 16 << 20
 // errRawEncoding: a raw-pages record that cannot be decoded.
 var errRawEncoding = errors.New("raw page cannot be decoded")
 
-// decodeRawPage returns the body of a raw-pages record.
-func decodeRawPage(d kgo.Decompressor, r *kgo.Record) ([]byte, error) {
+// rawPageDecoder decodes raw-pages values, up to its concurrency at once
+// (a further decode waits), each into at most maxRawPageBytes.
+type rawPageDecoder struct {
+	zstd *zstd.Decoder
+}
+
+func newRawPageDecoder(concurrency int) (*rawPageDecoder, error) {
+	// The bound applies to what a frame says it holds and to what it
+	// turns out to hold, whichever is first.
+	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(concurrency), zstd.WithDecoderMaxMemory(maxRawPageBytes))
+	if err != nil {
+		return nil, fmt.Errorf("raw page decoder: %w", err)
+	}
+	return &rawPageDecoder{zstd: d}, nil
+}
+
+// decode returns the body of a raw-pages record, as its content_encoding
+// header says it is compressed.
+func (d *rawPageDecoder) decode(r *kgo.Record) ([]byte, error) {
 	if enc := recordHeader(r, headerEncoding); enc != rawEncoding {
 		return nil, fmt.Errorf("%w: %s %q, want %q", errRawEncoding, headerEncoding, enc, rawEncoding)
 	}
-	// A snappy block starts with its decoded length.
-	n, k := binary.Uvarint(r.Value)
-	if k <= 0 || n > maxRawPageBytes {
-		return nil, fmt.Errorf("%w: its decoded length is unreadable or over %d bytes", errRawEncoding, maxRawPageBytes)
-	}
-	body, err := d.Decompress(r.Value, kgo.CodecSnappy)
+	body, err := d.zstd.DecodeAll(r.Value, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errRawEncoding, err)
 	}
 	return body, nil
 }
+
+func (d *rawPageDecoder) close() { d.zstd.Close() }
 
 // recordHeader is the value of r's header key, or "".
 func recordHeader(r *kgo.Record, key string) string {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -219,7 +220,7 @@ func TestRawArchiveHeadersAndFailures(t *testing.T) {
 	r := recs[0]
 	want := map[string]string{headerURL: page.URL, headerKind: "details", headerLang: "fa", headerCountry: "ir", headerStatus: "200",
 		headerFetchedAt: "2026-07-01T10:00:03.123456789Z", headerCrawledAt: "2026-07-01T10:00:00.123456Z", headerParserVersion: parserVersion,
-		headerEncoding: "snappy"}
+		headerEncoding: "zstd"}
 	for k, v := range want {
 		if got := recordHeader(r, k); got != v {
 			t.Errorf("header %s = %q, want %q", k, got, v)
@@ -228,7 +229,8 @@ func TestRawArchiveHeadersAndFailures(t *testing.T) {
 	if len(r.Headers) != len(want) || string(r.Key) != pkg {
 		t.Errorf("key %s, headers %v", r.Key, r.Headers)
 	}
-	got, err := decodeRawPage(kgo.DefaultDecompressor(), r)
+	dec := newTestRawPageDecoder(t)
+	got, err := dec.decode(r)
 	if err != nil || !bytes.Equal(got, body) {
 		t.Fatalf("decoded %d bytes (%v), archived %d", len(got), err, len(body))
 	}
@@ -239,16 +241,39 @@ func TestRawArchiveHeadersAndFailures(t *testing.T) {
 		t.Errorf("bytes archived %v, the record holds %d", n, len(r.Value))
 	}
 
-	// A record that lies about its size or encoding is refused, not decoded.
+	// A record of another encoding, or one that decodes to more than
+	// maxRawPageBytes (whether its frame says so or not), is refused.
+	huge := make([]byte, maxRawPageBytes+1)
+	var unsized bytes.Buffer // a streamed frame does not say its size
+	zw, err := zstd.NewWriter(&unsized, zstd.WithEncoderLevel(zstd.SpeedFastest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := zw.Write(huge); err != nil || zw.Close() != nil {
+		t.Fatal(err)
+	}
 	for name, bad := range map[string]*kgo.Record{
-		"encoding": {Value: r.Value, Headers: []kgo.RecordHeader{{Key: headerEncoding, Value: []byte("gzip")}}},
-		"size":     {Value: append([]byte{0xff, 0xff, 0xff, 0xff, 0x0f}, r.Value...), Headers: r.Headers},
-		"garbage":  {Value: []byte{0x10, 1, 2, 3}, Headers: r.Headers},
+		"encoding":    {Value: r.Value, Headers: []kgo.RecordHeader{{Key: headerEncoding, Value: []byte("gzip")}}},
+		"no encoding": {Value: r.Value},
+		"sized bomb":  {Value: archive.compress(huge), Headers: r.Headers},
+		"bomb":        {Value: unsized.Bytes(), Headers: r.Headers},
+		"truncated":   {Value: r.Value[:len(r.Value)/2], Headers: r.Headers},
+		"garbage":     {Value: []byte{0x10, 1, 2, 3}, Headers: r.Headers},
 	} {
-		if _, err := decodeRawPage(kgo.DefaultDecompressor(), bad); err == nil {
-			t.Errorf("%s: decoded", name)
+		if got, err := dec.decode(bad); err == nil {
+			t.Errorf("%s: decoded %d bytes", name, len(got))
 		}
 	}
+}
+
+func newTestRawPageDecoder(tb testing.TB) *rawPageDecoder {
+	tb.Helper()
+	d, err := newRawPageDecoder(1)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(d.close)
+	return d
 }
 
 // playwatch reparse attaches like the other one-off commands and reports
@@ -331,7 +356,7 @@ func checkKcatReadsRawPages(t *testing.T, kcat, broker string, brokers []string,
 		if err != nil || !bytes.Equal(value, recs[i].Value) {
 			t.Fatalf("kcat's value of %s/%s: %d bytes (%v), franz-go's %d", f[0], f[1], len(value), err, len(recs[i].Value))
 		}
-		body, err := decodeRawPage(kgo.DefaultDecompressor(), &kgo.Record{Value: value, Headers: recs[i].Headers})
+		body, err := newTestRawPageDecoder(t).decode(&kgo.Record{Value: value, Headers: recs[i].Headers})
 		if err != nil || len(body) < 1000 {
 			t.Fatalf("the value kcat read does not decode: %d bytes, %v", len(body), err)
 		}
@@ -346,25 +371,24 @@ func FuzzReparsePage(f *testing.F) {
 		f.Fatal(err)
 	}
 	for _, fixture := range []string{"reviews_UsvDTd_com.google.android.apps.translate_en_us_page1.txt", "details_com.adex77.WhereAmI_en_us.html"} {
-		v, err := a.compress(readPlaystoreFixture(f, fixture))
-		if err != nil {
-			f.Fatal(err)
-		}
+		v := a.compress(readPlaystoreFixture(f, fixture))
 		kind := pageReviews
 		if strings.HasPrefix(fixture, "details") {
 			kind = pageDetails
 		}
-		f.Add([]byte("com.example.app"), kind, "2026-07-01T10:00:00.123456Z", "snappy", v)
+		f.Add([]byte("com.example.app"), kind, "2026-07-01T10:00:00.123456Z", rawEncoding, v)
 	}
-	f.Add([]byte("com.example.app"), pageDetails, "2026-07-01T10:00:00Z", "snappy", []byte{0xff, 0xff, 0xff, 0xff, 0x0f, 0})
+	f.Add([]byte("com.example.app"), pageDetails, "2026-07-01T10:00:00Z", rawEncoding, a.compress(make([]byte, maxRawPageBytes+1)))
+	f.Add([]byte("com.example.app"), pageDetails, "2026-07-01T10:00:00Z", rawEncoding, []byte{0x28, 0xb5, 0x2f, 0xfd, 0xff, 0xff})
 	f.Add([]byte(""), pageReviews, "yesterday", "gzip", []byte{})
 	rp := &reparser{parser: storeParser{}}
+	dec := newTestRawPageDecoder(f)
 	f.Fuzz(func(t *testing.T, key []byte, kind, crawledAt, encoding string, value []byte) {
 		r := &kgo.Record{Key: key, Value: value, Headers: []kgo.RecordHeader{
 			{Key: headerKind, Value: []byte(kind)}, {Key: headerStatus, Value: []byte("200")},
 			{Key: headerCrawledAt, Value: []byte(crawledAt)}, {Key: headerEncoding, Value: []byte(encoding)},
 		}}
-		res, err := rp.page(context.Background(), kgo.DefaultDecompressor(), r)
+		res, err := rp.page(context.Background(), dec, r)
 		if err != nil {
 			t.Fatalf("a dry run failed: %v", err)
 		}

@@ -192,6 +192,11 @@ const reparseWorkers = 8
 // run reads rng through poller, which starts at rng's first offsets.
 func (rp *reparser) run(ctx context.Context, poller recordPoller, rng rawRange) (reparseSummary, error) {
 	start := time.Now()
+	dec, err := newRawPageDecoder(reparseWorkers)
+	if err != nil {
+		return reparseSummary{}, err
+	}
+	defer dec.close()
 	sum := reparseSummary{Failing: map[string]int{}, DryRun: rp.pub == nil}
 	left := map[int32]int64{} // partition → its end offset, while records are due
 	for p, o := range rng {
@@ -207,12 +212,11 @@ func (rp *reparser) run(ctx context.Context, poller recordPoller, rng rawRange) 
 	for i := range queues {
 		queues[i] = make(chan *kgo.Record, 16)
 		wg.Go(func() {
-			decompressor := kgo.DefaultDecompressor()
 			for r := range queues[i] {
 				if ctx.Err() != nil {
 					continue
 				}
-				res, err := rp.page(ctx, decompressor, r)
+				res, err := rp.page(ctx, dec, r)
 				if err != nil {
 					res.stats, res.reviews = 0, 0 // not published
 				}
@@ -348,7 +352,7 @@ func (s *reparseSummary) add(r pageResult) {
 }
 
 // page reparses one record; only a publish that fails is an error.
-func (rp *reparser) page(ctx context.Context, d kgo.Decompressor, r *kgo.Record) (pageResult, error) {
+func (rp *reparser) page(ctx context.Context, d *rawPageDecoder, r *kgo.Record) (pageResult, error) {
 	pkg := string(r.Key)
 	if rp.pkg != "" && pkg != rp.pkg {
 		return pageResult{}, nil
@@ -365,7 +369,7 @@ func (rp *reparser) page(ctx context.Context, d kgo.Decompressor, r *kgo.Record)
 		return fail("bad key or " + headerCrawledAt + " header")
 	}
 	crawledAt = messageTime(crawledAt)
-	body, err := decodeRawPage(d, r)
+	body, err := d.decode(r)
 	if err != nil {
 		return fail("cannot decode")
 	}
