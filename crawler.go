@@ -469,7 +469,7 @@ func (c *crawler) observe(pkg, path string, err error) {
 	default:
 		m.failures.WithLabelValues(pkg, path).Inc()
 	}
-	m.known[pkg] = true
+	m.known[pkg] = time.Now()
 }
 
 // forgetInactive drops the per-app series of apps no longer active, so a
@@ -485,6 +485,39 @@ func (m *crawlMetrics) forgetInactive(active map[string]bool) {
 		m.failures.DeletePartialMatch(prometheus.Labels{"package": pkg})
 		delete(m.known, pkg)
 	}
+}
+
+// forgetStale drops the per-app series of apps this process has not
+// crawled for 2 × CRAWL_INTERVAL: their crawl-jobs partition went to
+// another instance (or the app was deleted, which only the leader sees).
+// The fleet's alert takes the newest success and the shortest streak over
+// the instances, so a stale series would hide an app failing elsewhere.
+func (m *crawlMetrics) forgetStale(now time.Time) {
+	m.knownMu.Lock()
+	defer m.knownMu.Unlock()
+	for pkg, at := range m.known {
+		if now.Sub(at) < m.forgetAfter {
+			continue
+		}
+		m.lastSuccess.DeletePartialMatch(prometheus.Labels{"package": pkg})
+		m.failures.DeletePartialMatch(prometheus.Labels{"package": pkg})
+		delete(m.known, pkg)
+	}
+}
+
+// appSeriesCollector serves the per-app series, forgetting the stale ones
+// first: at each scrape, so also on an instance that gets no jobs at all.
+type appSeriesCollector struct{ m *crawlMetrics }
+
+func (c appSeriesCollector) Describe(ch chan<- *prometheus.Desc) {
+	c.m.lastSuccess.Describe(ch)
+	c.m.failures.Describe(ch)
+}
+
+func (c appSeriesCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.forgetStale(time.Now())
+	c.m.lastSuccess.Collect(ch)
+	c.m.failures.Collect(ch)
 }
 
 type crawlMetrics struct {
@@ -504,10 +537,12 @@ type crawlMetrics struct {
 	fullResyncs   prometheus.Counter
 	knownFailures prometheus.Counter
 
-	// known are the packages with per-app series; the lock also keeps a
-	// forget from racing an observe of the same app.
-	knownMu sync.Mutex
-	known   map[string]bool
+	// known are the packages with per-app series, with the time of their
+	// last crawl; the lock also keeps a forget from racing an observe of
+	// the same app.
+	knownMu     sync.Mutex
+	known       map[string]time.Time
+	forgetAfter time.Duration // 2 × CRAWL_INTERVAL
 }
 
 // newCrawlMetrics registers the crawl metrics. The interval and the per-app
@@ -515,7 +550,8 @@ type crawlMetrics struct {
 // intervals, also one that never succeeded (docs/design.md "Failure rules").
 func newCrawlMetrics(reg prometheus.Registerer, interval time.Duration) *crawlMetrics {
 	m := &crawlMetrics{
-		known: map[string]bool{},
+		known:       map[string]time.Time{},
+		forgetAfter: 2 * interval,
 		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "playwatch_crawl_queue_depth",
 			Help: "Apps of the running cycle not yet taken by a worker.",
@@ -587,7 +623,7 @@ func newCrawlMetrics(reg prometheus.Registerer, interval time.Duration) *crawlMe
 			m.apps.WithLabelValues(path, outcome)
 		}
 	}
-	reg.MustRegister(m.queueDepth, m.busy, m.apps, m.cycleDuration, m.cycles, m.overruns, m.lastCycle, m.lastSuccess, m.failures, m.interval, m.newApps,
+	reg.MustRegister(m.queueDepth, m.busy, m.apps, m.cycleDuration, m.cycles, m.overruns, m.lastCycle, appSeriesCollector{m}, m.interval, m.newApps,
 		m.requests, m.pagesSkipped, m.fullResyncs, m.knownFailures)
 	return m
 }

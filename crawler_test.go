@@ -547,3 +547,40 @@ func TestCrawlFailureStreakAndForget(t *testing.T) {
 		t.Errorf("%d per-app series after deactivating %s, want 4 (%s's two paths, twice)", n, gone, good)
 	}
 }
+
+// An instance drops the per-app series of an app it has not crawled for
+// 2 × CRAWL_INTERVAL (its crawl-jobs partition moved to another instance)
+// at the next scrape, whether the app last succeeded or failed; apps it
+// still crawls, failing ones included, keep theirs.
+func TestCrawlMetricsForgetAppsNotCrawled(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	const interval = 250 * time.Millisecond
+	c := &crawler{metrics: newCrawlMetrics(reg, interval)}
+	const moved, movedFailing, kept, failing = "com.example.moved", "com.example.movedfailing", "com.example.kept", "com.example.failing"
+	broken := fmt.Errorf("connection reset")
+	c.observe(moved, pathStats, nil)
+	c.observe(movedFailing, pathReviews, broken)
+	series := func() int {
+		n, err := testutil.GatherAndCount(reg, "playwatch_crawl_last_success_timestamp_seconds", "playwatch_crawl_consecutive_failures")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := series(); n != 3 {
+		t.Fatalf("%d per-app series after the first crawls, want 3", n)
+	}
+	time.Sleep(2*interval + 100*time.Millisecond)
+	c.observe(kept, pathStats, nil)
+	c.observe(failing, pathStats, broken)
+	if n := series(); n != 3 {
+		t.Errorf("%d per-app series, want 3 (%s's two, %s's streak): %s and %s were not crawled for 2 intervals", n, kept, failing, moved, movedFailing)
+	}
+	if got := metricValue(t, reg, "playwatch_crawl_consecutive_failures", map[string]string{"package": failing, "path": pathStats}); got != 1 {
+		t.Errorf("%s streak %v, want 1", failing, got)
+	}
+	c.observe(moved, pathStats, broken)
+	if got := metricValue(t, reg, "playwatch_crawl_consecutive_failures", map[string]string{"package": moved, "path": pathStats}); got != 1 {
+		t.Errorf("%s back on this instance: streak %v, want 1 (counted afresh)", moved, got)
+	}
+}

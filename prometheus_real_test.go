@@ -79,6 +79,11 @@ func TestRealPrometheusAlertsAndDashboard(t *testing.T) {
 	writer := newTestPoolFor(t, dbURLOf(t, env, "db-url"))
 	reader := newTestPoolFor(t, dbURLOf(t, env, "db-url", "--reader"))
 	fillDashboardData(t, writer, fine)
+	// The per-app gauges may be read from PostgreSQL in the background (every
+	// 30 s at most): the panels' delta() wants two scrapes of the filled data.
+	waitFor(t, 45*time.Second, "two scrapes of the filled data's per-app gauges", func() bool {
+		return len(promQuery(t, prom, `count_over_time(playwatch_app_score{package="`+fine+`"}[1m]) >= 2`)) == 1
+	})
 	checkDashboardSQL(t, reader)
 	checkDashboardPromQL(t, prom)
 	checkMetricNames(t, base)

@@ -57,8 +57,8 @@ func TestAlertRulesPromtool(t *testing.T) {
 		tests.Write(b)
 	}
 	alerts := alertNames(string(rules))
-	if len(alerts) != 9 {
-		t.Errorf("%d alerts in %s, want the 9 the README lists: %v", len(alerts), alertRulesFile, alerts)
+	if len(alerts) != 10 {
+		t.Errorf("%d alerts in %s, want the 10 the README lists: %v", len(alerts), alertRulesFile, alerts)
 	}
 	firing, quiet := alertTestCases(tests.String())
 	for _, a := range alerts {
