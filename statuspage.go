@@ -325,7 +325,7 @@ func (p *statusPage) healthOf(apps []overviewApp, cycle *lastCrawlCycle, deadLet
 // here, this process's outcomes of the app paths follow.
 func (p *statusPage) cycleCard(c *lastCrawlCycle, paths *dto.MetricFamily, now time.Time) healthCard {
 	card := healthCard{Title: "Last crawl cycle", Value: "none planned yet", Class: "unknown",
-		Detail: "no crawler has planned a cycle in this database"}
+		Detail: "no scheduler has planned a cycle in this database yet"}
 	if c != nil {
 		apps := "its jobs being published"
 		if c.Apps != nil {
