@@ -542,7 +542,9 @@ func (p *statusPage) appPageOf(d appDetail, now time.Time) appPage {
 				byScenario[sc] = &v
 			}
 			byScenario[sc].Captures++
-			if n.RTT != nil {
+			// The table keeps the latest capture however old; the chart
+			// draws its 90 days only.
+			if n.RTT != nil && n.At.After(from) {
 				vals = append(vals, timeValue{n.At, *n.RTT})
 			}
 		}

@@ -241,8 +241,7 @@ const (
 		ORDER BY at DESC LIMIT $2`
 	appNetworkSQL = `SELECT scenario, analyzed_at, rtt_handshake, retransmission_count, out_of_order_count,
 		zero_window_count, tcp_reset_count, bytes_transferred_total, overhead_ratio, source_pcap_filename
-		FROM network_metrics WHERE application_id = $1 AND analyzed_at > $2 AND analyzed_at <= $3
-		ORDER BY analyzed_at DESC LIMIT 200`
+		FROM network_metrics WHERE application_id = $1 ORDER BY analyzed_at DESC LIMIT 200`
 )
 
 func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (appDetail, error) {
@@ -328,7 +327,7 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (a
 		return d, fmt.Errorf("status page: negative reviews of %s: %w", pkg, err)
 	}
 
-	rows, err = tx.Query(ctx, appNetworkSQL, d.ID, since, now)
+	rows, err = tx.Query(ctx, appNetworkSQL, d.ID)
 	if err != nil {
 		return d, fmt.Errorf("status page: network metrics of %s: %w", pkg, err)
 	}
