@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -10,51 +12,111 @@ import (
 )
 
 // appGaugeCollector exports what is stored per app (docs/design.md §Status
-// page) as gauges, read on each scrape by one query: what PostgreSQL holds
-// is the truth, also for rows written by dlq replay or another server's
-// consumer, so nothing has to be kept in step. One series per active app
-// (and sentiment): the cardinality the README discusses.
+// page) as gauges: what PostgreSQL holds is the truth, also for rows written
+// by dlq replay or another server's consumer, so nothing has to be kept in
+// step. One series per active app (and sentiment): the cardinality the
+// README discusses.
+//
+// The query counts every stored review, which grows with the history (890 ms
+// at 1M reviews), so it runs in the background every refreshEvery and a
+// scrape serves its last answer: a slow database delays the numbers, never
+// the scrape.
 type appGaugeCollector struct {
-	db      statusDB
-	timeout time.Duration
-	logger  *slog.Logger
+	db           statusDB
+	now          func() time.Time
+	refreshEvery time.Duration
+	logger       *slog.Logger
 
-	score, ratings, installs, reviews, newest, up *prometheus.Desc
+	mu        sync.Mutex
+	rows      []appGaugeRow
+	ok        bool      // the last refresh succeeded
+	refreshed time.Time // the last successful refresh; zero before one
+
+	score, ratings, installs, reviews, neg1h, neg7d, newest, up, age *prometheus.Desc
 }
 
-func newAppGaugeCollector(db statusDB, logger *slog.Logger) *appGaugeCollector {
+// appGaugesRefreshEvery is how often the per-app gauges are read: well under
+// the 5 minutes of the alert rules' windows, and a query a minute at most
+// per server.
+const appGaugesRefreshEvery = 30 * time.Second
+
+func newAppGaugeCollector(db statusDB, now func() time.Time, logger *slog.Logger) *appGaugeCollector {
 	pkg := []string{"package"}
-	return &appGaugeCollector{db: db, timeout: 5 * time.Second, logger: logger,
+	return &appGaugeCollector{db: db, now: now, refreshEvery: appGaugesRefreshEvery, logger: logger,
 		score:    prometheus.NewDesc("playwatch_app_score", "Average rating of the app's newest stored listing (0 to 5).", pkg, nil),
 		ratings:  prometheus.NewDesc("playwatch_app_ratings", "Number of ratings on the app's newest stored listing.", pkg, nil),
 		installs: prometheus.NewDesc("playwatch_app_installs", "Exact installs of the newest stored listing (the store's lower bound where it shows no exact count).", pkg, nil),
 		reviews: prometheus.NewDesc("playwatch_app_reviews", "Reviews of the app stored in PostgreSQL, by sentiment (none: not scored yet).",
 			[]string{"package", "sentiment"}, nil),
+		neg1h:  prometheus.NewDesc("playwatch_app_negative_reviews_1h", "Stored reviews of the app scored NEGATIVE whose time on the store is within the last hour.", pkg, nil),
+		neg7d:  prometheus.NewDesc("playwatch_app_negative_reviews_7d", "Stored reviews of the app scored NEGATIVE whose time on the store is within the last 7 days.", pkg, nil),
 		newest: prometheus.NewDesc("playwatch_app_newest_review_timestamp_seconds", "Unix time of the newest stored review of the app (its time on the store).", pkg, nil),
-		up:     prometheus.NewDesc("playwatch_app_gauges_up", "1 if the per-app gauges could be read from PostgreSQL at this scrape, else 0.", nil, nil),
+		up:     prometheus.NewDesc("playwatch_app_gauges_up", "1 if the last background read of the per-app gauges from PostgreSQL succeeded, else 0.", nil, nil),
+		age: prometheus.NewDesc("playwatch_app_gauges_age_seconds",
+			"Seconds since the per-app gauges were last read from PostgreSQL; absent before the first read.", nil, nil),
 	}
 }
 
+// run refreshes the gauges at once and then every refreshEvery until ctx ends.
+func (c *appGaugeCollector) run(ctx context.Context) error {
+	t := time.NewTicker(c.refreshEvery)
+	defer t.Stop()
+	for {
+		c.refresh(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// refresh reads the gauges once. A failed read keeps the last values while
+// they are younger than three refreshes (one slow answer loses no series),
+// then drops them: older numbers would pass for current ones.
+func (c *appGaugeCollector) refresh(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, c.refreshEvery)
+	defer cancel()
+	now := c.now()
+	var rows []appGaugeRow
+	err := c.db.read(ctx, func(tx pgx.Tx) (err error) { rows, err = loadAppGauges(ctx, tx, now); return })
+	if errors.Is(context.Cause(ctx), context.Canceled) {
+		return // stopping
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.logger.Warn("cannot read the per-app gauges", "err", err)
+		c.ok = false
+		if now.Sub(c.refreshed) > 3*c.refreshEvery {
+			c.rows = nil
+		}
+		return
+	}
+	c.rows, c.ok, c.refreshed = rows, true, now
+}
+
 func (c *appGaugeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.score, c.ratings, c.installs, c.reviews, c.newest, c.up} {
+	for _, d := range []*prometheus.Desc{c.score, c.ratings, c.installs, c.reviews, c.neg1h, c.neg7d, c.newest, c.up, c.age} {
 		ch <- d
 	}
 }
 
-// Collect never fails the scrape: a database that cannot answer drops the
-// per-app series and sets playwatch_app_gauges_up to 0, while every other
-// metric of the process is still served.
+// Collect serves the last refresh and never touches the database: a
+// database that cannot answer sets playwatch_app_gauges_up to 0, while every
+// other metric of the process is still served.
 func (c *appGaugeCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	var rows []appGaugeRow
-	err := c.db.read(ctx, func(tx pgx.Tx) (err error) { rows, err = loadAppGauges(ctx, tx); return })
-	if err != nil {
-		c.logger.Warn("cannot read the per-app gauges", "err", err)
-		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
-		return
+	c.mu.Lock()
+	rows, ok, refreshed := c.rows, c.ok, c.refreshed
+	c.mu.Unlock()
+	up := 0.0
+	if ok {
+		up = 1
 	}
-	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)
+	if !refreshed.IsZero() {
+		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, c.now().Sub(refreshed).Seconds())
+	}
 	for _, r := range rows {
 		if r.Score != nil {
 			ch <- prometheus.MustNewConstMetric(c.score, prometheus.GaugeValue, *r.Score, r.Package)
@@ -71,6 +133,8 @@ func (c *appGaugeCollector) Collect(ch chan<- prometheus.Metric) {
 		}{{"POSITIVE", r.Reviews.Positive}, {"NEUTRAL", r.Reviews.Neutral}, {"NEGATIVE", r.Reviews.Negative}, {"none", r.Reviews.None}} {
 			ch <- prometheus.MustNewConstMetric(c.reviews, prometheus.GaugeValue, float64(s.n), r.Package, s.label)
 		}
+		ch <- prometheus.MustNewConstMetric(c.neg1h, prometheus.GaugeValue, float64(r.Negative1h), r.Package)
+		ch <- prometheus.MustNewConstMetric(c.neg7d, prometheus.GaugeValue, float64(r.Negative7d), r.Package)
 		if r.NewestReviewAt != nil {
 			ch <- prometheus.MustNewConstMetric(c.newest, prometheus.GaugeValue, float64(r.NewestReviewAt.UnixMilli())/1000, r.Package)
 		}

@@ -54,19 +54,21 @@ var statusTemplates = template.Must(template.New("status").Funcs(template.FuncMa
 // gauges holds the per-app gauges apart from it, so that reading the health
 // does not run their query; /metrics serves both.
 type statusPage struct {
-	db       statusDB
-	health   prometheus.Gatherer
-	gauges   *prometheus.Registry
-	token    string        // STATUS_PAGE_TOKEN; empty: the page is open
-	interval time.Duration // CRAWL_INTERVAL: a path older than two is failing
-	now      func() time.Time
-	logger   *slog.Logger
+	db        statusDB
+	health    prometheus.Gatherer
+	gauges    *prometheus.Registry
+	appGauges *appGaugeCollector // in gauges; its run refreshes them
+	token     string             // STATUS_PAGE_TOKEN; empty: the page is open
+	interval  time.Duration      // CRAWL_INTERVAL: a path older than two is failing
+	now       func() time.Time
+	logger    *slog.Logger
 }
 
 func newStatusPage(db statusDB, health prometheus.Gatherer, token string, interval time.Duration, logger *slog.Logger) *statusPage {
-	gauges := prometheus.NewRegistry()
-	gauges.MustRegister(newAppGaugeCollector(db, logger))
-	return &statusPage{db: db, health: health, gauges: gauges, token: token, interval: interval, now: time.Now, logger: logger}
+	p := &statusPage{db: db, health: health, gauges: prometheus.NewRegistry(), token: token, interval: interval, now: time.Now, logger: logger}
+	p.appGauges = newAppGaugeCollector(db, func() time.Time { return p.now() }, logger)
+	p.gauges.MustRegister(p.appGauges)
+	return p
 }
 
 func (p *statusPage) register(mux *http.ServeMux) {
@@ -131,8 +133,12 @@ func (p *statusPage) serveOverview(w http.ResponseWriter, r *http.Request) {
 	now := p.now()
 	var apps []overviewApp
 	var deadLetters int64
+	var cycle *lastCrawlCycle
 	err := p.db.read(r.Context(), func(tx pgx.Tx) (err error) {
 		if apps, err = loadOverview(r.Context(), tx, now); err != nil {
+			return err
+		}
+		if cycle, err = loadLastCrawlCycle(r.Context(), tx); err != nil {
 			return err
 		}
 		deadLetters, err = countDeadLetters(r.Context(), tx, now.Add(-24*time.Hour))
@@ -144,7 +150,7 @@ func (p *statusPage) serveOverview(w http.ResponseWriter, r *http.Request) {
 	}
 	page := overviewPage{Title: "playwatch status", Generated: now.UTC().Format("2 Jan 2006 15:04:05 UTC"),
 		Interval: p.interval.String()}
-	page.Health = p.healthOf(apps, deadLetters, now)
+	page.Health = p.healthOf(apps, cycle, deadLetters, now)
 	for _, a := range apps {
 		page.Apps = append(page.Apps, p.overviewRowOf(a, now))
 	}
@@ -177,14 +183,7 @@ func (p *statusPage) overviewRowOf(a overviewApp, now time.Time) overviewRow {
 	if a.Ratings != nil {
 		row.Ratings = groupDigits(*a.Ratings)
 	}
-	switch {
-	case a.RealInstalls != nil:
-		row.Installs = groupDigits(*a.RealInstalls)
-		row.InstallsTitle = "exact install count"
-	case a.MinInstalls != nil:
-		row.Installs = "≥ " + groupDigits(*a.MinInstalls)
-		row.InstallsTitle = "the store showed only its installs bucket"
-	}
+	row.Installs, row.InstallsTitle = installsOf(a.RealInstalls, a.MinInstalls)
 	row.Reviews24h = sentimentChips(a.Reviews24h)
 	row.Reviews24hTotal = groupDigits(a.Reviews24h.Total())
 	row.Stats = p.freshnessOf(a.StatsAt, now)
@@ -243,11 +242,13 @@ type healthCard struct {
 	Title, Value, Detail, Class string
 }
 
-// healthOf reads the crawler's, proxies' and consumer's metrics from this
-// process's registry; a role that does not run here has none, and its card
-// says so. Failing apps come from the database: an active app whose stored
-// listing or reviews are older than two crawl intervals, or missing.
-func (p *statusPage) healthOf(apps []overviewApp, deadLetters int64, now time.Time) healthView {
+// healthOf reads the proxies' and consumer's metrics from this process's
+// registry; a role that does not run here has none, and its card says so.
+// The last crawl cycle and the failing apps come from the database, so that
+// every instance shows them: the cycle the scheduler leader planned last,
+// and the active apps whose stored listing or reviews are older than two
+// crawl intervals, or missing.
+func (p *statusPage) healthOf(apps []overviewApp, cycle *lastCrawlCycle, deadLetters int64, now time.Time) healthView {
 	families := map[string]*dto.MetricFamily{}
 	if fs, err := p.health.Gather(); err != nil {
 		p.logger.Warn("status page: cannot gather this process's metrics", "err", err)
@@ -258,22 +259,7 @@ func (p *statusPage) healthOf(apps []overviewApp, deadLetters int64, now time.Ti
 	}
 	var cards []healthCard
 
-	cycle := healthCard{Title: "Last crawl cycle", Value: "not running in this process", Class: "unknown",
-		Detail: "the crawler role runs elsewhere, or not at all"}
-	if f, ok := families["playwatch_crawl_cycles_total"]; ok {
-		cycles := sumOf(f)
-		cycle.Class, cycle.Value, cycle.Detail = "warn", "none finished yet", "since this process started"
-		if last := sumOf(families["playwatch_crawl_last_cycle_timestamp_seconds"]); cycles > 0 && last > 0 {
-			at := time.UnixMilli(int64(last * 1000))
-			cycle.Value = "ended " + ago(now.Sub(at))
-			cycle.Class = "ok"
-			if now.Sub(at) > 2*p.interval {
-				cycle.Class = "bad"
-			}
-		}
-		cycle.Detail = fmt.Sprintf("%s cycles since start; app paths: %s", groupDigits(int64(cycles)), outcomeSummary(families["playwatch_crawl_app_paths_total"]))
-	}
-	cards = append(cards, cycle)
+	cards = append(cards, p.cycleCard(cycle, families["playwatch_crawl_app_paths_total"], now))
 
 	failing := healthCard{Title: "Apps failing", Class: "ok"}
 	var names []string
@@ -331,6 +317,39 @@ func (p *statusPage) healthOf(apps []overviewApp, deadLetters int64, now time.Ti
 	}
 	cards = append(cards, dl)
 	return healthView{Cards: cards}
+}
+
+// cycleCard is the newest cycle: finished (red when that is more than two
+// crawl intervals ago) or running (red when it started more than two
+// intervals ago: its jobs are not being crawled). Where the crawler runs
+// here, this process's outcomes of the app paths follow.
+func (p *statusPage) cycleCard(c *lastCrawlCycle, paths *dto.MetricFamily, now time.Time) healthCard {
+	card := healthCard{Title: "Last crawl cycle", Value: "none planned yet", Class: "unknown",
+		Detail: "no scheduler has planned a cycle in this database yet"}
+	if c != nil {
+		apps := "its jobs being published"
+		if c.Apps != nil {
+			apps = groupDigits(int64(*c.Apps)) + " apps"
+		}
+		planned := c.PlannedAt.UTC().Format("2 Jan 15:04 UTC")
+		if c.FinishedAt != nil {
+			card.Value, card.Class = "finished "+ago(now.Sub(*c.FinishedAt)), "ok"
+			card.Detail = fmt.Sprintf("cycle %d: %s, planned %s, took %s", c.ID, apps, planned, c.FinishedAt.Sub(c.PlannedAt).Round(time.Second))
+			if now.Sub(*c.FinishedAt) > 2*p.interval {
+				card.Class = "bad"
+			}
+		} else {
+			card.Value, card.Class = "running, started "+ago(now.Sub(c.PlannedAt)), "ok"
+			card.Detail = fmt.Sprintf("cycle %d: %s, planned %s", c.ID, apps, planned)
+			if now.Sub(c.PlannedAt) > 2*p.interval {
+				card.Class = "bad"
+			}
+		}
+	}
+	if paths != nil {
+		card.Detail += "; app paths crawled by this process: " + outcomeSummary(paths)
+	}
+	return card
 }
 
 func shortList(s []string, n int) []string {
@@ -441,8 +460,10 @@ func (p *statusPage) serveApp(w http.ResponseWriter, r *http.Request) {
 func (p *statusPage) appPageOf(d appDetail, now time.Time) appPage {
 	page := appPage{Title: d.Name + " · playwatch status", Generated: now.UTC().Format("2 Jan 2006 15:04:05 UTC"), App: d}
 	if l := d.Latest; l != nil {
+		installsFact := fact{Label: "Installs"}
+		installsFact.Value, installsFact.Title = installsOf(l.RealInstalls, l.MinInstalls)
 		page.Facts = append(page.Facts, fact{"Score", optFloat(l.Score, "%.2f"), "average rating of the newest listing"},
-			fact{"Ratings", optInt(l.Ratings), ""}, installsFact(l), fact{"Version", optString(l.Version), ""},
+			fact{"Ratings", optInt(l.Ratings), ""}, installsFact, fact{"Version", optString(l.Version), ""},
 			fact{"Listing crawled", l.At.UTC().Format("2 Jan 2006 15:04 UTC") + " (" + ago(now.Sub(l.At)) + ")", ""})
 		if l.Developer != nil {
 			page.Facts = append(page.Facts, fact{"Developer", *l.Developer, ""})
@@ -450,17 +471,21 @@ func (p *statusPage) appPageOf(d appDetail, now time.Time) appPage {
 	}
 	from := now.Add(-90 * 24 * time.Hour)
 	var rating, installs []timeValue
+	ratingFloor := 1.0 // a score of 0 (no ratings yet) lowers the axis to 0
 	for _, s := range d.Stats {
 		if s.Score != nil {
 			rating = append(rating, timeValue{s.At, *s.Score})
+			if *s.Score < 1 {
+				ratingFloor = 0
+			}
 		}
 		if n := firstNonNil(s.RealInstalls, s.MinInstalls); n != nil {
 			installs = append(installs, timeValue{s.At, float64(*n)})
 		}
 	}
 	page.Charts = append(page.Charts,
-		timeSeriesChart(newChart("rating", "Rating", "stars, 1–5"), from, now,
-			[]namedSeries{{Class: "s-rating", Values: rating}}, 1, 5, func(v float64) string { return fmt.Sprintf("%.2f stars", v) }),
+		timeSeriesChart(newChart("rating", "Rating", fmt.Sprintf("stars, %g–5", ratingFloor)), from, now,
+			[]namedSeries{{Class: "s-rating", Values: rating}}, ratingFloor, 5, func(v float64) string { return fmt.Sprintf("%.2f stars", v) }),
 		timeSeriesChart(newChart("installs", "Installs", "exact count"), from, now,
 			[]namedSeries{{Class: "s-installs", Values: installs}}, 0, math.NaN(), func(v float64) string { return groupDigits(int64(v)) + " installs" }))
 	var days []stackedDays
@@ -517,7 +542,9 @@ func (p *statusPage) appPageOf(d appDetail, now time.Time) appPage {
 				byScenario[sc] = &v
 			}
 			byScenario[sc].Captures++
-			if n.RTT != nil {
+			// The table keeps the latest capture however old; the chart
+			// draws its 90 days only.
+			if n.RTT != nil && n.At.After(from) {
 				vals = append(vals, timeValue{n.At, *n.RTT})
 			}
 		}
@@ -532,14 +559,16 @@ func (p *statusPage) appPageOf(d appDetail, now time.Time) appPage {
 	return page
 }
 
-func installsFact(l *statsSample) fact {
+// installsOf is a listing's installs as the page shows them, with the
+// tooltip that says which count it is.
+func installsOf(realInstalls, minInstalls *int64) (value, title string) {
 	switch {
-	case l.RealInstalls != nil:
-		return fact{"Installs", groupDigits(*l.RealInstalls), "exact install count"}
-	case l.MinInstalls != nil:
-		return fact{"Installs", "≥ " + groupDigits(*l.MinInstalls), "the store showed only its installs bucket"}
+	case realInstalls != nil:
+		return groupDigits(*realInstalls), "exact install count"
+	case minInstalls != nil:
+		return "≥ " + groupDigits(*minInstalls), "the store showed only its installs bucket"
 	}
-	return fact{"Installs", "—", ""}
+	return "—", ""
 }
 
 func firstNonNil(vs ...*int64) *int64 {

@@ -51,6 +51,11 @@ type overviewApp struct {
 	Spark           []timeValue
 }
 
+// sentimentCountsSQL counts reviews by the sentiment job's label, in the
+// order of sentimentCounts' fields.
+const sentimentCountsSQL = `count(*) FILTER (WHERE sentiment = 'POSITIVE') AS pos, count(*) FILTER (WHERE sentiment = 'NEUTRAL') AS neu,
+		count(*) FILTER (WHERE sentiment = 'NEGATIVE') AS neg, count(*) FILTER (WHERE sentiment IS NULL) AS none`
+
 const overviewSQL = `
 SELECT a.package_name, coalesce(nullif(a.display_name, ''), a.package_name), a.is_messaging_app,
 	s.score, s.ratings, s.real_installs, s.min_installs, s.crawled_at,
@@ -74,8 +79,7 @@ LEFT JOIN LATERAL (
 		 ORDER BY crawled_at LIMIT 1)) w
 	ORDER BY o LIMIT 1) b ON true
 CROSS JOIN LATERAL (
-	SELECT count(*) FILTER (WHERE sentiment = 'POSITIVE') AS pos, count(*) FILTER (WHERE sentiment = 'NEUTRAL') AS neu,
-		count(*) FILTER (WHERE sentiment = 'NEGATIVE') AS neg, count(*) FILTER (WHERE sentiment IS NULL) AS none
+	SELECT ` + sentimentCountsSQL + `
 	FROM reviews WHERE application_id = a.id AND at > $1::timestamptz - interval '24 hours' AND at <= $1) r
 -- Every reviews crawl rewrites the app's newest reviews, so their newest
 -- last_synced_at is the last reviews crawl that was stored.
@@ -127,6 +131,30 @@ func countDeadLetters(ctx context.Context, tx pgx.Tx, since time.Time) (int64, e
 	return n, nil
 }
 
+// lastCrawlCycle is the newest crawl_cycles row (docs/schema.md): the leader
+// writes it, so every instance's page shows the fleet's last cycle.
+type lastCrawlCycle struct {
+	ID         int64
+	PlannedAt  time.Time
+	FinishedAt *time.Time
+	Apps       *int32 // NULL until all its jobs are published
+}
+
+const lastCrawlCycleSQL = `SELECT id, planned_at, finished_at, apps FROM crawl_cycles ORDER BY id DESC LIMIT 1`
+
+// loadLastCrawlCycle is nil before the first cycle is planned.
+func loadLastCrawlCycle(ctx context.Context, tx pgx.Tx) (*lastCrawlCycle, error) {
+	var c lastCrawlCycle
+	err := tx.QueryRow(ctx, lastCrawlCycleSQL).Scan(&c.ID, &c.PlannedAt, &c.FinishedAt, &c.Apps)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("status page: last crawl cycle: %w", err)
+	}
+	return &c, nil
+}
+
 // appDetail is everything the page of one app shows.
 type appDetail struct {
 	ID                 int64
@@ -135,25 +163,31 @@ type appDetail struct {
 	Messaging, Iranian bool
 	Active             bool
 	Latest             *statsSample
-	Stats              []statsSample // the last 90 days, oldest first
+	Stats              []statsPoint // the last 90 days, oldest first
 	ReviewDays         []sentimentDay
 	ReviewsUntil       time.Time // the end of ReviewDays' 90 days: now, or the newest review's time if older
 	Negative           []negativeReview
 	Network            []networkSample // newest first
 }
 
+// statsSample is the newest listing: the app page's facts and histogram.
 type statsSample struct {
-	At                  time.Time
-	Score               *float64
-	Ratings             *int64
-	RealInstalls        *int64
-	MinInstalls         *int64
-	Version             *string
-	Histogram           [5]*int64 // ratings_1 … ratings_5
-	Developer           *string
-	RecentChanges       *string
-	AppUpdatedAt        *time.Time
-	ReviewsCountOnStore *int64
+	At           time.Time
+	Score        *float64
+	Ratings      *int64
+	RealInstalls *int64
+	MinInstalls  *int64
+	Version      *string
+	Histogram    [5]*int64 // ratings_1 … ratings_5
+	Developer    *string
+}
+
+// statsPoint is one listing of the rating and installs charts.
+type statsPoint struct {
+	At           time.Time
+	Score        *float64
+	RealInstalls *int64
+	MinInstalls  *int64
 }
 
 type sentimentDay struct {
@@ -168,7 +202,6 @@ type negativeReview struct {
 	Content   *string
 	Sentiment *string
 	Version   *string
-	Thumbs    int32
 }
 
 type networkSample struct {
@@ -186,17 +219,6 @@ type networkSample struct {
 
 var errStatusAppNotFound = errors.New("no such app")
 
-const statsColumns = `crawled_at, score, ratings, real_installs, min_installs, version,
-	ratings_1, ratings_2, ratings_3, ratings_4, ratings_5, developer, recent_changes, app_updated_at, reviews_count`
-
-func scanStats(row pgx.Row) (statsSample, error) {
-	var s statsSample
-	err := row.Scan(&s.At, &s.Score, &s.Ratings, &s.RealInstalls, &s.MinInstalls, &s.Version,
-		&s.Histogram[0], &s.Histogram[1], &s.Histogram[2], &s.Histogram[3], &s.Histogram[4],
-		&s.Developer, &s.RecentChanges, &s.AppUpdatedAt, &s.ReviewsCountOnStore)
-	return s, err
-}
-
 // negativeLimit is how many of the newest negative reviews the app page lists.
 const negativeLimit = 10
 
@@ -204,18 +226,17 @@ const negativeLimit = 10
 const (
 	appRowSQL = `SELECT id, package_name, coalesce(nullif(display_name, ''), package_name), category,
 		is_messaging_app, is_iranian_app, is_active FROM apps_registry_application WHERE package_name = $1`
-	appLatestStatsSQL = `SELECT ` + statsColumns + ` FROM app_stats WHERE application_id = $1
+	appLatestStatsSQL = `SELECT crawled_at, score, ratings, real_installs, min_installs, version,
+		ratings_1, ratings_2, ratings_3, ratings_4, ratings_5, developer FROM app_stats WHERE application_id = $1
 		ORDER BY crawled_at DESC LIMIT 1`
-	appStatsSQL = `SELECT ` + statsColumns + ` FROM app_stats WHERE application_id = $1 AND crawled_at > $2
-		AND crawled_at <= $3 ORDER BY crawled_at`
+	appStatsSQL = `SELECT crawled_at, score, real_installs, min_installs FROM app_stats WHERE application_id = $1
+		AND crawled_at > $2 AND crawled_at <= $3 ORDER BY crawled_at`
 	appNewestReviewSQL = `SELECT max(at) FROM reviews WHERE application_id = $1`
-	appReviewDaysSQL   = `SELECT date_trunc('day', at, 'UTC') AS d,
-		count(*) FILTER (WHERE sentiment = 'POSITIVE'), count(*) FILTER (WHERE sentiment = 'NEUTRAL'),
-		count(*) FILTER (WHERE sentiment = 'NEGATIVE'), count(*) FILTER (WHERE sentiment IS NULL)
+	appReviewDaysSQL   = `SELECT date_trunc('day', at, 'UTC') AS d, ` + sentimentCountsSQL + `
 		FROM reviews WHERE application_id = $1 AND at > $2 AND at <= $3 GROUP BY 1 ORDER BY 1`
 	// Negative: what the sentiment job labelled so, and until it has scored
 	// a review, one or two stars.
-	appNegativeSQL = `SELECT at, score, user_name, content, sentiment, app_version, thumbs_up_count FROM reviews
+	appNegativeSQL = `SELECT at, score, user_name, content, sentiment, app_version FROM reviews
 		WHERE application_id = $1 AND (sentiment = 'NEGATIVE' OR (sentiment IS NULL AND score <= 2))
 		ORDER BY at DESC LIMIT $2`
 	appNetworkSQL = `SELECT scenario, analyzed_at, rtt_handshake, retransmission_count, out_of_order_count,
@@ -235,7 +256,10 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (a
 	}
 	since := now.Add(-90 * 24 * time.Hour)
 
-	latest, err := scanStats(tx.QueryRow(ctx, appLatestStatsSQL, d.ID))
+	var latest statsSample
+	err = tx.QueryRow(ctx, appLatestStatsSQL, d.ID).Scan(&latest.At, &latest.Score, &latest.Ratings, &latest.RealInstalls,
+		&latest.MinInstalls, &latest.Version, &latest.Histogram[0], &latest.Histogram[1], &latest.Histogram[2],
+		&latest.Histogram[3], &latest.Histogram[4], &latest.Developer)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
@@ -249,8 +273,8 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (a
 		return d, fmt.Errorf("status page: stats of %s: %w", pkg, err)
 	}
 	for rows.Next() {
-		s, err := scanStats(rows)
-		if err != nil {
+		var s statsPoint
+		if err := rows.Scan(&s.At, &s.Score, &s.RealInstalls, &s.MinInstalls); err != nil {
 			rows.Close()
 			return d, fmt.Errorf("status page: stats of %s: %w", pkg, err)
 		}
@@ -293,7 +317,7 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (a
 	}
 	for rows.Next() {
 		var r negativeReview
-		if err := rows.Scan(&r.At, &r.Score, &r.UserName, &r.Content, &r.Sentiment, &r.Version, &r.Thumbs); err != nil {
+		if err := rows.Scan(&r.At, &r.Score, &r.UserName, &r.Content, &r.Sentiment, &r.Version); err != nil {
 			rows.Close()
 			return d, fmt.Errorf("status page: negative reviews of %s: %w", pkg, err)
 		}
@@ -324,34 +348,37 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (a
 
 // appGaugeRow is one app's business numbers for /metrics.
 type appGaugeRow struct {
-	Package        string
-	Score          *float64
-	Ratings        *int64
-	Installs       *int64 // real_installs, else min_installs
-	Reviews        sentimentCounts
-	NewestReviewAt *time.Time
+	Package                string
+	Score                  *float64
+	Ratings                *int64
+	Installs               *int64 // real_installs, else min_installs
+	Reviews                sentimentCounts
+	Negative1h, Negative7d int64 // NEGATIVE reviews whose time is within the last hour, 7 days
+	NewestReviewAt         *time.Time
 }
 
-// appGaugesSQL counts every stored review of each app by sentiment: an
+// appGaugesSQL counts every stored review of each app by sentiment, and the
+// negative ones of the last hour and 7 days before $1 (now), in one
 // index-only scan of reviews (application_id, at) INCLUDE (sentiment)
 // (migration 4).
 const appGaugesSQL = `
 SELECT a.package_name, s.score, s.ratings, coalesce(s.real_installs, s.min_installs),
-	r.pos, r.neu, r.neg, r.none, n.newest
+	r.pos, r.neu, r.neg, r.none, r.neg1h, r.neg7d, n.newest
 FROM apps_registry_application a
 LEFT JOIN LATERAL (
 	SELECT score, ratings, real_installs, min_installs FROM app_stats
 	WHERE application_id = a.id ORDER BY crawled_at DESC LIMIT 1) s ON true
 CROSS JOIN LATERAL (
-	SELECT count(*) FILTER (WHERE sentiment = 'POSITIVE') AS pos, count(*) FILTER (WHERE sentiment = 'NEUTRAL') AS neu,
-		count(*) FILTER (WHERE sentiment = 'NEGATIVE') AS neg, count(*) FILTER (WHERE sentiment IS NULL) AS none
+	SELECT ` + sentimentCountsSQL + `,
+		count(*) FILTER (WHERE sentiment = 'NEGATIVE' AND at > $1::timestamptz - interval '1 hour' AND at <= $1) AS neg1h,
+		count(*) FILTER (WHERE sentiment = 'NEGATIVE' AND at > $1::timestamptz - interval '7 days' AND at <= $1) AS neg7d
 	FROM reviews WHERE application_id = a.id) r
 CROSS JOIN LATERAL (SELECT max(at) AS newest FROM reviews WHERE application_id = a.id) n
 WHERE a.is_active
 ORDER BY a.package_name`
 
-func loadAppGauges(ctx context.Context, tx pgx.Tx) ([]appGaugeRow, error) {
-	rows, err := tx.Query(ctx, appGaugesSQL)
+func loadAppGauges(ctx context.Context, tx pgx.Tx, now time.Time) ([]appGaugeRow, error) {
+	rows, err := tx.Query(ctx, appGaugesSQL, now)
 	if err != nil {
 		return nil, fmt.Errorf("app gauges: %w", err)
 	}
@@ -360,7 +387,7 @@ func loadAppGauges(ctx context.Context, tx pgx.Tx) ([]appGaugeRow, error) {
 	for rows.Next() {
 		var g appGaugeRow
 		if err := rows.Scan(&g.Package, &g.Score, &g.Ratings, &g.Installs,
-			&g.Reviews.Positive, &g.Reviews.Neutral, &g.Reviews.Negative, &g.Reviews.None, &g.NewestReviewAt); err != nil {
+			&g.Reviews.Positive, &g.Reviews.Neutral, &g.Reviews.Negative, &g.Reviews.None, &g.Negative1h, &g.Negative7d, &g.NewestReviewAt); err != nil {
 			return nil, fmt.Errorf("app gauges: %w", err)
 		}
 		out = append(out, g)

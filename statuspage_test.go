@@ -90,11 +90,19 @@ func seedStatus(t testing.TB, pool *pgxpool.Pool) {
 // with the given metrics registry as this process's health.
 func statusServer(t *testing.T, pool *pgxpool.Pool, token string, reg *prometheus.Registry) *httptest.Server {
 	t.Helper()
+	srv, _ := statusPageServer(t, pool, token, reg)
+	return srv
+}
+
+// statusPageServer is statusServer with its page, whose per-app gauges the
+// test refreshes (nothing runs their background loop).
+func statusPageServer(t *testing.T, pool *pgxpool.Pool, token string, reg *prometheus.Registry) (*httptest.Server, *statusPage) {
+	t.Helper()
 	page := newStatusPage(statusDB{pool}, reg, token, time.Hour, testLogger(t))
 	page.now = func() time.Time { return statusNow }
 	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil))
 	t.Cleanup(srv.Close)
-	return srv
+	return srv, page
 }
 
 func getPage(t *testing.T, url string) (int, string, http.Header) {
@@ -146,6 +154,7 @@ func TestStatusPageOverview(t *testing.T) {
 		"not running in this process", // no crawler registered here
 		`<div class="card-title">Dead letters, 24 h</div><div class="card-value">2</div>`,
 		`<div class="card-title">Apps failing</div><div class="card-value">0 of 2</div>`,
+		`<div class="card unknown"><div class="card-title">Last crawl cycle</div><div class="card-value">none planned yet</div>`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("overview lacks %q", want)
@@ -162,11 +171,50 @@ func TestStatusPageOverview(t *testing.T) {
 	if strings.Contains(body, "<script") {
 		t.Error("the overview has a script element")
 	}
+
+	// The last crawl cycle is crawl_cycles' newest row, whichever instance
+	// planned it: this process runs no crawler.
+	cycle := func(id int, planned time.Duration, finished *time.Duration, apps *int) {
+		t.Helper()
+		var fin *time.Time
+		if finished != nil {
+			f := statusNow.Add(-*finished)
+			fin = &f
+		}
+		if _, err := pool.Exec(context.Background(), `INSERT INTO crawl_cycles (id, planned_at, leader, leader_epoch, apps, finished_at)
+			VALUES ($1, $2, 'another-host/1/x', 3, $3, $4)`, id, statusNow.Add(-planned), apps, fin); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fortyMin, two := 40*time.Minute, 2
+	cycle(6, 3*time.Hour, &fortyMin, &two) // older id: not the last
+	cycle(7, 50*time.Minute, &fortyMin, &two)
+	_, body, _ = getPage(t, srv.URL+"/")
+	if want := `<div class="card ok"><div class="card-title">Last crawl cycle</div><div class="card-value">finished 40 min ago</div>` +
+		`<div class="card-detail">cycle 7: 2 apps, planned 10 May 11:10 UTC, took 10m0s</div>`; !strings.Contains(body, want) {
+		t.Errorf("overview lacks %q", want)
+	}
+	// A cycle planned 3 h ago (three crawl intervals) still running, its
+	// jobs not all published: red.
+	cycle(8, 3*time.Hour, nil, nil)
+	_, body, _ = getPage(t, srv.URL+"/")
+	if want := `<div class="card bad"><div class="card-title">Last crawl cycle</div><div class="card-value">running, started 3 h ago</div>` +
+		`<div class="card-detail">cycle 8: its jobs being published, planned 10 May 09:00 UTC</div>`; !strings.Contains(body, want) {
+		t.Errorf("overview lacks %q", want)
+	}
 }
 
 func TestStatusPageApp(t *testing.T) {
 	pool := newTestPool(t)
 	seedStatus(t, pool)
+	// A capture older than the 90 days of the charts stays out of them
+	// (and is counted in the table).
+	if _, err := pool.Exec(context.Background(), `INSERT INTO network_metrics (application_id, analysis_id, scenario, rtt_handshake,
+		bytes_transferred_total, bytes_payload_total, overhead_ratio, analyzed_at)
+		SELECT id, gen_random_uuid(), 'UPLOAD', 99, 1, 1, 0, $2 FROM apps_registry_application WHERE package_name = $1`,
+		statusTelegram, statusNow.Add(-100*24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
 	srv := statusServer(t, pool, "", newMetricsRegistry("test"))
 
 	code, body, _ := getPage(t, srv.URL+"/apps/"+statusTelegram)
@@ -199,7 +247,8 @@ func TestStatusPageApp(t *testing.T) {
 	if neg < 0 || strings.Count(body[neg:], "<li>") != 5 {
 		t.Errorf("want 5 negative reviews listed")
 	}
-	for _, want := range []string{"684,017", "1,000,000,123", "UPLOAD", "DOWNLOAD", "20.50 ms", "2.8 %", "123,456,789", "not scored yet: 1–2 stars"} {
+	for _, want := range []string{"684,017", "1,000,000,123", "UPLOAD", "DOWNLOAD", "20.50 ms", "2.8 %", "123,456,789", "not scored yet: 1–2 stars", "(stars, 1–5",
+		`<td data-label="Captures" class="num">3</td>`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("app page lacks %q", want)
 		}
@@ -217,6 +266,15 @@ func TestStatusPageApp(t *testing.T) {
 	}
 	if strings.Contains(body, `id="network"`) {
 		t.Error("network section on an app that is neither messaging nor captured")
+	}
+	// A score of 0 (no ratings yet) lowers the rating axis to 0.
+	if _, err := pool.Exec(context.Background(), `INSERT INTO app_stats (application_id, min_installs, score, ratings, crawled_at)
+		SELECT id, 5000000, 0, 0, $2 FROM apps_registry_application WHERE package_name = $1`, statusBale, statusNow.Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	_, body, _ = getPage(t, srv.URL+"/apps/"+statusBale)
+	if !strings.Contains(body, "(stars, 0–5") || chartPoints(body, "rating") != 2 {
+		t.Errorf("a rating of 0: axis not from 0, or %d points, want 2", chartPoints(body, "rating"))
 	}
 
 	if code, _, _ := getPage(t, srv.URL+"/apps/com.example.unknown"); code != http.StatusNotFound {
@@ -297,8 +355,16 @@ func TestStatusPageReadsOnly(t *testing.T) {
 func TestAppGaugesInMetrics(t *testing.T) {
 	pool := newTestPool(t)
 	seedStatus(t, pool)
-	srv := statusServer(t, pool, "", newMetricsRegistry("test"))
+	srv, page := statusPageServer(t, pool, "", newMetricsRegistry("test"))
+	// A scrape serves the last background read, never a query of its own:
+	// before the first one there is none.
 	m := scrapeMetrics(t, srv.URL)
+	if _, ok := m[`playwatch_app_score{package="org.telegram.messenger"}`]; ok || m["playwatch_app_gauges_up"] != 0 {
+		t.Errorf("gauges before the first refresh: up %v", m["playwatch_app_gauges_up"])
+	}
+	page.appGauges.refresh(t.Context())
+	page.now = func() time.Time { return statusNow.Add(45 * time.Second) }
+	m = scrapeMetrics(t, srv.URL)
 	newest := float64(statusNow.Add(-2 * time.Hour).Unix())
 	for k, want := range map[string]float64{
 		`playwatch_app_score{package="org.telegram.messenger"}`:                           4.32,
@@ -311,7 +377,10 @@ func TestAppGaugesInMetrics(t *testing.T) {
 		`playwatch_app_reviews{package="org.telegram.messenger",sentiment="none"}`:        3,
 		`playwatch_app_reviews{package="ir.example.bale",sentiment="none"}`:               0,
 		`playwatch_app_newest_review_timestamp_seconds{package="org.telegram.messenger"}`: newest,
-		`playwatch_app_gauges_up`: 1,
+		`playwatch_app_negative_reviews_1h{package="ir.example.bale"}`:                    0,
+		`playwatch_app_negative_reviews_7d{package="ir.example.bale"}`:                    0,
+		`playwatch_app_gauges_up`:          1,
+		`playwatch_app_gauges_age_seconds`: 45,
 	} {
 		if got, ok := m[k]; !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", k, got, ok, want)
@@ -320,23 +389,87 @@ func TestAppGaugesInMetrics(t *testing.T) {
 	if _, ok := m[`playwatch_app_newest_review_timestamp_seconds{package="ir.example.bale"}`]; ok {
 		t.Error("a newest-review time for an app without reviews")
 	}
-	// A soft-deleted app leaves the gauges.
+	// A soft-deleted app leaves the gauges at the next background read,
+	// which the loop makes on its own.
 	if _, err := pool.Exec(context.Background(), `UPDATE apps_registry_application SET is_active = false WHERE package_name = $1`, statusBale); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := scrapeMetrics(t, srv.URL)[`playwatch_app_score{package="ir.example.bale"}`]; ok {
-		t.Error("an inactive app still has gauges")
+	if _, ok := scrapeMetrics(t, srv.URL)[`playwatch_app_score{package="ir.example.bale"}`]; !ok {
+		t.Error("a scrape read the database: the inactive app left before a refresh")
+	}
+	page.appGauges.refreshEvery = 20 * time.Millisecond
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- page.appGauges.run(ctx) }()
+	waitFor(t, 10*time.Second, "the refresh loop to drop the inactive app", func() bool {
+		_, ok := scrapeMetrics(t, srv.URL)[`playwatch_app_score{package="ir.example.bale"}`]
+		return !ok
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run: %v", err)
 	}
 }
 
-// The gauges' database going away fails no scrape: up drops to 0.
+// The negative-review spike alert's gauges: NEGATIVE reviews whose time on
+// the store is within the last hour and 7 days.
+func TestAppGaugesNegativeReviews(t *testing.T) {
+	pool := newTestPool(t)
+	seedStatus(t, pool) // NEGATIVE 4 h, 5 days and 5 days 1 h ago
+	for i, r := range []struct {
+		ago       time.Duration
+		sentiment *string
+	}{
+		{30 * time.Minute, ptr("NEGATIVE")},
+		{59 * time.Minute, ptr("NEGATIVE")},
+		{10 * time.Minute, nil},               // 1 star, not scored: not counted
+		{20 * time.Minute, ptr("POSITIVE")},   // not negative
+		{8 * 24 * time.Hour, ptr("NEGATIVE")}, // older than 7 days
+		{-10 * time.Minute, ptr("NEGATIVE")},  // after now (a skewed clock)
+		{7*24*time.Hour - time.Minute, ptr("NEGATIVE")},
+	} {
+		if _, err := pool.Exec(context.Background(), `INSERT INTO reviews (application_id, review_id, score, content, at, sentiment, last_synced_at)
+			SELECT id, $2, 1, 'bad', $3, $4, $3 FROM apps_registry_application WHERE package_name = $1`,
+			statusTelegram, fmt.Sprintf("neg%d", i), statusNow.Add(-r.ago), r.sentiment); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv, page := statusPageServer(t, pool, "", newMetricsRegistry("test"))
+	page.appGauges.refresh(t.Context())
+	m := scrapeMetrics(t, srv.URL)
+	for k, want := range map[string]float64{
+		`playwatch_app_negative_reviews_1h{package="org.telegram.messenger"}`: 2,
+		`playwatch_app_negative_reviews_7d{package="org.telegram.messenger"}`: 6, // 3 seeded + 30 min, 59 min, 7 days less a minute
+		`playwatch_app_negative_reviews_1h{package="ir.example.bale"}`:        0,
+	} {
+		if got, ok := m[k]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", k, got, ok, want)
+		}
+	}
+}
+
+// The gauges' database going away fails no scrape: up drops to 0, the last
+// values stay for three refresh intervals, then go.
 func TestAppGaugesDatabaseDown(t *testing.T) {
 	pool := newTestPool(t)
-	srv := statusServer(t, pool, "", newMetricsRegistry("test"))
+	seedStatus(t, pool)
+	srv, page := statusPageServer(t, pool, "", newMetricsRegistry("test"))
+	page.appGauges.refresh(t.Context())
 	pool.Close()
-	m := scrapeMetrics(t, srv.URL)
-	if m["playwatch_app_gauges_up"] != 0 || m["playwatch_build_info{version=\"test\"}"] != 1 {
-		t.Fatalf("up %v, build_info %v", m["playwatch_app_gauges_up"], m["playwatch_build_info{version=\"test\"}"])
+	score := `playwatch_app_score{package="org.telegram.messenger"}`
+	for _, tc := range []struct {
+		after time.Duration
+		kept  bool
+	}{{time.Minute, true}, {2 * time.Minute, false}} {
+		page.now = func() time.Time { return statusNow.Add(tc.after) }
+		page.appGauges.refresh(t.Context())
+		m := scrapeMetrics(t, srv.URL)
+		if m["playwatch_app_gauges_up"] != 0 || m["playwatch_build_info{version=\"test\"}"] != 1 {
+			t.Fatalf("up %v, build_info %v", m["playwatch_app_gauges_up"], m["playwatch_build_info{version=\"test\"}"])
+		}
+		if _, ok := m[score]; ok != tc.kept || m["playwatch_app_gauges_age_seconds"] != tc.after.Seconds() {
+			t.Errorf("%v after the last read: score present %v, want %v; age %v", tc.after, ok, tc.kept, m["playwatch_app_gauges_age_seconds"])
+		}
 	}
 }
 
@@ -359,7 +492,8 @@ func TestStatusPageQueryPlans(t *testing.T) {
 		args []any
 	}{
 		"overview":        {overviewSQL, []any{statusNow}},
-		"app gauges":      {appGaugesSQL, nil},
+		"app gauges":      {appGaugesSQL, []any{statusNow}},
+		"last cycle":      {lastCrawlCycleSQL, nil},
 		"dead letters":    {deadLettersSQL, []any{statusNow}},
 		"app":             {appRowSQL, []any{statusTelegram}},
 		"latest listing":  {appLatestStatsSQL, []any{id}},
