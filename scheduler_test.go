@@ -128,7 +128,7 @@ func TestSchedulerCycleThroughCrawlJobs(t *testing.T) {
 
 	// A job delivered again (another leader published it before it died)
 	// crawls at the same time, so app_stats takes it once.
-	job, err := m.sched.jobRecord(1, planned, app{PackageName: "com.example.fleet03"})
+	job, err := m.sched.jobRecord(crawlCycle{ID: 1, PlannedAt: planned}, app{PackageName: "com.example.fleet03"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestSchedulerLeaseOneLeader(t *testing.T) {
 	// a still believes it leads; what it would write is refused.
 	registerApps(t, pool, "com.example.one")
 	a.ledEpoch = a.epoch
-	if err := a.planCycle(ctx); err == nil || a.epoch != 0 {
+	if err := a.planCycle(ctx, nil); err == nil || a.epoch != 0 {
 		t.Errorf("the old leader planned a cycle (err %v), epoch %d", err, a.epoch)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM crawl_cycles`); n != 0 {
