@@ -61,27 +61,29 @@ type crawlJob struct {
 	Locale     locale    // the storefront read: a crawl-jobs job carries the leader's choice
 }
 
-// fullResyncDue says whether the cycle starting at at reads pkg's reviews in
-// full, with cycles cycle apart and a full read due every every (0: always).
-// Each app has its own phase within every, from a hash of its name, so the
-// full reads spread evenly over the cycles (about cycle/every of the apps
-// each) instead of falling into one; a sequence of cycles exactly cycle apart
-// meets each app's window once per every. A cycle that starts late (an
-// overrun, a restart) can skip a window: that app's full read comes one
-// every later. Pure and deterministic, so that any instance planning a cycle
+// fullResyncDue says whether the cycle at at reads pkg's reviews in full,
+// the cycle before it having been at prev, with a full read due every every
+// (0: always). Each app has its own phase point within every, from a hash of
+// its name, so the full reads spread evenly over the cycles instead of
+// falling into one. A cycle reads in full the apps whose phase point fell in
+// (max(prev, at−every), at]: consecutive cycles' windows join up, so however
+// far apart the cycles are (an overrun, a restart) each app is read in full
+// at least once per every, and once per every when cycles are closer than
+// that. Pure and deterministic, so that any instance planning a cycle
 // decides the same.
-func fullResyncDue(pkg string, at time.Time, every, cycle time.Duration) bool {
-	if every <= 0 || cycle >= every {
+func fullResyncDue(pkg string, at, prev time.Time, every time.Duration) bool {
+	if every <= 0 {
 		return true
 	}
 	h := fnv.New64a()
 	_, _ = io.WriteString(h, pkg)
 	phase := int64(h.Sum64() % uint64(every))
+	// pos: how long before at the app's last phase point was.
 	pos := (at.UnixNano() - phase) % int64(every)
 	if pos < 0 {
 		pos += int64(every)
 	}
-	return pos < int64(cycle)
+	return pos < int64(min(at.Sub(prev), every))
 }
 
 // crawler runs cycles: each reads the active apps and crawls them in a
@@ -276,7 +278,9 @@ func (c *crawler) RunCycle(ctx context.Context) (cycleSummary, error) {
 	}
 feed:
 	for _, a := range apps {
-		j := crawlJob{App: a, CrawledAt: crawledAt, FullResync: fullResyncDue(a.PackageName, crawledAt, c.cfg.FullSyncInterval, c.cfg.Interval),
+		// This path keeps no record of the last cycle: taken as an interval
+		// ago, a cycle that starts late may skip an app's full read.
+		j := crawlJob{App: a, CrawledAt: crawledAt, FullResync: fullResyncDue(a.PackageName, crawledAt, crawledAt.Add(-c.cfg.Interval), c.cfg.FullSyncInterval),
 			Locale: c.cfg.Locales.forApp(a.IsIranianApp)}
 		select {
 		case queue <- j:

@@ -54,7 +54,8 @@ func reviewRequests(f *incrementalFixture, seen map[string]int, pkg string) int 
 // is due with hourly cycles and a daily resync.
 func firstResyncHour(t *testing.T, pkg string, start time.Time) int {
 	for h := range 24 {
-		if fullResyncDue(pkg, start.Add(time.Duration(h)*time.Hour), 24*time.Hour, time.Hour) {
+		at := start.Add(time.Duration(h) * time.Hour)
+		if fullResyncDue(pkg, at, at.Add(-time.Hour), 24*time.Hour) {
 			return h
 		}
 	}
@@ -79,7 +80,7 @@ func TestCrawlIncrementalPaging(t *testing.T) {
 	start := time.Date(2026, 8, 1, 0, 0, 0, 0, time.UTC)
 	start = start.Add(time.Duration(firstResyncHour(t, pkg, start)+1) * time.Hour)
 	hour := func(h int) time.Time { return start.Add(time.Duration(h) * time.Hour) }
-	if fullResyncDue(late, hour(2), 24*time.Hour, time.Hour) {
+	if fullResyncDue(late, hour(2), hour(1), 24*time.Hour) {
 		t.Fatalf("%s resyncs in hour 2: the checks below want it read incrementally then", late)
 	}
 	seen := map[string]int{}
@@ -193,22 +194,48 @@ func TestCrawlReadsInFullWhenStoredReviewsAreUnreadable(t *testing.T) {
 }
 
 // Over a day of hourly cycles every app's resync is due exactly once, the
-// apps spread over the hours, and every instance decides the same.
+// apps spread over the hours, and every instance decides the same. Cycles
+// that overrun (90 minutes apart, or a long pause) still read every app in
+// full once a day: no app's window falls between two cycles.
 func TestFullResyncDueSpreadsOverTheDay(t *testing.T) {
 	const apps = 2400
 	start := time.Date(2026, 6, 1, 7, 13, 0, 0, time.UTC) // cycles need not start on the hour
-	perHour := make([]int, 24)
+	// resyncs counts pkg's full reads in cycles at times ats, spaced as
+	// their first two.
+	resyncs := func(pkg string, ats []time.Time, perCycle []int) int {
+		due := 0
+		prev := ats[0].Add(-ats[1].Sub(ats[0]))
+		for i, at := range ats {
+			if fullResyncDue(pkg, at, prev, 24*time.Hour) {
+				due++
+				if perCycle != nil {
+					perCycle[i]++
+				}
+			}
+			prev = at
+		}
+		return due
+	}
+	every := func(step time.Duration, n int) []time.Time {
+		ats := make([]time.Time, n)
+		for i := range ats {
+			ats[i] = start.Add(time.Duration(i) * step)
+		}
+		return ats
+	}
+	hourly, overrun := every(time.Hour, 24), every(90*time.Minute, 16)
+	paused := start.Add(30 * time.Hour) // the cycle after start, late by 29 hours
+	perHour := make([]int, len(hourly))
 	for i := range apps {
 		pkg := fmt.Sprintf("com.example.app%d", i)
-		due := 0
-		for h := range 24 {
-			if fullResyncDue(pkg, start.Add(time.Duration(h)*time.Hour), 24*time.Hour, time.Hour) {
-				due++
-				perHour[h]++
-			}
-		}
-		if due != 1 {
+		if due := resyncs(pkg, hourly, perHour); due != 1 {
 			t.Fatalf("%s: %d resyncs in 24 hourly cycles, want 1", pkg, due)
+		}
+		if due := resyncs(pkg, overrun, nil); due != 1 {
+			t.Fatalf("%s: %d resyncs in 16 cycles 90 minutes apart (a day), want 1", pkg, due)
+		}
+		if !fullResyncDue(pkg, paused, start, 24*time.Hour) {
+			t.Fatalf("%s: the first cycle after a 30-hour pause does not read it in full", pkg)
 		}
 	}
 	for h, n := range perHour {
@@ -217,7 +244,10 @@ func TestFullResyncDueSpreadsOverTheDay(t *testing.T) {
 			t.Errorf("hour %d: %d of %d apps resync, want about %d", h, n, apps, apps/24)
 		}
 	}
-	if !fullResyncDue("com.example.app", start, 0, time.Hour) || !fullResyncDue("com.example.app", start, time.Hour, time.Hour) {
+	if fullResyncDue("com.example.app", start, start, 24*time.Hour) {
+		t.Error("a cycle at the time of the one before read an app in full")
+	}
+	if !fullResyncDue("com.example.app", start, start.Add(-time.Hour), 0) || !fullResyncDue("com.example.app", start, start.Add(-time.Hour), time.Hour) {
 		t.Error("REVIEWS_FULL_SYNC_INTERVAL=0s, or equal to CRAWL_INTERVAL, must read in full every cycle")
 	}
 }

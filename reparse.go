@@ -229,7 +229,8 @@ func (rp *reparser) run(ctx context.Context, poller recordPoller, rng rawRange) 
 			}
 		})
 	}
-	seen, err := rp.feed(ctx, poller, left, queues, func(seen int64) {
+	got := rangeRead{read: map[int32]int64{}, past: map[int32]int64{}}
+	err = rp.feed(ctx, poller, left, queues, &got, func(seen int64) {
 		mu.Lock()
 		defer mu.Unlock()
 		fmt.Fprintf(rp.progress, "reparse: %d of %d archived pages read, %d parsed, %d failing\n", seen, rng.pages(), sum.Parsed, sum.Read-sum.Parsed)
@@ -239,7 +240,7 @@ func (rp *reparser) run(ctx context.Context, poller recordPoller, rng rawRange) 
 	}
 	wg.Wait()
 	sum.Took = time.Since(start)
-	sum.Trimmed = rng.pages() - seen
+	sum.Trimmed = got.trimmed(rng)
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return sum, cause
 	}
@@ -252,10 +253,27 @@ func (rp *reparser) run(ctx context.Context, poller recordPoller, rng rawRange) 
 // at the log's new start, which may lie past the range.
 const reparseIdlePoll = 2 * time.Second
 
-// feed hands the records of the range to the workers' queues, by key, and
-// reports progress every progressEvery. It returns how many records of the
-// range it read.
-func (rp *reparser) feed(ctx context.Context, poller recordPoller, left map[int32]int64, queues []chan *kgo.Record, progress func(seen int64)) (int64, error) {
+// rangeRead is how far the reading of a range got, by partition.
+type rangeRead struct {
+	read map[int32]int64 // records of the range read
+	past map[int32]int64 // the offset the reading got to: past its last record, or the range's end once done
+}
+
+// trimmed are the pages of rng that the reading got past without reading
+// them: deleted before they were read. What an error or a Ctrl-C left
+// unread is not counted.
+func (g rangeRead) trimmed(rng rawRange) int64 {
+	var n int64
+	for p, past := range g.past {
+		n += max(past-rng[p][0]-g.read[p], 0)
+	}
+	return n
+}
+
+// feed hands the records of the range to the workers' queues, by key,
+// recording in got how far it read, and reports progress every
+// progressEvery.
+func (rp *reparser) feed(ctx context.Context, poller recordPoller, left map[int32]int64, queues []chan *kgo.Record, got *rangeRead, progress func(seen int64)) error {
 	seen := int64(0)
 	next := time.Now().Add(progressEvery)
 	for len(left) > 0 {
@@ -263,16 +281,17 @@ func (rp *reparser) feed(ctx context.Context, poller recordPoller, left map[int3
 		fs := poller.PollFetches(pctx)
 		cancel()
 		if err := ctx.Err(); err != nil {
-			return seen, err
+			return err
 		}
 		if fs.NumRecords() == 0 && pctx.Err() != nil {
 			starts, err := rp.logStarts(ctx)
 			if err != nil {
-				return seen, err
+				return err
 			}
 			for p, end := range left {
 				if starts[p] >= end {
 					delete(left, p) // the rest of it is gone
+					got.past[p] = end
 				}
 			}
 			continue
@@ -284,7 +303,7 @@ func (rp *reparser) feed(ctx context.Context, poller recordPoller, left map[int3
 			}
 		})
 		if ferr != nil {
-			return seen, ferr
+			return ferr
 		}
 		for r := range fs.RecordsAll() {
 			end, due := left[r.Partition]
@@ -295,15 +314,18 @@ func (rp *reparser) feed(ctx context.Context, poller recordPoller, left map[int3
 				delete(left, r.Partition)
 			}
 			if r.Offset >= end {
+				got.past[r.Partition] = end
 				continue
 			}
 			seen++
+			got.read[r.Partition]++
+			got.past[r.Partition] = r.Offset + 1
 			h := fnv.New32a()
 			h.Write(r.Key)
 			select {
 			case queues[h.Sum32()%uint32(len(queues))] <- r:
 			case <-ctx.Done():
-				return seen, ctx.Err()
+				return ctx.Err()
 			}
 		}
 		if now := time.Now(); now.After(next) && rp.progress != nil {
@@ -311,7 +333,7 @@ func (rp *reparser) feed(ctx context.Context, poller recordPoller, left map[int3
 			progress(seen)
 		}
 	}
-	return seen, nil
+	return nil
 }
 
 // rawLogStarts reads the first offset each partition of raw-pages still

@@ -262,6 +262,7 @@ func (s *scheduler) resign() {
 type crawlCycle struct {
 	ID         int64
 	PlannedAt  time.Time
+	Prev       time.Time // the planned time of the cycle before; zero for the first
 	Apps       *int
 	EndOffsets map[int32]int64 // nil until the jobs are published
 	FinishedAt *time.Time
@@ -283,7 +284,7 @@ func (s *scheduler) lead(ctx context.Context, offs jobOffsets, offsErr error) er
 			return offsErr
 		}
 		if !offs.reached(last.EndOffsets) {
-			return s.watchNewApps(ctx, last.ID)
+			return s.watchNewApps(ctx, last, now)
 		}
 		if last, err = s.finishCycle(ctx, *last); err != nil {
 			return err
@@ -297,13 +298,9 @@ func (s *scheduler) lead(ctx context.Context, offs jobOffsets, offsErr error) er
 		}
 	}
 	if now.Before(due) || time.Now().Before(s.idleUntil) {
-		id := int64(0)
-		if last != nil {
-			id = last.ID
-		}
-		return s.watchNewApps(ctx, id)
+		return s.watchNewApps(ctx, last, now)
 	}
-	return s.planCycle(ctx)
+	return s.planCycle(ctx, last)
 }
 
 func (s *scheduler) lastCycle(ctx context.Context) (*crawlCycle, time.Time, error) {
@@ -313,13 +310,19 @@ func (s *scheduler) lastCycle(ctx context.Context) (*crawlCycle, time.Time, erro
 	}
 	var c crawlCycle
 	var ends []byte
-	err := s.pool.QueryRow(ctx, `SELECT id, planned_at, apps, job_end_offsets, finished_at FROM crawl_cycles ORDER BY id DESC LIMIT 1`).
-		Scan(&c.ID, &c.PlannedAt, &c.Apps, &ends, &c.FinishedAt)
+	var prev *time.Time
+	err := s.pool.QueryRow(ctx, `SELECT id, planned_at, apps, job_end_offsets, finished_at,
+			(SELECT p.planned_at FROM crawl_cycles p WHERE p.id < c.id ORDER BY p.id DESC LIMIT 1)
+		FROM crawl_cycles c ORDER BY id DESC LIMIT 1`).
+		Scan(&c.ID, &c.PlannedAt, &c.Apps, &ends, &c.FinishedAt, &prev)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, now, nil
 	}
 	if err != nil {
 		return nil, now, fmt.Errorf("read the last crawl cycle: %w", err)
+	}
+	if prev != nil {
+		c.Prev = *prev
 	}
 	if ends != nil {
 		if err := json.Unmarshal(ends, &c.EndOffsets); err != nil {
@@ -349,8 +352,9 @@ func (s *scheduler) inLease(ctx context.Context, fn func(pgx.Tx) error) error {
 	})
 }
 
-// planCycle inserts the next cycle and publishes its jobs.
-func (s *scheduler) planCycle(ctx context.Context) error {
+// planCycle inserts the cycle after last (nil: the first) and publishes its
+// jobs.
+func (s *scheduler) planCycle(ctx context.Context, last *crawlCycle) error {
 	apps, err := s.apps.ListActive(ctx)
 	if err != nil {
 		return fmt.Errorf("list active apps: %w", err)
@@ -365,6 +369,9 @@ func (s *scheduler) planCycle(ctx context.Context) error {
 		return nil
 	}
 	var c crawlCycle
+	if last != nil {
+		c.Prev = last.PlannedAt
+	}
 	err = s.inLease(ctx, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, `INSERT INTO crawl_cycles (id, planned_at, leader, leader_epoch)
 			SELECT coalesce(max(id), 0) + 1, now(), $1, $2 FROM crawl_cycles
@@ -393,7 +400,7 @@ func (s *scheduler) publish(ctx context.Context, c crawlCycle, apps []app) error
 	recs := make([]*kgo.Record, 0, len(apps))
 	known := make(map[string]bool, len(apps))
 	for _, a := range apps {
-		r, err := s.jobRecord(c.ID, c.PlannedAt, a)
+		r, err := s.jobRecord(c, a)
 		if err != nil {
 			return err
 		}
@@ -432,12 +439,16 @@ func (s *scheduler) publish(ctx context.Context, c crawlCycle, apps []app) error
 	return nil
 }
 
-// jobRecord is the job of a in cycle (0: the new-app watch's, a full read:
-// a new app has nothing stored, a reactivated one missed its resyncs).
-func (s *scheduler) jobRecord(cycle int64, at time.Time, a app) (*kgo.Record, error) {
+// jobRecord is the job of a in cycle c (ID 0: the new-app watch's, a full
+// read: a new app has nothing stored, a reactivated one missed its resyncs).
+func (s *scheduler) jobRecord(c crawlCycle, a app) (*kgo.Record, error) {
 	loc := s.cfg.Locales.forApp(a.IsIranianApp)
-	b, err := crawlJobMessage{CycleID: cycle, PlannedAt: messageTime(at), PackageName: a.PackageName, IsIranianApp: a.IsIranianApp,
-		Lang: loc.Lang, Country: loc.Country, FullResync: cycle == 0 || fullResyncDue(a.PackageName, at, s.cfg.FullResyncEvery, s.cfg.Interval)}.encode()
+	prev := c.Prev
+	if prev.IsZero() {
+		prev = c.PlannedAt.Add(-s.cfg.Interval)
+	}
+	b, err := crawlJobMessage{CycleID: c.ID, PlannedAt: messageTime(c.PlannedAt), PackageName: a.PackageName, IsIranianApp: a.IsIranianApp,
+		Lang: loc.Lang, Country: loc.Country, FullResync: c.ID == 0 || fullResyncDue(a.PackageName, c.PlannedAt, prev, s.cfg.FullResyncEvery)}.encode()
 	if err != nil {
 		return nil, err
 	}
@@ -472,10 +483,10 @@ func (s *scheduler) finishCycle(ctx context.Context, c crawlCycle) (*crawlCycle,
 }
 
 // watchNewApps publishes, every NewAppCheck, a job for each active app that
-// neither the current cycle nor an earlier look has seen, crawled at the
-// time of its job; the next cycle crawls it with the others. Only the
-// leader looks, so no app is crawled early twice.
-func (s *scheduler) watchNewApps(ctx context.Context, cycle int64) error {
+// neither the current cycle (cur, nil before the first) nor an earlier look
+// has seen, crawled at now, the database's time; the next cycle crawls it
+// with the others. Only the leader looks, so no app is crawled early twice.
+func (s *scheduler) watchNewApps(ctx context.Context, cur *crawlCycle, now time.Time) error {
 	if time.Now().Before(s.nextNewCheck) {
 		return nil
 	}
@@ -484,20 +495,27 @@ func (s *scheduler) watchNewApps(ctx context.Context, cycle int64) error {
 	if err != nil {
 		return fmt.Errorf("list active apps: %w", err)
 	}
+	cycle := int64(0)
+	if cur != nil {
+		cycle = cur.ID
+	}
 	if s.known == nil {
-		// Taken over mid-cycle: what is active now counts as seen; an app
-		// registered since the cycle began waits for the next one.
+		// Started or taken over after the cycle was planned: the apps its
+		// jobs hold are those whose row has not changed since. An app
+		// registered or reactivated later gets a job now; so does one
+		// edited since, or named by its first crawl, crawled twice then.
 		s.known = make(map[string]bool, len(apps))
 		for _, a := range apps {
-			s.known[a.PackageName] = true
+			if cur != nil && !a.UpdatedAt.After(cur.PlannedAt) {
+				s.known[a.PackageName] = true
+			}
 		}
-		return nil
 	}
 	for _, a := range apps {
 		if s.known[a.PackageName] {
 			continue
 		}
-		r, err := s.jobRecord(0, time.Now(), a)
+		r, err := s.jobRecord(crawlCycle{PlannedAt: now}, a)
 		if err != nil {
 			return err
 		}

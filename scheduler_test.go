@@ -129,7 +129,7 @@ func TestSchedulerCycleThroughCrawlJobs(t *testing.T) {
 	// A job delivered again (another leader published it before it died)
 	// crawls at the same time, so app_stats takes it once, and in the
 	// locale the job carries: that leader had other PLAYSTORE_* settings.
-	job, err := m.sched.jobRecord(1, planned, app{PackageName: "com.example.fleet03"})
+	job, err := m.sched.jobRecord(crawlCycle{ID: 1, PlannedAt: planned}, app{PackageName: "com.example.fleet03"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestSchedulerLeaseOneLeader(t *testing.T) {
 	// a still believes it leads; what it would write is refused.
 	registerApps(t, pool, "com.example.one")
 	a.ledEpoch = a.epoch
-	if err := a.planCycle(ctx); err == nil || a.epoch != 0 {
+	if err := a.planCycle(ctx, nil); err == nil || a.epoch != 0 {
 		t.Errorf("the old leader planned a cycle (err %v), epoch %d", err, a.epoch)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM crawl_cycles`); n != 0 {
@@ -214,5 +214,55 @@ func TestSchedulerLeaseOneLeader(t *testing.T) {
 	b.resign()
 	if err := a.acquire(ctx); err != nil || a.epoch != 3 {
 		t.Fatalf("after b resigned: %v, epoch %d", err, a.epoch)
+	}
+}
+
+// A leader that starts after the current cycle was planned (a restart, a
+// takeover) counts as planned only the apps whose row predates the cycle:
+// an app registered since gets its new-app job at once, on the database's
+// clock, and the apps of the cycle get none.
+func TestSchedulerRestartCrawlsAppsTheCycleMissed(t *testing.T) {
+	pool := newTestPool(t)
+	_, brokers := newTestBroker(t, t.TempDir())
+	ctx := context.Background()
+	registerApps(t, pool, "com.example.planned")
+	if _, err := pool.Exec(ctx, `INSERT INTO crawl_cycles (id, planned_at, leader, leader_epoch, apps, job_end_offsets, published_at, finished_at)
+		VALUES (1, now(), 'gone', 1, 1, '{}', now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+	registerApps(t, pool, "com.example.meanwhile") // while no instance led
+	var registered time.Time
+	if err := pool.QueryRow(ctx, `SELECT created_at FROM apps_registry_application WHERE package_name = 'com.example.meanwhile'`).Scan(&registered); err != nil {
+		t.Fatal(err)
+	}
+	producer, err := kgo.NewClient(append(producerOptions(testProducerSettings), kgo.SeedBrokers(brokers...))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	cfg := schedulerConfig{Interval: time.Hour, Lease: 10 * time.Second, NewAppCheck: time.Hour, JobsGroup: "g", Locales: testLocales}
+	s := newScheduler(cfg, pool, newAppStore(pool), producer, nil, newCrawlMetrics(prometheus.NewRegistry(), time.Hour), prometheus.NewRegistry(), testLogger(t))
+	if err := s.lead(ctx, jobOffsets{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var dbNow time.Time
+	if err := pool.QueryRow(ctx, `SELECT now()`).Scan(&dbNow); err != nil {
+		t.Fatal(err)
+	}
+	if n := endOffsets(t, brokers, topicCrawlJobs); n != 1 {
+		t.Fatalf("%d jobs published, want 1: the app registered after the cycle", n)
+	}
+	job, bad := decodeCrawlJob(consumeAll(t, brokers, topicCrawlJobs, 1)[0].Value, time.Now().Add(time.Minute))
+	if bad != nil {
+		t.Fatalf("the job: %v", bad)
+	}
+	if job.PackageName != "com.example.meanwhile" || job.CycleID != 0 || !job.FullResync {
+		t.Errorf("job %+v, want a full read of com.example.meanwhile by the new-app watch", job)
+	}
+	if job.PlannedAt.Before(messageTime(registered)) || job.PlannedAt.After(dbNow) {
+		t.Errorf("job crawled at %v, want the database's time between the registration %v and %v", job.PlannedAt, registered, dbNow)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM crawl_cycles`); n != 1 {
+		t.Errorf("%d cycles, want 1 (the next is due in an hour)", n)
 	}
 }
