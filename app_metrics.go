@@ -35,14 +35,12 @@ type appGaugeCollector struct {
 	score, ratings, installs, reviews, neg1h, neg7d, newest, up, age *prometheus.Desc
 }
 
-// appGaugesRefreshEvery is how often the per-app gauges are read: well under
-// the 5 minutes of the alert rules' windows, and a query a minute at most
-// per server.
-const appGaugesRefreshEvery = 30 * time.Second
-
-func newAppGaugeCollector(db statusDB, now func() time.Time, logger *slog.Logger) *appGaugeCollector {
+// newAppGaugeCollector reads the gauges every refreshEvery
+// (APP_GAUGES_INTERVAL, 30s: well under the 5 minutes of the alert rules'
+// windows, and two queries a minute per server).
+func newAppGaugeCollector(db statusDB, now func() time.Time, refreshEvery time.Duration, logger *slog.Logger) *appGaugeCollector {
 	pkg := []string{"package"}
-	return &appGaugeCollector{db: db, now: now, refreshEvery: appGaugesRefreshEvery, logger: logger,
+	return &appGaugeCollector{db: db, now: now, refreshEvery: refreshEvery, logger: logger,
 		score:    prometheus.NewDesc("playwatch_app_score", "Average rating of the app's newest stored listing (0 to 5).", pkg, nil),
 		ratings:  prometheus.NewDesc("playwatch_app_ratings", "Number of ratings on the app's newest stored listing.", pkg, nil),
 		installs: prometheus.NewDesc("playwatch_app_installs", "Exact installs of the newest stored listing (the store's lower bound where it shows no exact count).", pkg, nil),

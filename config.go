@@ -19,27 +19,28 @@ import (
 // changed afterwards. Each field comes from one environment variable (see
 // settings), which a command-line flag of the same name may override.
 type Config struct {
-	DatabaseURL      string
-	KafkaBrokers     []string
-	DataDir          string
-	HTTPAddr         string
-	BrokerAddr       string
-	BrokerFsync      bool
-	BrokerMaxBytes   int64
-	RegistryToken    string
-	StatusPageToken  string
-	PGListen         string
-	PGUser           string
-	TopicPartitions  int
-	TopicReplication int
-	TopicRetention   time.Duration
-	ShutdownTimeout  time.Duration
-	RawArchive       bool          // RAW_ARCHIVE
-	RawRetention     time.Duration // KAFKA_RAW_RETENTION
-	LogLevel         slog.Level
-	LogFormat        string
-	Producer         producerSettings
-	Kafka            kafkaSecurity // TLS and SASL (kafka_security.go)
+	DatabaseURL       string
+	KafkaBrokers      []string
+	DataDir           string
+	HTTPAddr          string
+	BrokerAddr        string
+	BrokerFsync       bool
+	BrokerMaxBytes    int64
+	RegistryToken     string
+	StatusPageToken   string
+	AppGaugesInterval time.Duration
+	PGListen          string
+	PGUser            string
+	TopicPartitions   int
+	TopicReplication  int
+	TopicRetention    time.Duration
+	ShutdownTimeout   time.Duration
+	RawArchive        bool          // RAW_ARCHIVE
+	RawRetention      time.Duration // KAFKA_RAW_RETENTION
+	LogLevel          slog.Level
+	LogFormat         string
+	Producer          producerSettings
+	Kafka             kafkaSecurity // TLS and SASL (kafka_security.go)
 
 	PlayStoreURL      string
 	Proxies           []string
@@ -102,6 +103,14 @@ var settings = []setting{
 		func(c *Config, v string) error { c.RegistryToken = v; return nil }},
 	{"STATUS_PAGE_TOKEN", "", "password (HTTP basic auth, any user name) the status page at / asks for; empty: the page is open, as the registry's GETs are",
 		func(c *Config, v string) error { c.StatusPageToken = v; return nil }},
+	{"APP_GAUGES_INTERVAL", "30s", "how often the per-app gauges of /metrics are read from PostgreSQL (1s to 1h); a scrape serves the last read",
+		func(c *Config, v string) (err error) {
+			c.AppGaugesInterval, err = parsePositiveDuration(v)
+			if err == nil && (c.AppGaugesInterval < time.Second || c.AppGaugesInterval > time.Hour) {
+				err = errors.New("must be between 1s and 1h")
+			}
+			return
+		}},
 	{"PLAYWATCH_PG_LISTEN", "", "host:port where the managed PostgreSQL also listens on TCP, with passwords (playwatch db-url prints a URL); empty: unix socket only",
 		func(c *Config, v string) (err error) {
 			if v != "" {

@@ -346,7 +346,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	var status *statusPage
 	if slices.Contains(roles, "registry") {
 		api = &registryAPI{store: newAppStore(be.pool), token: cfg.RegistryToken, logger: logger}
-		status = newStatusPage(statusDB{be.pool}, reg, cfg.StatusPageToken, cfg.CrawlInterval, logger)
+		status = newStatusPage(statusDB{be.pool}, reg, cfg.StatusPageToken, cfg.CrawlInterval, cfg.AppGaugesInterval, logger)
 		startRole("app gauges", status.appGauges.run)
 	}
 	checks := []readinessCheck{

@@ -40,6 +40,7 @@ func TestRealPrometheusAlertsAndDashboard(t *testing.T) {
 		"REVIEWS_PER_APP":       "40",
 		"CRAWL_INTERVAL":        "4s",
 		"CRAWL_NEW_APP_CHECK":   "1s",
+		"APP_GAUGES_INTERVAL":   "1s",
 		"LOG_LEVEL":             "warn",
 	}
 	base, _, logs := startRun(t, env)
@@ -79,9 +80,10 @@ func TestRealPrometheusAlertsAndDashboard(t *testing.T) {
 	writer := newTestPoolFor(t, dbURLOf(t, env, "db-url"))
 	reader := newTestPoolFor(t, dbURLOf(t, env, "db-url", "--reader"))
 	fillDashboardData(t, writer, fine)
-	// The per-app gauges may be read from PostgreSQL in the background (every
-	// 30 s at most): the panels' delta() wants two scrapes of the filled data.
-	waitFor(t, 45*time.Second, "two scrapes of the filled data's per-app gauges", func() bool {
+	// The per-app gauges are read from PostgreSQL in the background (every
+	// APP_GAUGES_INTERVAL): the panels' delta() wants two scrapes of the
+	// filled data.
+	waitFor(t, 30*time.Second, "two scrapes of the filled data's per-app gauges", func() bool {
 		return len(promQuery(t, prom, `count_over_time(playwatch_app_score{package="`+fine+`"}[1m]) >= 2`)) == 1
 	})
 	checkDashboardSQL(t, reader)

@@ -64,9 +64,9 @@ type statusPage struct {
 	logger    *slog.Logger
 }
 
-func newStatusPage(db statusDB, health prometheus.Gatherer, token string, interval time.Duration, logger *slog.Logger) *statusPage {
+func newStatusPage(db statusDB, health prometheus.Gatherer, token string, interval, gaugesEvery time.Duration, logger *slog.Logger) *statusPage {
 	p := &statusPage{db: db, health: health, gauges: prometheus.NewRegistry(), token: token, interval: interval, now: time.Now, logger: logger}
-	p.appGauges = newAppGaugeCollector(db, func() time.Time { return p.now() }, logger)
+	p.appGauges = newAppGaugeCollector(db, func() time.Time { return p.now() }, gaugesEvery, logger)
 	p.gauges.MustRegister(p.appGauges)
 	return p
 }
