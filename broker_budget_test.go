@@ -72,8 +72,9 @@ func brokerShares(t *testing.T, adm *kadm.Client, topic string) (bytes map[int32
 // crawl waits instead of publishing (a metric and a log line say so), and
 // the broker trims none of them. When a consumer starts, the crawl goes on,
 // every review is stored, and the broker then trims the stored records to
-// the share.
-func TestBrokerBudgetHoldsTheCrawlUntilTheConsumerStores(t *testing.T) {
+// the share. About half a minute: in the fault suite.
+func TestFaultBrokerBudgetHoldsTheCrawlUntilTheConsumerStores(t *testing.T) {
+	requireFaultSuite(t)
 	const apps, reviewsPerApp = 12, 1500
 	dbURL := newTestDatabase(t)
 	pool := newTestPoolFor(t, dbURL)
