@@ -500,13 +500,15 @@ func (s *scheduler) watchNewApps(ctx context.Context, cur *crawlCycle, now time.
 		cycle = cur.ID
 	}
 	if s.known == nil {
-		// Started or taken over after the cycle was planned: the apps its
-		// jobs hold are those whose row has not changed since. An app
-		// registered or reactivated later gets a job now; so does one
-		// edited since, or named by its first crawl, crawled twice then.
+		// Started or taken over after the cycle was planned: its jobs hold
+		// the apps registered before it. One registered later gets a job
+		// now. created_at, not updated_at: the crawl's own name fill and
+		// any edit move updated_at, and such an app would be crawled
+		// twice in the cycle; an app reactivated meanwhile waits for the
+		// next cycle instead.
 		s.known = make(map[string]bool, len(apps))
 		for _, a := range apps {
-			if cur != nil && !a.UpdatedAt.After(cur.PlannedAt) {
+			if cur != nil && !a.CreatedAt.After(cur.PlannedAt) {
 				s.known[a.PackageName] = true
 			}
 		}
