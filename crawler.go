@@ -558,7 +558,7 @@ func newCrawlMetrics(reg prometheus.Registerer, interval time.Duration) *crawlMe
 		forgetAfter: 2 * interval,
 		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "playwatch_crawl_queue_depth",
-			Help: "Apps of the running cycle not yet taken by a worker.",
+			Help: "Apps of the running in-process cycle (playwatch crawl) not yet taken by a worker; in run the queue is playwatch_crawl_jobs_lag_records.",
 		}),
 		busy: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "playwatch_crawl_workers_busy",

@@ -193,13 +193,10 @@ func (m *sentimentModel) classifyAs(text string, stars int, lang string) sentime
 func (m *sentimentModel) textProbabilities(text, lang string) ([sentClasses]float64, lexiconScore) {
 	sc := m.pool.Get().(*sentScratch)
 	defer m.pool.Put(sc)
-	sc.norm = normalizeSentimentText(sc.norm[:0], text)
-	tokenizeSentiment(sc)
+	l := m.textFeatures(sc, text, lang)
 	if !hasSentimentWords(sc) {
 		return [sentClasses]float64{0, 1, 0}, lexiconScore{} // no words, no emoji: nothing to read
 	}
-	l := m.scoreLexicon(sc, markSentimentTokens(sc))
-	m.extractFeatures(sc, lang, l)
 	z := m.bias
 	for _, f := range sc.feats {
 		row := m.w[int(f.idx)*sentClasses : int(f.idx)*sentClasses+sentClasses]
@@ -208,6 +205,17 @@ func (m *sentimentModel) textProbabilities(text, lang string) ([sentClasses]floa
 		}
 	}
 	return softmax3(z), l
+}
+
+// textFeatures fills sc with the tokens and features of text in lang, the
+// model's whole reading of it, and returns its lexicon score; the trainer
+// learns from exactly this.
+func (m *sentimentModel) textFeatures(sc *sentScratch, text, lang string) lexiconScore {
+	sc.norm = normalizeSentimentText(sc.norm[:0], text)
+	tokenizeSentiment(sc)
+	l := m.scoreLexicon(sc, markSentimentTokens(sc))
+	m.extractFeatures(sc, lang, l)
+	return l
 }
 
 func hasSentimentWords(sc *sentScratch) bool {

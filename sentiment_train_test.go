@@ -101,10 +101,7 @@ func sentimentTrainingSet(t *testing.T, m *sentimentModel) []trainExample {
 // features is the feature vector Classify computes for text in lang.
 func (m *sentimentModel) features(text, lang string) []sentFeature {
 	sc := &sentScratch{}
-	sc.norm = normalizeSentimentText(nil, text)
-	tokenizeSentiment(sc)
-	l := m.scoreLexicon(sc, markSentimentTokens(sc))
-	m.extractFeatures(sc, lang, l)
+	m.textFeatures(sc, text, lang)
 	return sc.feats
 }
 
