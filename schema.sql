@@ -177,3 +177,20 @@ CREATE TABLE crawl_cycles (
     published_at    TIMESTAMPTZ,
     finished_at     TIMESTAMPTZ
 );
+
+-- migration 7: last crawl outcome
+-- Each app's last crawl outcome per storefront (country, lang) and path
+-- (stats: the listing, reviews: the reviews RPC), written by whichever
+-- crawler ran the job, so every server's status page and API can say why an
+-- app has no data. One row per key, overwritten by each crawl.
+CREATE TABLE app_crawl_outcomes (
+    application_id BIGINT NOT NULL REFERENCES apps_registry_application(id) ON DELETE CASCADE,
+    country        VARCHAR(8) NOT NULL,
+    lang           VARCHAR(16) NOT NULL,
+    path           VARCHAR(8) NOT NULL CHECK (path IN ('stats', 'reviews')),
+    at             TIMESTAMPTZ NOT NULL,
+    outcome        VARCHAR(32) NOT NULL,
+    http_status    INTEGER,
+    error          TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (application_id, country, lang, path)
+);
