@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"path/filepath"
 	"strconv"
@@ -30,6 +31,7 @@ type Config struct {
 	StatusPageToken   string
 	AppGaugesInterval time.Duration
 	PGListen          string
+	PGWriterFrom      []netip.Prefix // PLAYWATCH_PG_WRITER_FROM
 	PGUser            string
 	TopicPartitions   int
 	TopicReplication  int
@@ -111,7 +113,7 @@ var settings = []setting{
 			}
 			return
 		}},
-	{"PLAYWATCH_PG_LISTEN", "", "host:port where the managed PostgreSQL also listens on TCP, with passwords (playwatch db-url prints a URL); empty: unix socket only",
+	{"PLAYWATCH_PG_LISTEN", "", "host:port where the managed PostgreSQL also listens on TCP, with passwords and TLS, which clients beyond loopback must use (playwatch db-url prints a URL); empty: unix socket only",
 		func(c *Config, v string) (err error) {
 			if v != "" {
 				c.PGListen, err = parseHostPort(v)
@@ -121,6 +123,8 @@ var settings = []setting{
 			}
 			return
 		}},
+	{"PLAYWATCH_PG_WRITER_FROM", "", "comma-separated networks (CIDRs, e.g. 192.0.2.0/24) from which the writer role playwatch may connect over a non-loopback PLAYWATCH_PG_LISTEN; empty: other hosts get playwatch_reader only",
+		func(c *Config, v string) (err error) { c.PGWriterFrom, err = parseCIDRs(v); return }},
 	{"PLAYWATCH_PG_USER", "postgres", "OS user that runs the managed PostgreSQL when playwatch runs as root",
 		func(c *Config, v string) error { c.PGUser = v; return nonEmpty(v) }},
 	{"KAFKA_TOPIC_PARTITIONS", "3", "partitions of each topic playwatch creates",
@@ -593,6 +597,28 @@ func parseHostPorts(v string) ([]string, error) {
 			return nil, fmt.Errorf("%q: %w", hp, err)
 		}
 		out = append(out, hp)
+	}
+	return out, nil
+}
+
+// parseCIDRs parses comma-separated networks such as 192.0.2.0/24 or
+// 2001:db8::/32; an address with host bits set is refused rather than
+// guessed at (a single host is 192.0.2.7/32).
+func parseCIDRs(v string) ([]netip.Prefix, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	var out []netip.Prefix
+	for _, s := range strings.Split(v, ",") {
+		s = strings.TrimSpace(s)
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a network in CIDR notation such as 192.0.2.0/24 (one host: 192.0.2.7/32)", s)
+		}
+		if p != p.Masked() {
+			return nil, fmt.Errorf("%q has host bits set: the network is %s, one host is %s/%d", s, p.Masked(), p.Addr(), p.Addr().BitLen())
+		}
+		out = append(out, p)
 	}
 	return out, nil
 }

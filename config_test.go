@@ -85,6 +85,10 @@ func TestConfigInvalidValuesNameTheVariable(t *testing.T) {
 		{"PLAYWATCH_BROKER_MAX_BYTES", "9999999GiB"},
 		{"PLAYWATCH_PG_LISTEN", "5432"},
 		{"PLAYWATCH_PG_LISTEN", "127.0.0.1:0"},
+		{"PLAYWATCH_PG_WRITER_FROM", "192.0.2.7"},
+		{"PLAYWATCH_PG_WRITER_FROM", "192.0.2.7/24"},
+		{"PLAYWATCH_PG_WRITER_FROM", "192.0.2.0/24,,10.0.0.0/8"},
+		{"PLAYWATCH_PG_WRITER_FROM", "db.example.com/32"},
 		{"KAFKA_TOPIC_PARTITIONS", "-1"},
 		{"KAFKA_TOPIC_PARTITIONS", "three"},
 		{"KAFKA_TOPIC_REPLICATION", "0"},
@@ -162,6 +166,19 @@ func TestConfigReviewsFullSyncInterval(t *testing.T) {
 	_, err := loadTestConfig(map[string]string{"REVIEWS_FULL_SYNC_INTERVAL": "2h", "CRAWL_INTERVAL": "3h"})
 	if err == nil || !strings.Contains(err.Error(), "REVIEWS_FULL_SYNC_INTERVAL") || !strings.Contains(err.Error(), "CRAWL_INTERVAL") {
 		t.Errorf("a full sync interval shorter than the crawl interval: %v", err)
+	}
+}
+
+// PLAYWATCH_PG_WRITER_FROM: empty by default (other hosts get the reader
+// only), else the networks it names, IPv4 and IPv6.
+func TestConfigPGWriterFrom(t *testing.T) {
+	c, err := loadTestConfig(nil)
+	if err != nil || c.PGWriterFrom != nil {
+		t.Fatalf("default: %v, %v; want none", c.PGWriterFrom, err)
+	}
+	c, err = loadTestConfig(map[string]string{"PLAYWATCH_PG_WRITER_FROM": "192.0.2.0/24, 2001:db8::/32,198.51.100.7/32"})
+	if err != nil || fmt.Sprint(c.PGWriterFrom) != "[192.0.2.0/24 2001:db8::/32 198.51.100.7/32]" {
+		t.Fatalf("got %v, %v", c.PGWriterFrom, err)
 	}
 }
 

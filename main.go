@@ -856,10 +856,11 @@ func openDatabase(ctx context.Context, cfg Config, logger *slog.Logger, be *back
 	dsn := cfg.DatabaseURL
 	if dsn == "" {
 		pg, err := startManagedPostgres(ctx, managedPostgresOptions{
-			DataDir:  filepath.Join(cfg.DataDir, "postgres"),
-			Database: managedDatabase,
-			OSUser:   cfg.PGUser,
-			Listen:   cfg.PGListen,
+			DataDir:    filepath.Join(cfg.DataDir, "postgres"),
+			Database:   managedDatabase,
+			OSUser:     cfg.PGUser,
+			Listen:     cfg.PGListen,
+			WriterFrom: cfg.PGWriterFrom,
 		}, logger)
 		if err != nil {
 			return nil, fmt.Errorf("managed postgres: %w", err)
@@ -1015,6 +1016,8 @@ func cmdDBURL(args []string, getenv func(string) string, stdout, stderr io.Write
 	}
 	if cl.cfg.PGListen == "" {
 		fmt.Fprintln(stderr, "playwatch: PLAYWATCH_PG_LISTEN is empty, so this is the unix socket's URL: only root and the OS user that runs the server can use it")
+	} else if !reader && !isLoopback(cl.cfg.PGListen) {
+		fmt.Fprintln(stderr, "playwatch: beyond loopback the cluster admits "+pgWriterRole+" only from the networks of PLAYWATCH_PG_WRITER_FROM; other hosts get "+pgReaderRole+" (db-url --reader)")
 	}
 	fmt.Fprintln(stdout, u)
 	return nil

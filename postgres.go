@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -31,6 +32,9 @@ type managedPostgresOptions struct {
 	Database string // created on first start
 	OSUser   string // the server's OS user when playwatch runs as root
 	Listen   string // optional TCP host:port; empty: unix socket only
+	// WriterFrom are the non-loopback networks the writer may connect from
+	// over TCP (PLAYWATCH_PG_WRITER_FROM); other hosts get the reader only.
+	WriterFrom []netip.Prefix
 	// NoFsync trades crash safety for speed; for throwaway test clusters only.
 	NoFsync bool
 }
@@ -46,6 +50,8 @@ type managedPostgres struct {
 	exited    chan struct{}
 	logger    *slog.Logger
 	admin     string // the superuser that sets the cluster up
+	// tlsCert and tlsKey are the files of the TCP listener's TLS (postgres_tls.go).
+	tlsCert, tlsKey string
 }
 
 // managedDatabase is the database playwatch uses in a managed cluster.
@@ -92,6 +98,11 @@ func startManagedPostgres(ctx context.Context, opts managedPostgresOptions, logg
 	}
 	if err := m.writeAccessRules(cred); err != nil {
 		return nil, err
+	}
+	if opts.Listen != "" {
+		if m.tlsCert, m.tlsKey, err = m.ensureTLSFiles(cred); err != nil {
+			return nil, err
+		}
 	}
 	if err := m.startServer(binDir, cred); err != nil {
 		return nil, err
@@ -486,6 +497,9 @@ func (m *managedPostgres) startServer(binDir string, cred *syscall.Credential) e
 		"-c", "log_truncate_on_rotation=on",
 		"-c", "log_rotation_age=1d",
 		"-c", "log_rotation_size=0",
+	}
+	if m.tlsCert != "" {
+		args = append(args, "-c", "ssl=on", "-c", "ssl_cert_file="+m.tlsCert, "-c", "ssl_key_file="+m.tlsKey)
 	}
 	if m.opts.NoFsync {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")

@@ -5,7 +5,8 @@ package main
 // role is trusted: that is how playwatch and its one-off commands connect.
 // Over TCP (PLAYWATCH_PG_LISTEN) only the writer and the reader are let in,
 // to the playwatch database, with scram-sha-256 and the generated passwords
-// kept in $PLAYWATCH_DATA_DIR/postgres.pgpass.
+// kept in $PLAYWATCH_DATA_DIR/postgres.pgpass; from a non-loopback address
+// only with TLS, and the writer only from PLAYWATCH_PG_WRITER_FROM.
 
 import (
 	"bufio"
@@ -19,6 +20,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -119,29 +121,34 @@ func scramVerifier(password string) string {
 }
 
 // pgHBA is the cluster's pg_hba.conf for a TCP listen address (empty: none).
-// A loopback address lets in local clients only; any other one, clients from
-// anywhere (a dashboard on another host), always with a password.
-func pgHBA(listen, db string) string {
+// Loopback clients may be either role, with or without TLS. On a
+// non-loopback listen address clients from other addresses must use TLS
+// and get the reader only, the writer only from writerFrom: the writer owns
+// the tables, a dashboard host needs no more than to read them.
+func pgHBA(listen, db string, writerFrom []netip.Prefix) string {
 	var b strings.Builder
 	b.WriteString("# Written by playwatch at every start of the managed PostgreSQL: edits are lost.\n")
 	b.WriteString("local all all trust\n")
 	if listen == "" {
 		return b.String()
 	}
-	clients := []string{"all"}
-	if isLoopback(listen) {
-		clients = []string{"127.0.0.0/8", "::1/128"}
-	}
-	for _, c := range clients {
+	for _, c := range []string{"127.0.0.0/8", "::1/128"} {
 		fmt.Fprintf(&b, "host %s %s,%s %s scram-sha-256\n", db, pgWriterRole, pgReaderRole, c)
 	}
+	if isLoopback(listen) {
+		return b.String()
+	}
+	for _, p := range writerFrom {
+		fmt.Fprintf(&b, "hostssl %s %s %s scram-sha-256\n", db, pgWriterRole, p)
+	}
+	fmt.Fprintf(&b, "hostssl %s %s all scram-sha-256\n", db, pgReaderRole)
 	return b.String()
 }
 
 // writeAccessRules writes pg_hba.conf before the server reads it.
 func (m *managedPostgres) writeAccessRules(cred *syscall.Credential) error {
 	path := filepath.Join(m.opts.DataDir, "pg_hba.conf")
-	if err := writeFileAtomic(path, []byte(pgHBA(m.opts.Listen, m.opts.Database)), 0o600, cred); err != nil {
+	if err := writeFileAtomic(path, []byte(pgHBA(m.opts.Listen, m.opts.Database, m.opts.WriterFrom)), 0o600, cred); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
@@ -301,7 +308,7 @@ func pgListenHost(listen string) string {
 
 // managedClusterURL is the URL of the managed cluster's playwatch database
 // for role: over TCP with the role's password when PLAYWATCH_PG_LISTEN is
-// set, else over the unix socket.
+// set (with sslmode=require beyond loopback), else over the unix socket.
 func managedClusterURL(cfg Config, role string) (string, error) {
 	if cfg.DatabaseURL != "" {
 		return "", errors.New("DATABASE_URL is set: playwatch uses that database, not a managed cluster")
@@ -325,7 +332,14 @@ func managedClusterURL(cfg Config, role string) (string, error) {
 			return "", err
 		}
 	}
-	u := url.URL{Scheme: "postgres", User: url.UserPassword(role, pw[role]), Host: net.JoinHostPort(host, port),
-		Path: "/" + managedDatabase, RawQuery: "sslmode=disable"}
+	// Beyond loopback the cluster admits TLS only; its certificate is
+	// self-signed, so require (encrypted, the certificate not checked).
+	hostport := net.JoinHostPort(host, port)
+	sslmode := "disable"
+	if !isLoopback(hostport) {
+		sslmode = "require"
+	}
+	u := url.URL{Scheme: "postgres", User: url.UserPassword(role, pw[role]), Host: hostport,
+		Path: "/" + managedDatabase, RawQuery: "sslmode=" + sslmode}
 	return u.String(), nil
 }

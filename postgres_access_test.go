@@ -162,29 +162,8 @@ func TestManagedPostgresAccessOverTCP(t *testing.T) {
 	}
 }
 
-// A non-loopback PLAYWATCH_PG_LISTEN lets in clients from other hosts (here:
-// this host through that address) with a password.
-func TestManagedPostgresListensBeyondLoopback(t *testing.T) {
-	ip := nonLoopbackIPv4(t)
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	opts := managedPostgresOptions{DataDir: filepath.Join(tempDataDir(t), "postgres"), Database: managedDatabase, OSUser: "postgres", Listen: addr, NoFsync: true}
-	pg, err := startManagedPostgres(context.Background(), opts, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pg.Stop(context.Background()) })
-	pool := newTestPoolFor(t, pg.DSN())
-	if err := migrate(context.Background(), pool, testLogger(t)); err != nil {
-		t.Fatal(err)
-	}
-	checkAccess(t, pool, opts.DataDir, addr)
-}
-
+// nonLoopbackIPv4 is an IPv4 address of this host other than loopback;
+// under CI=true a host without one fails the test.
 func nonLoopbackIPv4(t *testing.T) string {
 	t.Helper()
 	addrs, err := net.InterfaceAddrs()
@@ -195,6 +174,9 @@ func nonLoopbackIPv4(t *testing.T) string {
 		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
 			return n.IP.String()
 		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("this host has no non-loopback IPv4 address, which CI=true requires")
 	}
 	t.Skip("this host has no non-loopback IPv4 address")
 	return ""
