@@ -5,6 +5,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // rejectingParser is today's parser, except that it rejects the reviews
@@ -74,6 +77,18 @@ func TestCrawlIncrementalReadCutLeavesNoHole(t *testing.T) {
 				}
 			}}
 			return ctx, cancel
+		}, crawlCanceled},
+		{"partition taken away after page 1", func(f *incrementalFixture, _ *rejectingParser) (context.Context, context.CancelFunc) {
+			// The crawl worker cancels the jobs of a revoked partition.
+			w := newCrawlWorker(f.crawler, 1, prometheus.NewRegistry(), testLogger(t))
+			w.runCtx = context.Background()
+			jctx := w.track(&kgo.Record{Partition: 2})
+			f.crawler.store = &cuttingReader{storeReader: f.store.client, afterPage: func(page int) {
+				if page == 1 {
+					w.abandon(context.Background(), nil, map[string][]int32{topicCrawlJobs: {2}})
+				}
+			}}
+			return jctx, func() {}
 		}, crawlCanceled},
 		{"CRAWL_APP_TIMEOUT on page 2", func(f *incrementalFixture, _ *rejectingParser) (context.Context, context.CancelFunc) {
 			setReviewsFaults(f.replay, pkg, faultNone, faultSlow)
@@ -196,4 +211,63 @@ func newIncrementalFixtureTuned(t *testing.T, reviewsPerApp int, tune func(*prox
 	f := &incrementalFixture{crawlFixture: newCrawlFixture(t, cfg, tune), clock: clk}
 	f.consumer = startTestConsumer(t, f.pool, f.brokers, testConsumerOptions(), consumerHooks{})
 	return f
+}
+
+// The consumer stores what a read published later than the next read looks
+// at the stored reviews: the next read finds fewer stop points and reads
+// further, and nothing is missed. Here the consumer is stopped across a cut
+// read and two more, one of them after the mark moved past reviews not yet
+// stored; once it runs again, every review of the store is stored.
+func TestCrawlIncrementalConsumerLagOnlyLengthensReads(t *testing.T) {
+	const pkg = "com.example.lag"
+	f := newIncrementalFixture(t, 1000)
+	f.replay.setApp(pkg, replayApp{Reviews: 1000})
+	f.register(t, pkg, false)
+	start := time.Date(2026, 8, 1, 0, 0, 0, 0, time.UTC)
+	crawl := func(h int) appResult {
+		return f.crawler.crawlApp(context.Background(), crawlJob{App: app{PackageName: pkg, IsActive: true},
+			CrawledAt: start.Add(time.Duration(h) * time.Hour), Locale: testLocales.Default})
+	}
+	seen := map[string]int{}
+	if r := crawl(0); r.reviewsErr != nil {
+		t.Fatal(r.reviewsErr)
+	}
+	waitDrained(t, f.pool, f.consumer.cl, testConsumerOptions().Group)
+	reviewRequests(f, seen, pkg)
+	if err := f.consumer.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	f.replay.addReviews(pkg, 300)
+	setReviewsFaults(f.replay, pkg, faultNone, fault500, fault500, fault500, fault500)
+	if r := crawl(1); r.reviewsErr == nil || r.reviews != 150 {
+		t.Fatalf("cut read: %+v", r)
+	}
+	reviewRequests(f, seen, pkg)
+	// Nothing of the cut read is stored: the read pages to the reviews
+	// of the first one, and moves the mark to reviews not yet stored.
+	if r := crawl(2); r.reviewsErr != nil || r.reviews != 450 {
+		t.Fatalf("read behind the consumer: %+v", r)
+	}
+	if n := reviewRequests(f, seen, pkg); n != 3 {
+		t.Errorf("read behind the consumer: %d reviews requests, want 3", n)
+	}
+	// The mark is past every stored review's time, but the stored ones are
+	// at or before it: the read still ends at the first read's reviews.
+	f.replay.addReviews(pkg, 3)
+	if r := crawl(3); r.reviewsErr != nil || r.reviews != 450 {
+		t.Fatalf("second read behind the consumer: %+v", r)
+	}
+	if n := reviewRequests(f, seen, pkg); n != 3 {
+		t.Errorf("second read behind the consumer: %d reviews requests, want 3", n)
+	}
+	f.consumer = startTestConsumer(t, f.pool, f.brokers, testConsumerOptions(), consumerHooks{})
+	waitDrained(t, f.pool, f.consumer.cl, testConsumerOptions().Group)
+	ids := make([]string, 0, 1303)
+	for i := -303; i < 1000; i++ {
+		ids = append(ids, replayReviewID(pkg, i))
+	}
+	if n := count(t, f.pool, `SELECT count(*) FROM reviews WHERE review_id = ANY($1)`, ids); n != 1303 {
+		t.Fatalf("%d of the store's 1303 reviews stored", n)
+	}
 }
