@@ -22,10 +22,14 @@ type storeReader interface {
 	Reviews(ctx context.Context, pkg, lang, country string, n int, stop func(page []review) bool) ([]review, error)
 }
 
-// knownReviewsReader gives an app's newest stored reviews, where an
-// incremental crawl stops paging.
-type knownReviewsReader interface {
-	KnownReviews(ctx context.Context, pkg string, limit, countUpTo int) (knownReviews, error)
+// crawlState is what a crawl keeps in PostgreSQL besides its messages
+// (pgKnownReviews): an app's newest stored reviews and the read mark of its
+// storefront, where an incremental crawl stops paging, and the last outcome
+// of each path (app_crawl_outcomes).
+type crawlState interface {
+	KnownReviews(ctx context.Context, pkg string, loc locale, limit, countUpTo int) (knownReviews, error)
+	SetReadMark(ctx context.Context, pkg string, loc locale, newest review, readAt time.Time) error
+	RecordOutcome(ctx context.Context, pkg string, loc locale, path string, o crawlOutcome) error
 }
 
 // crawlPublisher sends what a crawl read.
@@ -94,7 +98,7 @@ type crawler struct {
 	cfg     crawlerConfig
 	apps    activeAppLister
 	store   storeReader
-	known   knownReviewsReader
+	known   crawlState
 	pub     crawlPublisher
 	metrics *crawlMetrics
 	logger  *slog.Logger
@@ -108,7 +112,7 @@ type crawler struct {
 	early     string
 }
 
-func newCrawler(cfg crawlerConfig, apps activeAppLister, store storeReader, known knownReviewsReader, pub crawlPublisher, reg prometheus.Registerer, logger *slog.Logger) *crawler {
+func newCrawler(cfg crawlerConfig, apps activeAppLister, store storeReader, known crawlState, pub crawlPublisher, reg prometheus.Registerer, logger *slog.Logger) *crawler {
 	return &crawler{cfg: cfg, apps: apps, store: store, known: known, pub: pub, metrics: newCrawlMetrics(reg, cfg.Interval), logger: logger}
 }
 
@@ -370,6 +374,7 @@ func (c *crawler) crawlApp(ctx context.Context, j crawlJob) appResult {
 	}
 	r.statsErr = err
 	c.observe(a.PackageName, pathStats, err)
+	c.recordOutcome(ctx, j, pathStats, err)
 
 	if errors.Is(r.statsErr, errNotFound) {
 		// The listing does not exist in this storefront; a reviews request
@@ -391,6 +396,13 @@ func (c *crawler) crawlApp(ctx context.Context, j crawlJob) appResult {
 		}
 		r.reviewsErr = errors.Join(perr, ferr)
 		r.fullRead = p.stop == nil
+		if r.reviewsErr == nil && len(revs) > 0 {
+			// Complete: the paging ended at the store's end, at
+			// REVIEWS_PER_APP or at a review at or before the mark, and
+			// all of it is published. A cut read moves no mark, so the
+			// next one reads down past what this one published.
+			c.setReadMark(ctx, j, revs)
+		}
 		if p.stopped {
 			// What a full read would have asked for: REVIEWS_PER_APP, or
 			// as many as are stored if fewer, in pages like the ones read.
@@ -402,6 +414,7 @@ func (c *crawler) crawlApp(ctx context.Context, j crawlJob) appResult {
 			"requests", tally.count("reviews"), "reviews", len(revs), "pages_skipped", r.skipped)
 	}
 	c.observe(a.PackageName, pathReviews, r.reviewsErr)
+	c.recordOutcome(ctx, j, pathReviews, r.reviewsErr)
 	stats, reviews := tally.count("details"), tally.count("reviews")
 	c.metrics.requests.WithLabelValues(pathStats).Observe(float64(stats))
 	c.metrics.requests.WithLabelValues(pathReviews).Observe(float64(reviews))
@@ -416,7 +429,8 @@ func (c *crawler) crawlApp(ctx context.Context, j crawlJob) appResult {
 
 // reviewsPaging is how one crawl pages an app's reviews: stop is nil for a
 // full read, else it ends the paging at the first page that reaches a
-// stored review (docs/design.md "Incremental review paging").
+// stored review at or before the read mark (docs/design.md "Incremental
+// review paging").
 type reviewsPaging struct {
 	stop    func(page []review) bool
 	reason  string // why the read is full or incremental, for the log
@@ -427,8 +441,9 @@ type reviewsPaging struct {
 }
 
 // reviewsPaging decides between a full and an incremental read: full when a
-// resync is due, when nothing of the app is stored, or when what is stored
-// cannot be read (which never fails the crawl).
+// resync is due, when nothing of the app is stored, when no read of its
+// storefront was complete yet, or when what is stored cannot be read (which
+// never fails the crawl).
 func (c *crawler) reviewsPaging(ctx context.Context, j crawlJob) *reviewsPaging {
 	p := &reviewsPaging{}
 	if j.FullResync {
@@ -436,7 +451,7 @@ func (c *crawler) reviewsPaging(ctx context.Context, j crawlJob) *reviewsPaging 
 		c.metrics.fullResyncs.Inc()
 		return p
 	}
-	known, err := c.known.KnownReviews(ctx, j.App.PackageName, knownReviewsLimit, c.cfg.ReviewsPerApp)
+	known, err := c.known.KnownReviews(ctx, j.App.PackageName, j.Locale, knownReviewsLimit, c.cfg.ReviewsPerApp)
 	if err != nil {
 		p.reason = "stored_unreadable"
 		c.metrics.knownFailures.Inc()
@@ -447,6 +462,12 @@ func (c *crawler) reviewsPaging(ctx context.Context, j crawlJob) *reviewsPaging 
 		p.reason = "nothing_stored"
 		return p
 	}
+	if known.mark.IsZero() {
+		// Stored reviews, but none known to come from a complete read
+		// (only cut ones so far, or stored before read marks existed).
+		p.reason = "no_complete_read"
+		return p
+	}
 	p.reason, p.stored = "incremental", known.stored
 	p.stop = func(page []review) bool {
 		p.pages++
@@ -455,6 +476,36 @@ func (c *crawler) reviewsPaging(ctx context.Context, j crawlJob) *reviewsPaging 
 		return p.stopped
 	}
 	return p
+}
+
+// setReadMark records the newest of revs, a complete read's reviews, as
+// the storefront's read mark. A failure only makes the next read longer.
+func (c *crawler) setReadMark(ctx context.Context, j crawlJob, revs []review) {
+	newest := revs[0]
+	for _, rv := range revs[1:] {
+		if rv.At.After(newest.At) {
+			newest = rv
+		}
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), crawlStateWriteTimeout)
+	defer cancel()
+	if err := c.known.SetReadMark(wctx, j.App.PackageName, j.Locale, newest, j.CrawledAt); err != nil {
+		c.metrics.stateWriteFailures.WithLabelValues("read_mark").Inc()
+		c.logger.Warn("cannot record the read mark; the next read of the app's reviews goes deeper", "package", j.App.PackageName, "err", err)
+	}
+}
+
+// recordOutcome writes path's outcome to app_crawl_outcomes, also for a
+// canceled crawl (the context's end does not stop the write). A failure is
+// logged and counted, never the crawl's.
+func (c *crawler) recordOutcome(ctx context.Context, j crawlJob, path string, err error) {
+	o := crawlOutcomeOf(ctx, err)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), crawlStateWriteTimeout)
+	defer cancel()
+	if werr := c.known.RecordOutcome(wctx, j.App.PackageName, j.Locale, path, o); werr != nil {
+		c.metrics.stateWriteFailures.WithLabelValues("outcome").Inc()
+		c.logger.Warn("cannot record the crawl outcome", "package", j.App.PackageName, "path", path, "outcome", o.Outcome, "err", werr)
+	}
 }
 
 func (c *crawler) observe(pkg, path string, err error) {
@@ -540,6 +591,8 @@ type crawlMetrics struct {
 	pagesSkipped  prometheus.Counter
 	fullResyncs   prometheus.Counter
 	knownFailures prometheus.Counter
+	// stateWriteFailures: writes of read marks and outcomes that failed.
+	stateWriteFailures *prometheus.CounterVec
 
 	// known are the packages with per-app series, with the time of their
 	// last crawl; the lock also keeps a forget from racing an observe of
@@ -618,6 +671,10 @@ func newCrawlMetrics(reg prometheus.Registerer, interval time.Duration) *crawlMe
 			Name: "playwatch_crawl_known_reviews_failures_total",
 			Help: "App crawls whose stored reviews could not be read from PostgreSQL, read in full instead.",
 		}),
+		stateWriteFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "playwatch_crawl_state_write_failures_total",
+			Help: "Writes to PostgreSQL after a crawl that failed, by what: read_mark (review_read_marks; the next read goes deeper), outcome (app_crawl_outcomes).",
+		}, []string{"what"}),
 	}
 	m.interval.Set(interval.Seconds())
 	// Every outcome exists from the start: increase() sees the first parse
@@ -628,6 +685,9 @@ func newCrawlMetrics(reg prometheus.Registerer, interval time.Duration) *crawlMe
 		}
 	}
 	reg.MustRegister(m.queueDepth, m.busy, m.apps, m.cycleDuration, m.cycles, m.overruns, m.lastCycle, appSeriesCollector{m}, m.interval, m.newApps,
-		m.requests, m.pagesSkipped, m.fullResyncs, m.knownFailures)
+		m.requests, m.pagesSkipped, m.fullResyncs, m.knownFailures, m.stateWriteFailures)
+	for _, what := range []string{"read_mark", "outcome"} {
+		m.stateWriteFailures.WithLabelValues(what)
+	}
 	return m
 }

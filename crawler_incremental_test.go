@@ -147,7 +147,9 @@ func TestCrawlIncrementalPaging(t *testing.T) {
 }
 
 // A review whose time or text changed is not a stored one: the paging goes
-// on past it. An absent text matches only a NULL one.
+// on past it. An absent text matches only a NULL one. A stored review after
+// the read mark (from a read that was cut) ends nothing, nor does any
+// without a mark.
 func TestKnownReviewsReached(t *testing.T) {
 	at := time.Date(2026, 5, 1, 10, 0, 0, 123456789, time.UTC)
 	text, other := "fine\x00", "fine, edited"
@@ -156,7 +158,8 @@ func TestKnownReviewsReached(t *testing.T) {
 	known := knownReviews{newest: map[string]knownReview{
 		"a": {At: at.Truncate(time.Microsecond), ContentMD5: "fff25994ee3941b225ba898fd17d186f"},
 		"b": {At: at.Round(time.Microsecond), ContentMD5: ""},
-	}}
+		"d": {At: at.Add(time.Second).Truncate(time.Microsecond), ContentMD5: "fff25994ee3941b225ba898fd17d186f"},
+	}, mark: at.Round(time.Microsecond)}
 	for _, tc := range []struct {
 		name string
 		r    review
@@ -169,10 +172,16 @@ func TestKnownReviewsReached(t *testing.T) {
 		{"no text either", review{ReviewID: "b", At: at}, true},
 		{"text added", review{ReviewID: "b", At: at, Content: &text}, false},
 		{"unknown", review{ReviewID: "c", At: at}, false},
+		{"stored after the mark", review{ReviewID: "d", At: at.Add(time.Second), Content: &text}, false},
 	} {
 		if got := known.reached([]review{{ReviewID: "x", At: at}, tc.r}); got != tc.want {
 			t.Errorf("%s: reached = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+	unmarked := known
+	unmarked.mark = time.Time{}
+	if unmarked.reached([]review{{ReviewID: "a", At: at, Content: &text}}) {
+		t.Error("reached without a read mark")
 	}
 }
 

@@ -345,7 +345,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	var api *registryAPI
 	var status *statusPage
 	if slices.Contains(roles, "registry") {
-		api = &registryAPI{store: newAppStore(be.pool), token: cfg.RegistryToken, logger: logger}
+		api = &registryAPI{store: newAppStore(be.pool), token: cfg.RegistryToken, locales: cfg.Locales, logger: logger}
 		status = newStatusPage(statusDB{be.pool}, reg, cfg.StatusPageToken, cfg.CrawlInterval, cfg.AppGaugesInterval, logger)
 		startRole("app gauges", status.appGauges.run)
 	}

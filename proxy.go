@@ -274,18 +274,35 @@ func (p *proxyPool) AcquireSame(ctx context.Context, prev *egress) (*lease, erro
 func (p *proxyPool) benchedError(err error) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := p.cfg.Clock.Now()
-	var benched []string
+	be := &egressBenchedError{err: err, At: p.cfg.Clock.Now()}
 	for _, e := range p.egresses {
 		if !e.benchedUntil.IsZero() && e.benchCause != nil {
-			benched = append(benched, benchedEgress{Name: e.name, Until: e.benchedUntil, Cause: e.benchCause}.describe(now))
+			be.Benched = append(be.Benched, benchedEgress{Name: e.name, Until: e.benchedUntil, Cause: e.benchCause})
 		}
 	}
-	if len(benched) == 0 {
+	if len(be.Benched) == 0 {
 		return err
 	}
-	return fmt.Errorf("%w; %s", err, strings.Join(benched, "; "))
+	return be
 }
+
+// egressBenchedError is a wait for an egress that ended (its time ran out)
+// while egresses were benched; the crawl outcome names the bench.
+type egressBenchedError struct {
+	err     error
+	At      time.Time
+	Benched []benchedEgress
+}
+
+func (e *egressBenchedError) Error() string {
+	parts := make([]string, len(e.Benched))
+	for i, b := range e.Benched {
+		parts[i] = b.describe(e.At)
+	}
+	return fmt.Sprintf("%v; %s", e.err, strings.Join(parts, "; "))
+}
+
+func (e *egressBenchedError) Unwrap() error { return e.err }
 
 // benchWaitError is Acquire declining to wait: every egress is benched for
 // longer than MaxWait. It says which, until when and after what.

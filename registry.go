@@ -15,9 +15,10 @@ import (
 // registryAPI serves the app registry: create, list, get, update and soft
 // delete over apps_registry_application.
 type registryAPI struct {
-	store  *appStore
-	token  string // empty: writes need no token (loopback only, see config)
-	logger *slog.Logger
+	store   *appStore
+	token   string         // empty: writes need no token (loopback only, see config)
+	locales localeDefaults // PLAYSTORE_*: the storefront of an app's last_crawl
+	logger  *slog.Logger
 }
 
 const (
@@ -183,7 +184,23 @@ func (api *registryAPI) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a, err := api.store.Get(r.Context(), pkg)
-	api.writeApp(w, r, pkg, a, err)
+	if err != nil {
+		api.writeApp(w, r, pkg, a, err)
+		return
+	}
+	// The app's current storefront: the one its next crawl reads.
+	lc, err := api.store.LastCrawl(r.Context(), a.ID, api.locales.forApp(a.IsIranianApp))
+	if err != nil {
+		api.internalError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, appWithLastCrawl{a, lc})
+}
+
+// appWithLastCrawl is an app with why its last crawl went as it did.
+type appWithLastCrawl struct {
+	app
+	LastCrawl lastCrawl `json:"last_crawl"`
 }
 
 // writeApp answers with the app, or with what went wrong finding it.

@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -51,6 +52,13 @@ type replayApp struct {
 	// New reviews were written since: they come before review 0, newest
 	// first, as reviews -New … -1 (addReviews adds more).
 	New int
+	// Edits: new-review slot k (negative) is old review i edited (editReview):
+	// its text changed, and it moved from its place to the head with the
+	// slot's time, as Google's newest-first order does with an edit.
+	Edits map[int]int
+	// RepliesAdded: old review i got a developer reply since, at that time
+	// (replyTo); it stays in its place.
+	RepliesAdded map[int]time.Time
 
 	// Faults are consumed one per request, in order; then Always applies to
 	// every further request (faultNone: answer normally).
@@ -164,6 +172,42 @@ func (s *replayPlayStore) addReviews(pkg string, n int) {
 		s.apps[pkg] = &replayApp{}
 	}
 	s.apps[pkg].New += n
+}
+
+// editReview edits pkg's review i (0 or above): a new text, a new time at
+// the head (a new-review slot). It reports false if i was edited already.
+// The maps are copied, not changed: a request may be reading them.
+func (s *replayPlayStore) editReview(pkg string, i int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.apps[pkg]
+	if slices.Contains(slices.Collect(maps.Values(a.Edits)), i) {
+		return false
+	}
+	a.New++
+	a.Edits = maps.Clone(a.Edits)
+	if a.Edits == nil {
+		a.Edits = map[int]int{}
+	}
+	a.Edits[-a.New] = i
+	return true
+}
+
+// replyTo adds a developer reply, given now on the store, to pkg's review i
+// (0 or above). It reports false if i has a reply.
+func (s *replayPlayStore) replyTo(pkg string, i int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.apps[pkg]
+	if _, ok := replayReviewReply(*a, i); ok {
+		return false
+	}
+	a.RepliesAdded = maps.Clone(a.RepliesAdded)
+	if a.RepliesAdded == nil {
+		a.RepliesAdded = map[int]time.Time{}
+	}
+	a.RepliesAdded[i] = replayReviewAt(-a.New).Add(time.Second)
+	return true
 }
 
 // requests counts the requests for endpoint ("details" or "reviews") of pkg.
@@ -466,7 +510,7 @@ func (s *replayPlayStore) generatedReviews(req reviewsRequest, app replayApp, of
 	s.mu.Lock()
 	cached := s.reviewPages[key]
 	s.mu.Unlock()
-	if cached != nil && app.New == 0 {
+	if cached != nil && app.New == 0 && len(app.RepliesAdded) == 0 {
 		return cached
 	}
 	total := app.Reviews
@@ -477,10 +521,37 @@ func (s *replayPlayStore) generatedReviews(req reviewsRequest, app replayApp, of
 		total = 0
 	}
 	total += app.New
+	// order maps a position to its review: by default position p holds
+	// review p-New; an edit takes its review out of its place.
+	review := func(p int) []any { return replayReviewRecord(req.pkg, p-app.New, app) }
+	if len(app.Edits) > 0 {
+		moved := map[int]bool{}
+		for _, i := range app.Edits {
+			moved[i] = true
+		}
+		order := make([]int, 0, total)
+		for i := -app.New; i < total-app.New; i++ {
+			if !moved[i] {
+				order = append(order, i)
+			}
+		}
+		total = len(order)
+		review = func(p int) []any {
+			i := order[p]
+			orig, edited := app.Edits[i]
+			if !edited {
+				return replayReviewRecord(req.pkg, i, app)
+			}
+			r := replayReviewRecord(req.pkg, orig, app)
+			at := replayReviewAt(i)
+			r[4], r[5] = r[4].(string)+" (edited)", []any{at.Unix(), at.Nanosecond()}
+			return r
+		}
+	}
 	end := min(offset+req.count, total)
 	records := make([]any, 0, max(end-offset, 0))
-	for i := offset; i < end; i++ {
-		records = append(records, replayReviewRecord(req.pkg, i-app.New, app))
+	for p := offset; p < end; p++ {
+		records = append(records, review(p))
 	}
 	text := []byte("[]")
 	if len(records) > 0 {
@@ -494,7 +565,7 @@ func (s *replayPlayStore) generatedReviews(req reviewsRequest, app replayApp, of
 		}
 	}
 	body := replayFrames(req.rpc, string(text))
-	if app.New == 0 {
+	if app.New == 0 && len(app.RepliesAdded) == 0 {
 		s.mu.Lock()
 		s.reviewPages[key] = body
 		s.mu.Unlock()
@@ -586,6 +657,8 @@ func replayReviewRecord(pkg string, i int, app replayApp) []any {
 	}
 	var reply any
 	if replied, ok := replayReviewReply(app, i); ok {
+		reply = []any{"Developer", replayReplyText, []any{replied.Unix(), replied.Nanosecond()}}
+	} else if replied, ok := app.RepliesAdded[i]; ok {
 		reply = []any{"Developer", replayReplyText, []any{replied.Unix(), replied.Nanosecond()}}
 	}
 	var version any

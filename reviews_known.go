@@ -26,16 +26,21 @@ type knownReview struct {
 type knownReviews struct {
 	newest map[string]knownReview // the newest ones, by review id
 	stored int                    // how many are stored, counted up to a bound
+	// mark is the newest review's at of the storefront's last complete
+	// read (review_read_marks); zero when it has none.
+	mark time.Time
 }
 
-// reached says whether page holds a review stored unchanged: same id, same
-// at (to PostgreSQL's microsecond), same text. Everything after it on the
-// store is older, hence stored too (docs/design.md "Incremental review
-// paging").
+// reached says whether page holds a review stored unchanged (same id, same
+// at to PostgreSQL's microsecond, same text) that is at or before the mark.
+// Everything after it on the store is older, hence read by a complete read
+// (docs/design.md "Incremental review paging"). A stored review after the
+// mark may come from a read that was cut, with a gap below it, so it ends
+// nothing.
 func (k knownReviews) reached(page []review) bool {
 	for _, r := range page {
 		kr, ok := k.newest[r.ReviewID]
-		if !ok {
+		if !ok || kr.At.After(k.mark) {
 			continue
 		}
 		if d := r.At.Sub(kr.At); d <= -time.Microsecond || d >= time.Microsecond {
@@ -64,18 +69,20 @@ type pgKnownReviews struct{ pool *pgxpool.Pool }
 
 func newPGKnownReviews(pool *pgxpool.Pool) *pgKnownReviews { return &pgKnownReviews{pool: pool} }
 
-// KnownReviews returns the limit newest stored reviews of pkg and how many
-// are stored, counted up to countUpTo: one statement, both parts scans of
-// reviews_application_id_at_idx (docs/schema.md) that stop at their bound.
-func (p *pgKnownReviews) KnownReviews(ctx context.Context, pkg string, limit, countUpTo int) (knownReviews, error) {
+// KnownReviews returns the limit newest stored reviews of pkg, how many are
+// stored, counted up to countUpTo, and the read mark of the storefront loc:
+// one statement, the reviews parts scans of reviews_application_id_at_idx
+// (docs/schema.md) that stop at their bound.
+func (p *pgKnownReviews) KnownReviews(ctx context.Context, pkg string, loc locale, limit, countUpTo int) (knownReviews, error) {
 	rows, err := p.pool.Query(ctx, `
 WITH app AS (SELECT id FROM apps_registry_application WHERE package_name = $1)
 SELECT r.review_id, r.at, md5(r.content),
-       (SELECT count(*) FROM (SELECT 1 FROM reviews WHERE application_id = (SELECT id FROM app) LIMIT $3) s)
+       (SELECT count(*) FROM (SELECT 1 FROM reviews WHERE application_id = (SELECT id FROM app) LIMIT $3) s),
+       (SELECT newest_at FROM review_read_marks WHERE application_id = (SELECT id FROM app) AND country = $4 AND lang = $5)
 FROM reviews r
 WHERE r.application_id = (SELECT id FROM app)
 ORDER BY r.at DESC
-LIMIT $2`, pkg, limit, countUpTo)
+LIMIT $2`, pkg, limit, countUpTo, loc.Country, loc.Lang)
 	if err != nil {
 		return knownReviews{}, fmt.Errorf("stored reviews of %s: %w", pkg, err)
 	}
@@ -85,11 +92,15 @@ LIMIT $2`, pkg, limit, countUpTo)
 		var id string
 		var kr knownReview
 		var sum *string
-		if err := rows.Scan(&id, &kr.At, &sum, &known.stored); err != nil {
+		var mark *time.Time
+		if err := rows.Scan(&id, &kr.At, &sum, &known.stored, &mark); err != nil {
 			return knownReviews{}, fmt.Errorf("stored reviews of %s: %w", pkg, err)
 		}
 		if sum != nil {
 			kr.ContentMD5 = *sum
+		}
+		if mark != nil {
+			known.mark = *mark
 		}
 		known.newest[id] = kr
 	}
@@ -97,4 +108,22 @@ LIMIT $2`, pkg, limit, countUpTo)
 		return knownReviews{}, fmt.Errorf("stored reviews of %s: %w", pkg, err)
 	}
 	return known, nil
+}
+
+// SetReadMark records that a read of pkg's reviews in the storefront loc,
+// at crawl time readAt, was complete and its newest review was newest. A
+// mark only moves forward: one set by a crawl that finished later but read
+// earlier (a job crawled twice after a rebalance) would only make reads
+// longer, but there is no reason to.
+func (p *pgKnownReviews) SetReadMark(ctx context.Context, pkg string, loc locale, newest review, readAt time.Time) error {
+	_, err := p.pool.Exec(ctx, `
+INSERT INTO review_read_marks (application_id, country, lang, newest_at, newest_review_id, read_at)
+SELECT id, $2, $3, $4, $5, $6 FROM apps_registry_application WHERE package_name = $1
+ON CONFLICT (application_id, country, lang) DO UPDATE
+SET newest_at = EXCLUDED.newest_at, newest_review_id = EXCLUDED.newest_review_id, read_at = EXCLUDED.read_at
+WHERE review_read_marks.newest_at <= EXCLUDED.newest_at`, pkg, loc.Country, loc.Lang, newest.At, newest.ReviewID, readAt)
+	if err != nil {
+		return fmt.Errorf("read mark of %s (hl=%s gl=%s): %w", pkg, loc.Lang, loc.Country, err)
+	}
+	return nil
 }

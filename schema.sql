@@ -194,3 +194,20 @@ CREATE TABLE app_crawl_outcomes (
     error          TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (application_id, country, lang, path)
 );
+
+-- migration 8: review read marks
+-- Per app and storefront, the newest review of the app's last reviews read
+-- that was complete: it reached the store's end, REVIEWS_PER_APP, or a stored
+-- review at or before the mark before it, and every page was published. An
+-- incremental read stops only at a stored review at or before the mark, so a
+-- read that was cut (an error, a timeout, a cancel) never makes a later one
+-- stop short of what it missed.
+CREATE TABLE review_read_marks (
+    application_id   BIGINT NOT NULL REFERENCES apps_registry_application(id) ON DELETE CASCADE,
+    country          VARCHAR(8) NOT NULL,
+    lang             VARCHAR(16) NOT NULL,
+    newest_at        TIMESTAMPTZ NOT NULL,
+    newest_review_id VARCHAR(255) NOT NULL,
+    read_at          TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (application_id, country, lang)
+);
