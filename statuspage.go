@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,21 +61,23 @@ type statusPage struct {
 	appGauges *appGaugeCollector // in gauges; its run refreshes them
 	token     string             // STATUS_PAGE_TOKEN; empty: the page is open
 	interval  time.Duration      // CRAWL_INTERVAL: a path older than two is failing
+	renders   chan struct{}      // a slot per page being drawn: STATUS_PAGE_MAX_RENDERS
 	now       func() time.Time
 	logger    *slog.Logger
 }
 
-func newStatusPage(db statusDB, health prometheus.Gatherer, token string, interval, gaugesEvery time.Duration, logger *slog.Logger) *statusPage {
-	p := &statusPage{db: db, health: health, gauges: prometheus.NewRegistry(), token: token, interval: interval, now: time.Now, logger: logger}
+func newStatusPage(db statusDB, health prometheus.Gatherer, token string, interval, gaugesEvery time.Duration, maxRenders int, logger *slog.Logger) *statusPage {
+	p := &statusPage{db: db, health: health, gauges: prometheus.NewRegistry(), token: token, interval: interval,
+		renders: make(chan struct{}, maxRenders), now: time.Now, logger: logger}
 	p.appGauges = newAppGaugeCollector(db, func() time.Time { return p.now() }, gaugesEvery, logger)
 	p.gauges.MustRegister(p.appGauges)
 	return p
 }
 
 func (p *statusPage) register(mux *http.ServeMux) {
-	mux.HandleFunc("GET /{$}", p.requireToken(p.serveOverview))
+	mux.HandleFunc("GET /{$}", p.requireToken(p.limitRenders(p.serveOverview)))
 	mux.HandleFunc("/{$}", methodNotAllowed("GET"))
-	mux.HandleFunc("GET /apps/{package}", p.requireToken(p.serveApp))
+	mux.HandleFunc("GET /apps/{package}", p.requireToken(p.limitRenders(p.serveApp)))
 	mux.HandleFunc("/apps/{package}", methodNotAllowed("GET"))
 }
 
@@ -91,6 +94,27 @@ func (p *statusPage) requireToken(next http.HandlerFunc) http.HandlerFunc {
 			}
 		}
 		next(w, r)
+	}
+}
+
+// retryAfterSeconds is the Retry-After of a 503: about the time a page
+// takes to draw when the database is busy.
+const retryAfterSeconds = 2
+
+// limitRenders draws at most STATUS_PAGE_MAX_RENDERS pages at once. Past
+// that a request is told at once to come back (503, Retry-After) rather than
+// queue: a crowd reloading the page then costs the database no more than
+// that many readers.
+func (p *statusPage) limitRenders(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case p.renders <- struct{}{}:
+			defer func() { <-p.renders }()
+			next(w, r)
+		default:
+			p.unavailable(w, "Status page busy", fmt.Sprintf(
+				"%d pages are being drawn, the most at once (STATUS_PAGE_MAX_RENDERS); try again in a few seconds.", cap(p.renders)))
+		}
 	}
 }
 
@@ -636,9 +660,23 @@ func (p *statusPage) notFound(w http.ResponseWriter, r *http.Request, pkg string
 	p.writeHTML(w, http.StatusNotFound, buf.Bytes())
 }
 
+// unavailable answers 503 with Retry-After: come back in a moment.
+func (p *statusPage) unavailable(w http.ResponseWriter, title, message string) {
+	var buf bytes.Buffer
+	_ = statusTemplates.ExecuteTemplate(&buf, "message", messagePage{Title: title, Message: message})
+	w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
+	p.writeHTML(w, http.StatusServiceUnavailable, buf.Bytes())
+}
+
 func (p *statusPage) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(r.Context().Err(), context.Canceled) {
 		return // the client went away
+	}
+	if isStatementTimeout(err) {
+		p.logger.Warn("status page: a read ran past READ_STATEMENT_TIMEOUT", "path", r.URL.Path, "err", err)
+		p.unavailable(w, "Status page unavailable",
+			"The database took longer than READ_STATEMENT_TIMEOUT to answer the page's reads; try again in a few seconds.")
+		return
 	}
 	p.logger.Error("status page failed", "path", r.URL.Path, "err", err)
 	var buf bytes.Buffer

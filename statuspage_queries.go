@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -17,8 +19,37 @@ import (
 // analyzed_at); statuspage_test.go checks their plans.
 
 // statusDB runs the page's reads, each page in one read-only transaction:
-// one snapshot for the whole page, and a page that cannot write.
+// one snapshot for the whole page, and a page that cannot write. In `run`
+// its pool is openReadPool's.
 type statusDB struct{ pool *pgxpool.Pool }
+
+// openReadPool opens the status page's own connections (docs/design.md
+// §Status page): the pages and the per-app gauges read on them, never on the
+// pool of the scheduler lease, the consumer and the crawler, so that a page
+// reloaded by many clients makes none of those wait. One connection per
+// page drawn at once and one for the gauges' background read; every
+// statement on them ends after statementTimeout (READ_STATEMENT_TIMEOUT).
+func openReadPool(ctx context.Context, dsn string, statementTimeout time.Duration, maxRenders int) (*pgxpool.Pool, error) {
+	pcfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("status page connections: %w", err)
+	}
+	pcfg.MaxConns = int32(maxRenders) + 1
+	pcfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(statementTimeout.Milliseconds(), 10)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("status page connections: %w", err)
+	}
+	return pool, nil
+}
+
+// isStatementTimeout reports whether PostgreSQL ended a statement at
+// statement_timeout (query_canceled; the page's own cancels, when its client
+// leaves, are told apart by the request's context).
+func isStatementTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "57014"
+}
 
 func (db statusDB) read(ctx context.Context, fn func(pgx.Tx) error) error {
 	tx, err := db.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})

@@ -98,7 +98,7 @@ func statusServer(t *testing.T, pool *pgxpool.Pool, token string, reg *prometheu
 // test refreshes (nothing runs their background loop).
 func statusPageServer(t *testing.T, pool *pgxpool.Pool, token string, reg *prometheus.Registry) (*httptest.Server, *statusPage) {
 	t.Helper()
-	page := newStatusPage(statusDB{pool}, reg, token, time.Hour, 30*time.Second, testLogger(t))
+	page := newStatusPage(statusDB{pool}, reg, token, time.Hour, 30*time.Second, 4, testLogger(t))
 	page.now = func() time.Time { return statusNow }
 	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil))
 	t.Cleanup(srv.Close)
