@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -77,7 +79,15 @@ func (c *appGaugeCollector) refresh(ctx context.Context) {
 	defer cancel()
 	now := c.now()
 	var rows []appGaugeRow
-	err := c.db.read(ctx, func(tx pgx.Tx) (err error) { rows, err = loadAppGauges(ctx, tx, now); return })
+	err := c.db.read(ctx, func(tx pgx.Tx) (err error) {
+		// It counts every stored review, so it gets its refresh interval
+		// rather than the pages' READ_STATEMENT_TIMEOUT of its connection.
+		if _, err = tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true)`, strconv.FormatInt(c.refreshEvery.Milliseconds(), 10)); err != nil {
+			return fmt.Errorf("app gauges: %w", err)
+		}
+		rows, err = loadAppGauges(ctx, tx, now)
+		return
+	})
 	if errors.Is(context.Cause(ctx), context.Canceled) {
 		return // stopping
 	}

@@ -54,6 +54,22 @@ func TestConfigBrokerMaxBytes(t *testing.T) {
 	}
 }
 
+// The status page's read bounds: 5s and 4 pages by default, validated.
+func TestConfigStatusPageReads(t *testing.T) {
+	c, err := loadTestConfig(nil)
+	if err != nil || c.ReadStatementTimeout != 5*time.Second || c.StatusPageMaxRenders != 4 {
+		t.Fatalf("defaults: READ_STATEMENT_TIMEOUT %s, STATUS_PAGE_MAX_RENDERS %d, %v; want 5s, 4", c.ReadStatementTimeout, c.StatusPageMaxRenders, err)
+	}
+	for _, tc := range []struct{ name, value string }{
+		{"READ_STATEMENT_TIMEOUT", "10ms"}, {"READ_STATEMENT_TIMEOUT", "1h"}, {"READ_STATEMENT_TIMEOUT", "soon"},
+		{"STATUS_PAGE_MAX_RENDERS", "0"}, {"STATUS_PAGE_MAX_RENDERS", "65"}, {"STATUS_PAGE_MAX_RENDERS", "many"},
+	} {
+		if _, err := loadTestConfig(map[string]string{tc.name: tc.value}); err == nil || !strings.Contains(err.Error(), tc.name) {
+			t.Errorf("%s=%q: %v, want an error naming it", tc.name, tc.value, err)
+		}
+	}
+}
+
 func TestConfigFlagOverridesEnvironment(t *testing.T) {
 	c, err := loadTestConfig(map[string]string{"PLAYWATCH_HTTP_ADDR": "127.0.0.1:1", "KAFKA_BROKERS": "a:1, b:2"},
 		"--http-addr", "127.0.0.1:2")

@@ -346,7 +346,14 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	var status *statusPage
 	if slices.Contains(roles, "registry") {
 		api = &registryAPI{store: newAppStore(be.pool), token: cfg.RegistryToken, locales: cfg.Locales, logger: logger}
-		status = newStatusPage(statusDB{be.pool}, reg, cfg.StatusPageToken, cfg.CrawlInterval, cfg.AppGaugesInterval, logger)
+		// The page and the gauges read on their own connections: the
+		// lease, the consumer and the crawler never wait behind them.
+		reads, err := openReadPool(ctx, be.databaseURL, cfg.ReadStatementTimeout, cfg.StatusPageMaxRenders)
+		if err != nil {
+			return errors.Join(err, shutdown())
+		}
+		be.onClose(func(context.Context) error { reads.Close(); return nil })
+		status = newStatusPage(statusDB{reads}, reg, cfg.StatusPageToken, cfg.CrawlInterval, cfg.AppGaugesInterval, cfg.StatusPageMaxRenders, logger)
 		startRole("app gauges", status.appGauges.run)
 	}
 	checks := []readinessCheck{

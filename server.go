@@ -1,8 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,8 +58,62 @@ func newHTTPHandler(reg *prometheus.Registry, hm *httpMetrics, api *registryAPI,
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
 	})
-	return hm.wrap(mux)
+	logger := slog.Default()
+	switch {
+	case status != nil:
+		logger = status.logger
+	case api != nil && api.logger != nil:
+		logger = api.logger
+	}
+	return recoverPanics(hm, hm.wrap(mux), logger)
 }
+
+// recoverPanics answers a request whose handler panicked with 500 and logs
+// the panic with its stack: one bad input never takes the process down, nor
+// leaves its client without an answer (net/http alone would drop the
+// connection). The 500 is counted in playwatch_http_requests_total, which
+// the panic kept hm.wrap from doing. A panic after the answer began aborts
+// the connection, so the client sees a cut answer rather than a whole one.
+func recoverPanics(hm *httpMetrics, next http.Handler, logger *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pw := &panicWriter{ResponseWriter: w}
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			logger.Error("HTTP handler panicked", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			route := cmp.Or(r.Pattern, "unmatched")
+			hm.requests.WithLabelValues(route, "500").Inc()
+			if pw.wrote {
+				panic(http.ErrAbortHandler)
+			}
+			writeError(w, http.StatusInternalServerError, "internal error: the server log says what failed")
+		}()
+		next.ServeHTTP(pw, r)
+	})
+}
+
+// panicWriter notes whether the answer has begun.
+type panicWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (p *panicWriter) WriteHeader(code int) {
+	p.wrote = true
+	p.ResponseWriter.WriteHeader(code)
+}
+
+func (p *panicWriter) Write(b []byte) (int, error) {
+	p.wrote = true
+	return p.ResponseWriter.Write(b)
+}
+
+func (p *panicWriter) Unwrap() http.ResponseWriter { return p.ResponseWriter }
 
 // newHTTPServer has timeouts on every phase so a slow client cannot hold
 // a connection forever.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -15,6 +16,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,21 +62,23 @@ type statusPage struct {
 	appGauges *appGaugeCollector // in gauges; its run refreshes them
 	token     string             // STATUS_PAGE_TOKEN; empty: the page is open
 	interval  time.Duration      // CRAWL_INTERVAL: a path older than two is failing
+	renders   chan struct{}      // a slot per page being drawn: STATUS_PAGE_MAX_RENDERS
 	now       func() time.Time
 	logger    *slog.Logger
 }
 
-func newStatusPage(db statusDB, health prometheus.Gatherer, token string, interval, gaugesEvery time.Duration, logger *slog.Logger) *statusPage {
-	p := &statusPage{db: db, health: health, gauges: prometheus.NewRegistry(), token: token, interval: interval, now: time.Now, logger: logger}
+func newStatusPage(db statusDB, health prometheus.Gatherer, token string, interval, gaugesEvery time.Duration, maxRenders int, logger *slog.Logger) *statusPage {
+	p := &statusPage{db: db, health: health, gauges: prometheus.NewRegistry(), token: token, interval: interval,
+		renders: make(chan struct{}, maxRenders), now: time.Now, logger: logger}
 	p.appGauges = newAppGaugeCollector(db, func() time.Time { return p.now() }, gaugesEvery, logger)
 	p.gauges.MustRegister(p.appGauges)
 	return p
 }
 
 func (p *statusPage) register(mux *http.ServeMux) {
-	mux.HandleFunc("GET /{$}", p.requireToken(p.serveOverview))
+	mux.HandleFunc("GET /{$}", p.requireToken(p.limitRenders(p.serveOverview)))
 	mux.HandleFunc("/{$}", methodNotAllowed("GET"))
-	mux.HandleFunc("GET /apps/{package}", p.requireToken(p.serveApp))
+	mux.HandleFunc("GET /apps/{package}", p.requireToken(p.limitRenders(p.serveApp)))
 	mux.HandleFunc("/apps/{package}", methodNotAllowed("GET"))
 }
 
@@ -91,6 +95,27 @@ func (p *statusPage) requireToken(next http.HandlerFunc) http.HandlerFunc {
 			}
 		}
 		next(w, r)
+	}
+}
+
+// retryAfterSeconds is the Retry-After of a 503: about the time a page
+// takes to draw when the database is busy.
+const retryAfterSeconds = 2
+
+// limitRenders draws at most STATUS_PAGE_MAX_RENDERS pages at once. Past
+// that a request is told at once to come back (503, Retry-After) rather than
+// queue: a crowd reloading the page then costs the database no more than
+// that many readers.
+func (p *statusPage) limitRenders(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case p.renders <- struct{}{}:
+			defer func() { <-p.renders }()
+			next(w, r)
+		default:
+			p.unavailable(w, "Status page busy", fmt.Sprintf(
+				"%d pages are being drawn, the most at once (STATUS_PAGE_MAX_RENDERS); try again in a few seconds.", cap(p.renders)))
+		}
 	}
 }
 
@@ -116,7 +141,14 @@ type overviewRow struct {
 	Reviews24h          []sentimentChip
 	Reviews24hTotal     string
 	Stats, Reviews      freshness
+	Causes              []crawlCause // why the last crawl of a path did not store it
 	Spark               sparkline
+}
+
+// crawlCause is a line under an app's freshness: a path's last crawl that
+// failed, as a person reads it, and when (Title: the outcome and its error).
+type crawlCause struct {
+	Text, Title string
 }
 
 type sentimentChip struct {
@@ -188,6 +220,16 @@ func (p *statusPage) overviewRowOf(a overviewApp, now time.Time) overviewRow {
 	row.Reviews24hTotal = groupDigits(a.Reviews24h.Total())
 	row.Stats = p.freshnessOf(a.StatsAt, now)
 	row.Reviews = p.freshnessOf(a.ReviewsSyncedAt, now)
+	if a.ReviewsSyncedAt == nil && a.ReviewsOutcome != nil && a.ReviewsOutcome.Outcome == "ok" {
+		// Read in full without an error and nothing stored: the store
+		// shows no review of the app, which is not a failure.
+		row.Reviews = p.freshnessOf(&a.ReviewsOutcome.At, now)
+		row.Reviews.Age = "no reviews on the store"
+		if row.Reviews.Class == "bad" {
+			row.Reviews.Age += ", checked " + ago(now.Sub(a.ReviewsOutcome.At))
+		}
+	}
+	row.Causes = crawlCauses(a, now)
 	row.Spark = newSparkline(a.Spark, now.Add(-30*24*time.Hour), now)
 	return row
 }
@@ -217,6 +259,85 @@ func (p *statusPage) freshnessOf(t *time.Time, now time.Time) freshness {
 		f.Class = "bad"
 	}
 	return f
+}
+
+// crawlCauses are the failed last crawls of an app's paths, one line for
+// both when they failed alike.
+func crawlCauses(a overviewApp, now time.Time) []crawlCause {
+	sc, rc := outcomeCause(a.StatsOutcome), outcomeCause(a.ReviewsOutcome)
+	line := func(label, cause string, o *outcomeRow) crawlCause {
+		title := o.At.UTC().Format("2 Jan 15:04 UTC") + ": " + o.Outcome
+		if o.Error != "" {
+			title += ": " + o.Error
+		}
+		return crawlCause{Text: label + ": " + cause + ", " + ago(now.Sub(o.At)), Title: title}
+	}
+	switch {
+	case sc != "" && sc == rc:
+		return []crawlCause{line("listing and reviews", sc, a.StatsOutcome)}
+	case sc != "" && rc != "":
+		return []crawlCause{line("listing", sc, a.StatsOutcome), line("reviews", rc, a.ReviewsOutcome)}
+	case sc != "":
+		return []crawlCause{line("listing", sc, a.StatsOutcome)}
+	case rc != "":
+		return []crawlCause{line("reviews", rc, a.ReviewsOutcome)}
+	}
+	return nil
+}
+
+// outcomeCause is a crawl outcome (docs/schema.md, app_crawl_outcomes) as
+// a short cause a person understands; empty for none and for ok.
+func outcomeCause(o *outcomeRow) string {
+	if o == nil {
+		return ""
+	}
+	status := func(def int32) string {
+		if o.HTTPStatus != nil {
+			def = *o.HTTPStatus
+		}
+		if def == 0 {
+			return ""
+		}
+		return fmt.Sprintf(" (%d)", def)
+	}
+	switch o.Outcome {
+	case "ok":
+		return ""
+	case "not_found":
+		return "not found on Google Play" + status(404)
+	case "throttled":
+		return "throttled by Google Play" + status(429)
+	case "benched":
+		if o.Error != "" {
+			return o.Error // "egress NAME benched until 14:05 UTC"
+		}
+		return "every egress benched"
+	case "dns":
+		return "DNS lookup failed"
+	case "network":
+		return "network error on the way to Google Play"
+	case "timeout":
+		return "Google Play did not answer in time"
+	case "parse_error":
+		return "page layout not understood"
+	case "canceled":
+		return "crawl cut short (shutdown or CRAWL_APP_TIMEOUT)"
+	case "http_error":
+		return "Google Play answered an HTTP error" + status(0)
+	}
+	if o.Error != "" {
+		return "crawl failed: " + shortText(o.Error, 120)
+	}
+	return "crawl failed (" + o.Outcome + ")"
+}
+
+// shortText is s cut to at most n runes, with an ellipsis when cut.
+func shortText(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
 }
 
 // ago is a duration as a person says it: "just now", "12 min ago", "3 h ago", "5 days ago".
@@ -266,14 +387,19 @@ func (p *statusPage) healthOf(apps []overviewApp, cycle *lastCrawlCycle, deadLet
 	for _, a := range apps {
 		reviewsKnown := a.ReviewsSyncedAt != nil
 		if p.freshnessOf(a.StatsAt, now).Class == "bad" || (reviewsKnown && p.freshnessOf(a.ReviewsSyncedAt, now).Class == "bad") {
-			names = append(names, a.Name)
+			// The name with its last crawl's cause, where one failed.
+			name := a.Name
+			if c := cmp.Or(outcomeCause(a.StatsOutcome), outcomeCause(a.ReviewsOutcome)); c != "" {
+				name += ": " + c
+			}
+			names = append(names, name)
 		}
 	}
 	failing.Value = fmt.Sprintf("%d of %d", len(names), len(apps))
 	failing.Detail = "no stored crawl within 2 × CRAWL_INTERVAL (" + (2 * p.interval).String() + ")"
 	if len(names) > 0 {
 		failing.Class = "bad"
-		failing.Detail = strings.Join(shortList(names, 5), ", ") + "; " + failing.Detail
+		failing.Detail = strings.Join(shortList(names, 5), "; ") + " — " + failing.Detail
 	}
 	if len(apps) == 0 {
 		failing.Value, failing.Class, failing.Detail = "no apps", "unknown", "register apps with POST /api/v1/apps"
@@ -297,10 +423,15 @@ func (p *statusPage) healthOf(apps []overviewApp, cycle *lastCrawlCycle, deadLet
 
 	consumer := healthCard{Title: "Consumer lag", Value: "not running in this process", Class: "unknown",
 		Detail: "the consumer role runs elsewhere, or not at all"}
-	if f, ok := families["playwatch_consumer_lag_records"]; ok {
-		lag := sumOf(f)
+	// The consumer's metrics exist from its start (paused is a plain
+	// gauge); the lag's series only from its first fetch of records.
+	if _, ok := families["playwatch_consumer_paused"]; ok {
+		lag := sumOf(families["playwatch_consumer_lag_records"])
 		consumer.Value = groupDigits(int64(lag)) + " records"
 		consumer.Class, consumer.Detail = "ok", "waiting to be stored, at the last fetch"
+		if _, fetched := families["playwatch_consumer_lag_records"]; !fetched {
+			consumer.Detail = "no record fetched yet"
+		}
 		if lag > 0 {
 			consumer.Class = "warn"
 		}
@@ -424,6 +555,13 @@ type appPage struct {
 	Network   []networkView
 	RTT       chart
 	ShowNet   bool
+	NoListing string        // what the facts say when no listing is stored
+	Outcomes  []outcomeView // the last crawl of each path and storefront
+}
+
+type outcomeView struct {
+	Path, Storefront, When, Outcome, Cause, HTTPStatus, Error string
+	Class                                                     string
 }
 
 type fact struct{ Label, Value, Title string }
@@ -458,7 +596,27 @@ func (p *statusPage) serveApp(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *statusPage) appPageOf(d appDetail, now time.Time) appPage {
-	page := appPage{Title: d.Name + " · playwatch status", Generated: now.UTC().Format("2 Jan 2006 15:04:05 UTC"), App: d}
+	page := appPage{Title: d.Name + " · playwatch status", Generated: now.UTC().Format("2 Jan 2006 15:04:05 UTC"), App: d,
+		NoListing: "No data: no listing of this app is stored yet."}
+	listingCause := false // the first failed listing crawl, where none is stored, says why
+	for _, o := range d.Outcomes {
+		v := outcomeView{Path: o.Path, Storefront: o.Country + "/" + o.Lang, When: o.At.UTC().Format("2 Jan 2006 15:04 UTC") + " (" + ago(now.Sub(o.At)) + ")",
+			Outcome: o.Outcome, Cause: outcomeCause(&o), HTTPStatus: "—", Error: o.Error, Class: "ok"}
+		if v.Path == "stats" {
+			v.Path = "listing"
+		}
+		if o.HTTPStatus != nil {
+			v.HTTPStatus = strconv.Itoa(int(*o.HTTPStatus))
+		}
+		if v.Cause != "" {
+			v.Class = "bad"
+			if o.Path == "stats" && d.Latest == nil && !listingCause {
+				listingCause = true
+				page.NoListing = "No listing stored yet: " + v.Cause + " (last crawl " + ago(now.Sub(o.At)) + ")."
+			}
+		}
+		page.Outcomes = append(page.Outcomes, v)
+	}
 	if l := d.Latest; l != nil {
 		installsFact := fact{Label: "Installs"}
 		installsFact.Value, installsFact.Title = installsOf(l.RealInstalls, l.MinInstalls)
@@ -636,9 +794,23 @@ func (p *statusPage) notFound(w http.ResponseWriter, r *http.Request, pkg string
 	p.writeHTML(w, http.StatusNotFound, buf.Bytes())
 }
 
+// unavailable answers 503 with Retry-After: come back in a moment.
+func (p *statusPage) unavailable(w http.ResponseWriter, title, message string) {
+	var buf bytes.Buffer
+	_ = statusTemplates.ExecuteTemplate(&buf, "message", messagePage{Title: title, Message: message})
+	w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
+	p.writeHTML(w, http.StatusServiceUnavailable, buf.Bytes())
+}
+
 func (p *statusPage) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(r.Context().Err(), context.Canceled) {
 		return // the client went away
+	}
+	if isStatementTimeout(err) {
+		p.logger.Warn("status page: a read ran past READ_STATEMENT_TIMEOUT", "path", r.URL.Path, "err", err)
+		p.unavailable(w, "Status page unavailable",
+			"The database took longer than READ_STATEMENT_TIMEOUT to answer the page's reads; try again in a few seconds.")
+		return
 	}
 	p.logger.Error("status page failed", "path", r.URL.Path, "err", err)
 	var buf bytes.Buffer

@@ -18,7 +18,7 @@ func BenchmarkStatusPage(b *testing.B) {
 	pool := newTestPool(b)
 	seedStatus(b, pool)
 	seedStatusVolume(b, pool, 50, 20000, 90*24)
-	page := newStatusPage(statusDB{pool}, newMetricsRegistry("bench"), "", time.Hour, 30*time.Second, testLogger(b))
+	page := newStatusPage(statusDB{pool}, newMetricsRegistry("bench"), "", time.Hour, 30*time.Second, 4, testLogger(b))
 	page.now = func() time.Time { return statusNow }
 	srv := httptest.NewServer(newHTTPHandler(newMetricsRegistry("bench"), newHTTPMetrics(newMetricsRegistry("bench")), nil, page, nil))
 	b.Cleanup(srv.Close)

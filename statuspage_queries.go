@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -17,8 +19,37 @@ import (
 // analyzed_at); statuspage_test.go checks their plans.
 
 // statusDB runs the page's reads, each page in one read-only transaction:
-// one snapshot for the whole page, and a page that cannot write.
+// one snapshot for the whole page, and a page that cannot write. In `run`
+// its pool is openReadPool's.
 type statusDB struct{ pool *pgxpool.Pool }
+
+// openReadPool opens the status page's own connections (docs/design.md
+// §Status page): the pages and the per-app gauges read on them, never on the
+// pool of the scheduler lease, the consumer and the crawler, so that a page
+// reloaded by many clients makes none of those wait. One connection per
+// page drawn at once and one for the gauges' background read; every
+// statement on them ends after statementTimeout (READ_STATEMENT_TIMEOUT).
+func openReadPool(ctx context.Context, dsn string, statementTimeout time.Duration, maxRenders int) (*pgxpool.Pool, error) {
+	pcfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("status page connections: %w", err)
+	}
+	pcfg.MaxConns = int32(maxRenders) + 1
+	pcfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(statementTimeout.Milliseconds(), 10)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("status page connections: %w", err)
+	}
+	return pool, nil
+}
+
+// isStatementTimeout reports whether PostgreSQL ended a statement at
+// statement_timeout (query_canceled; the page's own cancels, when its client
+// leaves, are told apart by the request's context).
+func isStatementTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "57014"
+}
 
 func (db statusDB) read(ctx context.Context, fn func(pgx.Tx) error) error {
 	tx, err := db.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
@@ -49,6 +80,37 @@ type overviewApp struct {
 	Reviews24h      sentimentCounts
 	ReviewsSyncedAt *time.Time // the reviews path's last stored crawl
 	Spark           []timeValue
+	// The newest app_crawl_outcomes row of each path, of any storefront;
+	// nil before the first crawl that recorded one.
+	StatsOutcome, ReviewsOutcome *outcomeRow
+}
+
+// outcomeRow is a row of app_crawl_outcomes (docs/schema.md): how the last
+// crawl of one path of an app in one storefront ended, whoever crawled it.
+type outcomeRow struct {
+	Path, Country, Lang string
+	At                  time.Time
+	Outcome             string
+	HTTPStatus          *int32
+	Error               string
+}
+
+// nullableOutcome scans the columns of a LEFT JOIN of app_crawl_outcomes.
+type nullableOutcome struct {
+	at                 *time.Time
+	outcome, errorText *string
+	httpStatus         *int32
+}
+
+func (n nullableOutcome) get(path string) *outcomeRow {
+	if n.at == nil {
+		return nil
+	}
+	o := &outcomeRow{Path: path, At: *n.at, Outcome: *n.outcome, HTTPStatus: n.httpStatus}
+	if n.errorText != nil {
+		o.Error = *n.errorText
+	}
+	return o
 }
 
 // sentimentCountsSQL counts reviews by the sentiment job's label, in the
@@ -61,7 +123,8 @@ SELECT a.package_name, coalesce(nullif(a.display_name, ''), a.package_name), a.i
 	s.score, s.ratings, s.real_installs, s.min_installs, s.crawled_at,
 	b.score, b.crawled_at,
 	r.pos, r.neu, r.neg, r.none,
-	sy.synced, sp.days, sp.scores
+	sy.synced, sp.days, sp.scores,
+	os.at, os.outcome, os.http_status, os.error, orv.at, orv.outcome, orv.http_status, orv.error
 FROM apps_registry_application a
 LEFT JOIN LATERAL (
 	SELECT score, ratings, real_installs, min_installs, crawled_at FROM app_stats
@@ -91,6 +154,12 @@ CROSS JOIN LATERAL (
 		SELECT date_trunc('day', crawled_at, 'UTC') AS d, avg(score) AS sc FROM app_stats
 		WHERE application_id = a.id AND crawled_at > $1::timestamptz - interval '30 days' AND score IS NOT NULL
 		GROUP BY 1) q) sp
+LEFT JOIN LATERAL (
+	SELECT at, outcome, http_status, error FROM app_crawl_outcomes
+	WHERE application_id = a.id AND path = 'stats' ORDER BY at DESC LIMIT 1) os ON true
+LEFT JOIN LATERAL (
+	SELECT at, outcome, http_status, error FROM app_crawl_outcomes
+	WHERE application_id = a.id AND path = 'reviews' ORDER BY at DESC LIMIT 1) orv ON true
 WHERE a.is_active
 ORDER BY lower(coalesce(nullif(a.display_name, ''), a.package_name)), a.package_name`
 
@@ -105,11 +174,14 @@ func loadOverview(ctx context.Context, tx pgx.Tx, now time.Time) ([]overviewApp,
 		var a overviewApp
 		var days []time.Time
 		var scores []float64
+		var so, ro nullableOutcome
 		if err := rows.Scan(&a.Package, &a.Name, &a.Messaging, &a.Score, &a.Ratings, &a.RealInstalls, &a.MinInstalls, &a.StatsAt,
 			&a.BaseScore, &a.BaseAt, &a.Reviews24h.Positive, &a.Reviews24h.Neutral, &a.Reviews24h.Negative, &a.Reviews24h.None,
-			&a.ReviewsSyncedAt, &days, &scores); err != nil {
+			&a.ReviewsSyncedAt, &days, &scores,
+			&so.at, &so.outcome, &so.httpStatus, &so.errorText, &ro.at, &ro.outcome, &ro.httpStatus, &ro.errorText); err != nil {
 			return nil, fmt.Errorf("status page: overview: %w", err)
 		}
+		a.StatsOutcome, a.ReviewsOutcome = so.get("stats"), ro.get("reviews")
 		for i := range days {
 			a.Spark = append(a.Spark, timeValue{days[i], scores[i]})
 		}
@@ -168,6 +240,7 @@ type appDetail struct {
 	ReviewsUntil       time.Time // the end of ReviewDays' 90 days: now, or the newest review's time if older
 	Negative           []negativeReview
 	Network            []networkSample // newest first
+	Outcomes           []outcomeRow    // the last crawl of each path and storefront: stats first
 }
 
 // statsSample is the newest listing: the app page's facts and histogram.
@@ -242,6 +315,8 @@ const (
 	appNetworkSQL = `SELECT scenario, analyzed_at, rtt_handshake, retransmission_count, out_of_order_count,
 		zero_window_count, tcp_reset_count, bytes_transferred_total, overhead_ratio, source_pcap_filename
 		FROM network_metrics WHERE application_id = $1 ORDER BY analyzed_at DESC LIMIT 200`
+	appOutcomesSQL = `SELECT path, country, lang, at, outcome, http_status, error FROM app_crawl_outcomes
+		WHERE application_id = $1 ORDER BY path = 'reviews', country, lang`
 )
 
 func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (appDetail, error) {
@@ -342,6 +417,22 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (a
 	}
 	if err := rows.Err(); err != nil {
 		return d, fmt.Errorf("status page: network metrics of %s: %w", pkg, err)
+	}
+
+	rows, err = tx.Query(ctx, appOutcomesSQL, d.ID)
+	if err != nil {
+		return d, fmt.Errorf("status page: crawl outcomes of %s: %w", pkg, err)
+	}
+	for rows.Next() {
+		var o outcomeRow
+		if err := rows.Scan(&o.Path, &o.Country, &o.Lang, &o.At, &o.Outcome, &o.HTTPStatus, &o.Error); err != nil {
+			rows.Close()
+			return d, fmt.Errorf("status page: crawl outcomes of %s: %w", pkg, err)
+		}
+		d.Outcomes = append(d.Outcomes, o)
+	}
+	if err := rows.Err(); err != nil {
+		return d, fmt.Errorf("status page: crawl outcomes of %s: %w", pkg, err)
 	}
 	return d, nil
 }

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -98,7 +100,7 @@ func statusServer(t *testing.T, pool *pgxpool.Pool, token string, reg *prometheu
 // test refreshes (nothing runs their background loop).
 func statusPageServer(t *testing.T, pool *pgxpool.Pool, token string, reg *prometheus.Registry) (*httptest.Server, *statusPage) {
 	t.Helper()
-	page := newStatusPage(statusDB{pool}, reg, token, time.Hour, 30*time.Second, testLogger(t))
+	page := newStatusPage(statusDB{pool}, reg, token, time.Hour, 30*time.Second, 4, testLogger(t))
 	page.now = func() time.Time { return statusNow }
 	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil))
 	t.Cleanup(srv.Close)
@@ -579,5 +581,278 @@ func seedStatusVolume(t testing.TB, pool *pgxpool.Pool, apps, reviewsPerApp, sta
 	}
 	if _, err := pool.Exec(ctx, `VACUUM ANALYZE`); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// insertOutcome writes an app's last crawl of a path in us/en, as the
+// crawler does (app_crawl_outcomes, docs/schema.md).
+func insertOutcome(t *testing.T, pool *pgxpool.Pool, pkg, path string, ago time.Duration, outcome string, httpStatus *int, errText string) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), `INSERT INTO app_crawl_outcomes (application_id, country, lang, path, at, outcome, http_status, error)
+		SELECT id, 'us', 'en', $2, $3, $4, $5, $6 FROM apps_registry_application WHERE package_name = $1
+		ON CONFLICT (application_id, country, lang, path) DO UPDATE
+		SET at = EXCLUDED.at, outcome = EXCLUDED.outcome, http_status = EXCLUDED.http_status, error = EXCLUDED.error`,
+		pkg, path, statusNow.Add(-ago), outcome, httpStatus, errText); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A failing app says why: the overview's row and the failing card give the
+// last crawl's cause, the app page every path's last crawl. A package that
+// is not on the store, with nothing but its not_found outcomes, says so.
+func TestStatusPageCrawlOutcomes(t *testing.T) {
+	pool := newTestPool(t)
+	seedStatus(t, pool)
+	const missing, quiet, broken = "com.example.nosuch", "com.example.quiet", "com.example.broken"
+	registerApps(t, pool, missing, quiet, broken)
+	insertOutcome(t, pool, missing, "stats", 2*time.Minute, "not_found", ptr(404), "GET /store/apps/details: 404")
+	insertOutcome(t, pool, missing, "reviews", 2*time.Minute, "not_found", ptr(404), "")
+	// An app whose store shows no review: its reviews read ended ok and
+	// stored nothing; its listing is fresh.
+	if _, err := pool.Exec(context.Background(), `INSERT INTO app_stats (application_id, min_installs, score, ratings, crawled_at)
+		SELECT id, 100, 0, 0, $2 FROM apps_registry_application WHERE package_name = $1`, quiet, statusNow.Add(-10*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	insertOutcome(t, pool, quiet, "stats", 10*time.Minute, "ok", ptr(200), "")
+	insertOutcome(t, pool, quiet, "reviews", 10*time.Minute, "ok", ptr(200), "")
+	// Listing and reviews failing differently.
+	insertOutcome(t, pool, broken, "stats", 5*time.Minute, "parse_error", ptr(200), "details page: no AF_initDataCallback ds:5")
+	insertOutcome(t, pool, broken, "reviews", 4*time.Minute, "benched", nil, "egress direct benched until 14:05 UTC")
+	// Telegram is fresh, but its last reviews crawl hit a DNS failure.
+	insertOutcome(t, pool, statusTelegram, "reviews", time.Minute, "dns", nil, "lookup play.google.com: no such host")
+	srv := statusServer(t, pool, "", newMetricsRegistry("test"))
+
+	code, body, _ := getPage(t, srv.URL+"/")
+	if code != http.StatusOK {
+		t.Fatalf("GET /: %d\n%s", code, body)
+	}
+	for _, want := range []string{
+		`<div class="cause" title="10 May 11:58 UTC: not_found: GET /store/apps/details: 404">listing and reviews: not found on Google Play (404), 2 min ago</div>`,
+		`<div class="cause" title="10 May 11:55 UTC: parse_error: details page: no AF_initDataCallback ds:5">listing: page layout not understood, 5 min ago</div>`,
+		`<div class="cause" title="10 May 11:56 UTC: benched: egress direct benched until 14:05 UTC">reviews: egress direct benched until 14:05 UTC, 4 min ago</div>`,
+		`reviews: DNS lookup failed, 1 min ago</div>`,
+		`<div class="fresh ok" title="10 May 11:50 UTC">reviews: no reviews on the store</div>`,
+		`<div class="card-title">Apps failing</div><div class="card-value">2 of 5</div>`,
+		`com.example.broken: page layout not understood; com.example.nosuch: not found on Google Play (404) — no stored crawl within 2 × CRAWL_INTERVAL`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("overview lacks %q", want)
+		}
+	}
+	if !strings.Contains(body, "reviews: no crawl stored") {
+		t.Error("the apps without a reviews crawl no longer say so") // nosuch and broken
+	}
+
+	code, body, _ = getPage(t, srv.URL+"/apps/"+missing)
+	if code != http.StatusOK {
+		t.Fatalf("GET app: %d\n%s", code, body)
+	}
+	for _, want := range []string{
+		`<p class="nodata">No listing stored yet: not found on Google Play (404) (last crawl 2 min ago).</p>`,
+		`<td data-label="Path">listing</td><td data-label="Storefront">us/en</td><td data-label="Time">10 May 2026 11:58 UTC (2 min ago)</td>` +
+			`<td data-label="Outcome"><span class="fresh bad">not_found</span><div class="cause">not found on Google Play (404)</div></td>` +
+			`<td data-label="HTTP status" class="num">404</td><td data-label="Error" dir="auto">GET /store/apps/details: 404</td>`,
+		`<td data-label="Path">reviews</td>`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("app page lacks %q", want)
+		}
+	}
+	_, body, _ = getPage(t, srv.URL+"/apps/"+quiet)
+	if !strings.Contains(body, `<span class="fresh ok">ok</span></td><td data-label="HTTP status" class="num">200</td>`) {
+		t.Error("the app page lacks the ok outcome")
+	}
+	_, body, _ = getPage(t, srv.URL+"/apps/"+statusBale)
+	if !strings.Contains(body, "No data: no crawl of this app is recorded yet.") {
+		t.Error("an app without a recorded crawl does not say so")
+	}
+}
+
+// Every outcome the crawler records reads as a short cause.
+func TestOutcomeCause(t *testing.T) {
+	for _, tc := range []struct {
+		outcome string
+		status  *int32
+		err     string
+		want    string
+	}{
+		{"ok", ptr(int32(200)), "", ""},
+		{"not_found", ptr(int32(404)), "", "not found on Google Play (404)"},
+		{"throttled", ptr(int32(429)), "", "throttled by Google Play (429)"},
+		{"throttled", nil, "", "throttled by Google Play (429)"},
+		{"benched", nil, "egress socks5://p1 benched until 14:05 UTC", "egress socks5://p1 benched until 14:05 UTC"},
+		{"dns", nil, "lookup play.google.com: no such host", "DNS lookup failed"},
+		{"network", nil, "connection refused", "network error on the way to Google Play"},
+		{"timeout", nil, "", "Google Play did not answer in time"},
+		{"parse_error", ptr(int32(200)), "", "page layout not understood"},
+		{"canceled", nil, "", "crawl cut short (shutdown or CRAWL_APP_TIMEOUT)"},
+		{"http_error", ptr(int32(500)), "", "Google Play answered an HTTP error (500)"},
+		{"error", nil, "publish: broker down", "crawl failed: publish: broker down"},
+		{"error", nil, "", "crawl failed (error)"},
+	} {
+		if got := outcomeCause(&outcomeRow{Outcome: tc.outcome, HTTPStatus: tc.status, Error: tc.err}); got != tc.want {
+			t.Errorf("%s %v %q: %q, want %q", tc.outcome, tc.status, tc.err, got, tc.want)
+		}
+	}
+}
+
+// The consumer role runs from the start; its lag has no series until its
+// first fetch of records. The card says 0 then, not "not running".
+func TestStatusPageConsumerLagBeforeFirstRecord(t *testing.T) {
+	pool := newTestPool(t)
+	reg := newMetricsRegistry("test")
+	newConsumerMetrics(reg)
+	srv := statusServer(t, pool, "", reg)
+	_, body, _ := getPage(t, srv.URL+"/")
+	if want := `<div class="card ok"><div class="card-title">Consumer lag</div><div class="card-value">0 records</div><div class="card-detail">no record fetched yet</div>`; !strings.Contains(body, want) {
+		t.Errorf("overview lacks %q", want)
+	}
+}
+
+// getPageWithin is getPage that gives up after timeout (a page that waits
+// for a lock would otherwise hang the test): code 0 then.
+func getPageWithin(t *testing.T, url string, timeout time.Duration) (int, string, http.Header) {
+	t.Helper()
+	resp, err := (&http.Client{Timeout: timeout}).Get(url)
+	if err != nil {
+		t.Logf("GET %s: %v", url, err)
+		return 0, "", nil
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b), resp.Header
+}
+
+// lockAppStats holds app_stats locked, so that every page read of it
+// waits, until the returned function is called.
+func lockAppStats(t *testing.T, pool *pgxpool.Pool) func() {
+	t.Helper()
+	tx, err := pool.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(context.Background(), `LOCK TABLE app_stats IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release := func() { once.Do(func() { _ = tx.Rollback(context.Background()) }) }
+	t.Cleanup(release)
+	return release
+}
+
+// Past STATUS_PAGE_MAX_RENDERS pages being drawn, a request is answered at
+// once with 503 and Retry-After instead of queueing for the database.
+func TestStatusPageMaxRenders(t *testing.T) {
+	pool := newTestPool(t)
+	seedStatus(t, pool)
+	reg := newMetricsRegistry("test")
+	page := newStatusPage(statusDB{pool}, reg, "", time.Hour, 30*time.Second, 1, testLogger(t))
+	page.now = func() time.Time { return statusNow }
+	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil))
+	t.Cleanup(srv.Close)
+
+	release := lockAppStats(t, pool)
+	first := make(chan int, 1)
+	go func() {
+		resp, err := http.Get(srv.URL + "/")
+		if err != nil {
+			first <- 0
+			return
+		}
+		resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+	waitFor(t, 10*time.Second, "the first page to wait for the lock", func() bool { return len(page.renders) == 1 })
+	start := time.Now()
+	for _, path := range []string{"/", "/apps/" + statusTelegram} {
+		code, body, h := getPageWithin(t, srv.URL+path, 5*time.Second)
+		if code != http.StatusServiceUnavailable || h.Get("Retry-After") != "2" || !strings.Contains(body, "STATUS_PAGE_MAX_RENDERS") {
+			t.Errorf("GET %s past the bound: %d, Retry-After %q\n%s", path, code, h.Get("Retry-After"), body)
+		}
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the 503s took %v: they queued", d)
+	}
+	release()
+	if code := <-first; code != http.StatusOK {
+		t.Errorf("the page being drawn: %d, want 200", code)
+	}
+	// Its handler gives the slot back just after its answer is sent.
+	waitFor(t, 10*time.Second, "the page's slot to be free", func() bool { return len(page.renders) == 0 })
+	if code, _, _ := getPage(t, srv.URL+"/"); code != http.StatusOK {
+		t.Errorf("after the page was drawn: %d, want 200", code)
+	}
+}
+
+// The page's connections (openReadPool, as `run` opens them) end a read at
+// READ_STATEMENT_TIMEOUT: the page answers 503 in about that time, however
+// long the database would take, and the next page is drawn normally.
+func TestStatusPageStatementTimeout(t *testing.T) {
+	url := newTestDatabase(t)
+	pool := newTestPoolFor(t, url)
+	seedStatus(t, pool)
+	reads, err := openReadPool(t.Context(), url, 300*time.Millisecond, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reads.Close)
+	if n := reads.Config().MaxConns; n != 5 {
+		t.Errorf("read pool of %d connections, want 5 (4 pages and the gauges)", n)
+	}
+	reg := newMetricsRegistry("test")
+	page := newStatusPage(statusDB{reads}, reg, "", time.Hour, 30*time.Second, 4, testLogger(t))
+	page.now = func() time.Time { return statusNow }
+	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil))
+	t.Cleanup(srv.Close)
+
+	release := lockAppStats(t, pool)
+	start := time.Now()
+	code, body, h := getPageWithin(t, srv.URL+"/", 5*time.Second)
+	if d := time.Since(start); code != http.StatusServiceUnavailable || h.Get("Retry-After") == "" || d > 3*time.Second ||
+		!strings.Contains(body, "READ_STATEMENT_TIMEOUT") {
+		t.Errorf("GET / with app_stats locked: %d after %v, Retry-After %q\n%s", code, d, h.Get("Retry-After"), body)
+	}
+	// The timeout is the connection's own, set by openReadPool.
+	var timeout string
+	if err := page.db.read(t.Context(), func(tx pgx.Tx) error {
+		return tx.QueryRow(t.Context(), `SHOW statement_timeout`).Scan(&timeout)
+	}); err != nil || timeout != "300ms" {
+		t.Errorf("statement_timeout of a page read: %q, %v", timeout, err)
+	}
+	release()
+	if code, _, _ := getPage(t, srv.URL+"/"); code != http.StatusOK {
+		t.Errorf("after the lock: %d, want 200", code)
+	}
+}
+
+// A panic in a page's handler answers 500 and is logged with its stack;
+// the server goes on serving (net/http alone would drop the connection).
+func TestHTTPHandlerPanic(t *testing.T) {
+	pool := newTestPool(t)
+	reg := newMetricsRegistry("test")
+	var logs syncBuffer
+	page := newStatusPage(statusDB{pool}, reg, "", time.Hour, 30*time.Second, 1, slog.New(slog.NewTextHandler(&logs, nil)))
+	page.now = func() time.Time { panic("a bad input") }
+	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil))
+	t.Cleanup(srv.Close)
+
+	for range 2 { // the render slot was given back: still 500, not 503
+		code, body, _ := getPage(t, srv.URL+"/")
+		if code != http.StatusInternalServerError || !strings.Contains(body, `"error"`) {
+			t.Errorf("GET / that panics: %d %s", code, body)
+		}
+	}
+	if !strings.Contains(logs.String(), "HTTP handler panicked") || !strings.Contains(logs.String(), "a bad input") ||
+		!strings.Contains(logs.String(), "serveOverview") {
+		t.Errorf("the panic is not logged with its stack:\n%s", logs.String())
+	}
+	if code, _, _ := getPage(t, srv.URL+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz after the panic: %d", code)
+	}
+	if got := scrapeMetric(t, srv.URL, "playwatch_http_requests_total", `code="500",route="GET /{$}"`); got != 2 {
+		t.Errorf("playwatch_http_requests_total of the 500s: %v, want 2", got)
 	}
 }
