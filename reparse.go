@@ -397,7 +397,7 @@ func (rp *reparser) page(ctx context.Context, d *rawPageDecoder, r *kgo.Record) 
 	}
 	res := pageResult{read: 1, parsed: 1}
 	if kind == pageDetails {
-		details, err := rp.parser.details(body)
+		details, err := parseRecovering(rp.parser.details, body)
 		if err != nil {
 			return fail(reparseFailureReason(err))
 		}
@@ -410,7 +410,7 @@ func (rp *reparser) page(ctx context.Context, d *rawPageDecoder, r *kgo.Record) 
 		}
 		return res, nil
 	}
-	page, err := rp.parser.reviews(body)
+	page, err := parseRecovering(rp.parser.reviews, body)
 	if err != nil {
 		return fail(reparseFailureReason(err))
 	}
