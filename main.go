@@ -592,9 +592,11 @@ func cmdPcap(ctx context.Context, args []string, getenv func(string) string, std
 	if err := validatePackageName(job.Package); err != nil {
 		return usageError{"--app: " + err.Error()}
 	}
-	if job.Scenario != "UPLOAD" && job.Scenario != "DOWNLOAD" {
+	scenario, ok := pcapScenario(job.Scenario)
+	if !ok {
 		return usageError{fmt.Sprintf("--scenario must be UPLOAD or DOWNLOAD, not %q", job.Scenario)}
 	}
+	job.Scenario = scenario
 	if len(cl.args) == 0 {
 		return usageError{"pcap needs at least one capture file"}
 	}
