@@ -94,8 +94,13 @@ func TestReparseSurvivesAParserPanic(t *testing.T) {
 	_, brokers := newTestBroker(t, t.TempDir())
 	createRawPagesTopic(t, brokers)
 	archiveTestPages(t, brokers, 6)
-	sum := reparseRange(t, brokers, &reparser{parser: &onceParser{}}, time.Now().Add(-time.Hour), nil)
+	var progress syncBuffer
+	sum := reparseRange(t, brokers, &reparser{parser: &onceParser{}, progress: &progress}, time.Now().Add(-time.Hour), nil)
 	if sum.Read != 6 || sum.Parsed != 5 || sum.Failing["reviews: parser panicked"] != 1 || len(sum.Failing) != 1 {
 		t.Errorf("reparse with a parser that panics once: %s; want 6 read, 5 parsed, 1 failing: parser panicked", sum)
+	}
+	if !strings.Contains(progress.String(), "reparse: reviews page of com.example.part") || !strings.Contains(progress.String(), "reparse_test.go") ||
+		!strings.Contains(progress.String(), "parser bug") {
+		t.Errorf("stderr does not say which page and where the parser panicked:\n%s", progress.String())
 	}
 }
