@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
-	"runtime/debug"
 	"sync"
 	"time"
 
@@ -253,7 +252,7 @@ func (j *sentimentJob) classifyOne(s *scoredRow) {
 			s.failed = true
 			s.result = fuseSentiment([sentClasses]float64{0, 1, 0}, s.stars, "other")
 			j.logger.Error("sentiment model failed on a review; it keeps the label of its stars until a rescore",
-				"id", s.id, "model", j.version, "label", s.result.Label, "panic", v, "stack", string(debug.Stack()))
+				"id", s.id, "model", j.version, "label", s.result.Label, "err", recoveredPanic(v))
 		}
 	}()
 	s.result = j.model.Classify(s.text, s.stars)

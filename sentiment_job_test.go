@@ -704,7 +704,8 @@ func TestSentimentJobSurvivesAPanicOfTheModel(t *testing.T) {
 	if got := scoredTotal(t, reg); got != 599 {
 		t.Errorf("scored_total %v, want 599", got)
 	}
-	if !strings.Contains(logs.String(), fmt.Sprintf("id=%d", id)) || !strings.Contains(logs.String(), "index out of range") {
+	if !strings.Contains(logs.String(), fmt.Sprintf("id=%d", id)) || !strings.Contains(logs.String(), "index out of range") ||
+		!strings.Contains(logs.String(), "sentiment_job_test.go") {
 		t.Errorf("the log does not name review %d and the panic:\n%s", id, logs.String())
 	}
 	if sizes := scoreAll(t, j); len(sizes) != 0 {
