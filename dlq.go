@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os/user"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -20,7 +22,9 @@ import (
 )
 
 // The dlq tools. `dlq list` shows dead letters; `dlq replay` stores them
-// after their cause is fixed (typically: the package got registered).
+// after their cause is fixed (typically: the package got registered);
+// `dlq discard` marks those that can never be stored, kept for audit, which
+// list, replay, the status page and the dashboard then skip.
 //
 // Replay runs each dead letter's raw payload through the consumer's own
 // validation and write path, straight into the tables, in one transaction
@@ -33,14 +37,21 @@ import (
 // and tells the operator at once what was stored and what still fails.
 
 const (
-	dlqListSynopsis   = "dlq list [--topic T] [--reason CODE] [--since 24h|RFC3339] [--limit N] [--json] [flags]"
-	dlqReplaySynopsis = "dlq replay [--topic T] [--reason CODE] [flags] (--all | ID...)"
-	dlqUsage          = "Usage:\n  playwatch " + dlqListSynopsis + "\n  playwatch " + dlqReplaySynopsis + "\n"
+	dlqListSynopsis    = "dlq list [--topic T] [--reason CODE] [--since 24h|RFC3339] [--limit N] [--json] [flags]"
+	dlqReplaySynopsis  = "dlq replay [--topic T] [--reason CODE] [--discarded] [flags] (--all | ID...)"
+	dlqDiscardSynopsis = "dlq discard [--topic T] [--before 24h|RFC3339] [--by NAME] [flags] (--reason CODE | ID...)"
+	dlqUsage           = "Usage:\n  playwatch " + dlqListSynopsis + "\n  playwatch " + dlqReplaySynopsis + "\n  playwatch " + dlqDiscardSynopsis + "\n"
 )
 
+// dlqSubcommands are the subcommands of `playwatch dlq`.
+var dlqSubcommands = []string{"list", "replay", "discard"}
+
 func dlqSynopsis(sub string) string {
-	if sub == "list" {
+	switch sub {
+	case "list":
 		return dlqListSynopsis
+	case "discard":
+		return dlqDiscardSynopsis
 	}
 	return dlqReplaySynopsis
 }
@@ -50,12 +61,20 @@ type dlqFlags struct {
 	topic, reason, since string
 	limit                int
 	json, all            bool
+	discarded            bool   // list, replay: discarded dead letters too
+	before, by           string // discard
 }
 
 func (f *dlqFlags) register(sub string) func(*flag.FlagSet) {
 	return func(fs *flag.FlagSet) {
 		fs.StringVar(&f.topic, "topic", "", "only dead letters of this topic")
 		fs.StringVar(&f.reason, "reason", "", "only dead letters with this reason code, e.g. unregistered_package")
+		if sub == "discard" {
+			fs.StringVar(&f.before, "before", "", "only dead letters that occurred before this time (RFC 3339) or this long ago (24h)")
+			fs.StringVar(&f.by, "by", "", "who discards them, kept with them (default: the OS user)")
+			return
+		}
+		fs.BoolVar(&f.discarded, "discarded", false, "discarded dead letters too (dlq discard)")
 		if sub == "list" {
 			fs.StringVar(&f.since, "since", "", "only dead letters that occurred within this duration (24h) or after this time (RFC 3339)")
 			fs.IntVar(&f.limit, "limit", 100, "list at most this many, newest first (0: all)")
@@ -66,16 +85,23 @@ func (f *dlqFlags) register(sub string) func(*flag.FlagSet) {
 	}
 }
 
-// deadLetterFilter selects dead letters; zero fields do not filter.
+// deadLetterFilter selects dead letters; zero fields do not filter, except
+// that discarded ones are skipped unless Discarded.
 type deadLetterFilter struct {
-	Topic  string
-	Reason string // reason code
-	Since  time.Time
-	Limit  int
+	Topic     string
+	Reason    string // reason code
+	Since     time.Time
+	Before    time.Time
+	Limit     int
+	Discarded bool
 }
 
 func (f *dlqFlags) filter(now time.Time) (deadLetterFilter, error) {
-	out := deadLetterFilter{Topic: f.topic, Reason: f.reason, Limit: f.limit}
+	out := deadLetterFilter{Topic: f.topic, Reason: f.reason, Limit: f.limit, Discarded: f.discarded}
+	// A topic that holds no dead letters would list nothing, silently.
+	if f.topic != "" && !slices.Contains(allTopics, f.topic) {
+		return out, usageError{fmt.Sprintf("--topic %q: not a topic with dead letters (%s)", f.topic, strings.Join(allTopics, ", "))}
+	}
 	if f.reason != "" && !isReasonCode(f.reason) {
 		return out, usageError{fmt.Sprintf("--reason %q: not a reason code (%s)", f.reason, reasonCodeList())}
 	}
@@ -113,21 +139,23 @@ func reasonCodeList() string {
 
 // deadLetterRow is one row of dead_letter_events.
 type deadLetterRow struct {
-	ID         int64
-	Topic      string
-	Partition  int32
-	Offset     int64
-	Key        *string
-	Payload    []byte
-	Reason     string
-	OccurredAt time.Time
+	ID          int64
+	Topic       string
+	Partition   int32
+	Offset      int64
+	Key         *string
+	Payload     []byte
+	Reason      string
+	OccurredAt  time.Time
+	DiscardedAt *time.Time
+	DiscardedBy *string
 }
 
-const deadLetterColumns = `id, topic, "partition", kafka_offset, kafka_key, raw_payload, error_reason, occurred_at`
+const deadLetterColumns = `id, topic, "partition", kafka_offset, kafka_key, raw_payload, error_reason, occurred_at, discarded_at, discarded_by`
 
 func scanDeadLetter(row pgx.CollectableRow) (deadLetterRow, error) {
 	var d deadLetterRow
-	err := row.Scan(&d.ID, &d.Topic, &d.Partition, &d.Offset, &d.Key, &d.Payload, &d.Reason, &d.OccurredAt)
+	err := row.Scan(&d.ID, &d.Topic, &d.Partition, &d.Offset, &d.Key, &d.Payload, &d.Reason, &d.OccurredAt, &d.DiscardedAt, &d.DiscardedBy)
 	return d, err
 }
 
@@ -146,6 +174,12 @@ func (f deadLetterFilter) where(args []any) (string, []any) {
 	}
 	if !f.Since.IsZero() {
 		add("occurred_at >= $%d", f.Since)
+	}
+	if !f.Before.IsZero() {
+		add("occurred_at < $%d", f.Before)
+	}
+	if !f.Discarded {
+		conds = append(conds, "discarded_at IS NULL")
 	}
 	return strings.Join(conds, " AND "), args
 }
@@ -172,7 +206,13 @@ func listDeadLetters(ctx context.Context, q querier, f deadLetterFilter) ([]dead
 // printDeadLetterTable writes one line per dead letter for people.
 func printDeadLetterTable(w io.Writer, rows []deadLetterRow, limit int) error {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tOCCURRED\tTOPIC\tPARTITION\tOFFSET\tKEY\tBYTES\tREASON")
+	// The DISCARDED column only when a listed row is (--discarded).
+	withDiscarded := slices.ContainsFunc(rows, func(d deadLetterRow) bool { return d.DiscardedAt != nil })
+	discardedHeader := ""
+	if withDiscarded {
+		discardedHeader = "\tDISCARDED"
+	}
+	fmt.Fprintln(tw, "ID\tOCCURRED\tTOPIC\tPARTITION\tOFFSET\tKEY\tBYTES"+discardedHeader+"\tREASON")
 	for _, d := range rows {
 		key := "-"
 		if d.Key != nil {
@@ -182,8 +222,15 @@ func printDeadLetterTable(w io.Writer, rows []deadLetterRow, limit int) error {
 		if d.Payload != nil {
 			size = strconv.Itoa(len(d.Payload))
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", d.ID, d.OccurredAt.UTC().Format(time.RFC3339),
-			d.Topic, d.Partition, d.Offset, key, size, printable(d.Reason, 160))
+		discarded := ""
+		switch {
+		case d.DiscardedAt != nil:
+			discarded = fmt.Sprintf("\t%s by %s", d.DiscardedAt.UTC().Format(time.RFC3339), printable(*d.DiscardedBy, 40))
+		case withDiscarded:
+			discarded = "\t-"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s%s\t%s\n", d.ID, d.OccurredAt.UTC().Format(time.RFC3339),
+			d.Topic, d.Partition, d.Offset, key, size, discarded, printable(d.Reason, 160))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -218,13 +265,16 @@ type deadLetterJSON struct {
 	OccurredAt    time.Time `json:"occurred_at"`
 	Payload       *string   `json:"payload,omitempty"`
 	PayloadBase64 []byte    `json:"payload_base64,omitempty"`
+	// Only on a discarded one (--discarded).
+	DiscardedAt *time.Time `json:"discarded_at,omitempty"`
+	DiscardedBy *string    `json:"discarded_by,omitempty"`
 }
 
 func printDeadLetterJSON(w io.Writer, rows []deadLetterRow) error {
 	out := make([]deadLetterJSON, len(rows))
 	for i, d := range rows {
 		out[i] = deadLetterJSON{ID: d.ID, Topic: d.Topic, Partition: d.Partition, Offset: d.Offset,
-			Key: d.Key, Reason: d.Reason, OccurredAt: d.OccurredAt}
+			Key: d.Key, Reason: d.Reason, OccurredAt: d.OccurredAt, DiscardedAt: d.DiscardedAt, DiscardedBy: d.DiscardedBy}
 		if utf8.Valid(d.Payload) && d.Payload != nil {
 			s := string(d.Payload)
 			out[i].Payload = &s
@@ -241,7 +291,7 @@ func printDeadLetterJSON(w io.Writer, rows []deadLetterRow) error {
 type replayResult struct {
 	Stored    []int64         // stored and deleted from dead_letter_events
 	StillDead []deadLetterRow // kept, with the new reason
-	NotFound  []int64         // asked for by id but not there (replayed before?)
+	NotFound  []int64         // asked for by id but not there (replayed before? discarded without --discarded?)
 }
 
 const replayChunk = 500
@@ -429,7 +479,11 @@ func runDLQReplay(ctx context.Context, s *consumerStore, f *dlqFlags, args []str
 	res, err := s.replayDeadLetters(ctx, ids, filter, maxRecordBytes)
 	fmt.Fprintf(stdout, "stored %d, still dead %d", len(res.Stored), len(res.StillDead))
 	if len(res.NotFound) > 0 {
-		fmt.Fprintf(stdout, ", not found %d (replayed before?): %v", len(res.NotFound), res.NotFound)
+		hint := "replayed before?"
+		if !filter.Discarded {
+			hint = "replayed before, or discarded: --discarded replays those too"
+		}
+		fmt.Fprintf(stdout, ", not found %d (%s): %v", len(res.NotFound), hint, res.NotFound)
 	}
 	fmt.Fprintln(stdout)
 	for _, d := range res.StillDead {
@@ -439,4 +493,89 @@ func runDLQReplay(ctx context.Context, s *consumerStore, f *dlqFlags, args []str
 		return errors.Join(err, errors.New("replay stopped; what was stored above is committed, run it again to go on"))
 	}
 	return nil
+}
+
+// discardDeadLetters marks the dead letters with the given ids, or every
+// one f selects when ids is empty, as discarded by by, in one statement; it
+// returns the ids it marked. One already discarded is left as it was.
+func discardDeadLetters(ctx context.Context, q querier, ids []int64, f deadLetterFilter, by string) ([]int64, error) {
+	f.Discarded = false // "discarded_at IS NULL": a discarded one keeps its first time and name
+	f.Limit = 0
+	where, args := f.where([]any{by})
+	sql := `UPDATE dead_letter_events SET discarded_at = now(), discarded_by = $1 WHERE ` + where
+	if len(ids) > 0 {
+		args = append(args, ids)
+		sql += fmt.Sprintf(" AND id = ANY($%d)", len(args))
+	}
+	rows, err := q.Query(ctx, sql+" RETURNING id", args...)
+	if err != nil {
+		return nil, fmt.Errorf("discard dead letters: %w", err)
+	}
+	marked, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("discard dead letters: %w", err)
+	}
+	return marked, nil
+}
+
+// discardedBy is who discards: --by, else the OS user.
+func discardedBy(by string) (string, error) {
+	if by == "" {
+		u, err := user.Current()
+		if err != nil || u.Username == "" {
+			return "", usageError{fmt.Sprintf("dlq discard: cannot tell the OS user (%v): name yourself with --by", err)}
+		}
+		by = u.Username
+	}
+	if len(by) > 255 || !utf8.ValidString(by) || strings.ContainsFunc(by, unicode.IsControl) {
+		return "", usageError{"--by: a name of at most 255 bytes of text, without control characters"}
+	}
+	return by, nil
+}
+
+// runDLQDiscard is `playwatch dlq discard`.
+func runDLQDiscard(ctx context.Context, q querier, f *dlqFlags, args []string, stdout io.Writer) error {
+	var ids []int64
+	for _, a := range args {
+		id, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || id <= 0 {
+			return usageError{fmt.Sprintf("dlq discard: %q is not a dead letter id", a)}
+		}
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 && f.reason == "" {
+		return usageError{"dlq discard needs dead letter ids or --reason (with --topic and --before to narrow it)"}
+	}
+	now := time.Now()
+	filter, err := f.filter(now)
+	if err != nil {
+		return err
+	}
+	if f.before != "" {
+		if filter.Before, err = timeFlag("--before", f.before, now); err != nil {
+			return err
+		}
+	}
+	by, err := discardedBy(f.by)
+	if err != nil {
+		return err
+	}
+	marked, err := discardDeadLetters(ctx, q, ids, filter, by)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "discarded %d dead letters (by %s)", len(marked), by)
+	if len(ids) > 0 {
+		var missing []int64
+		for _, id := range ids {
+			if !slices.Contains(marked, id) {
+				missing = append(missing, id)
+			}
+		}
+		if len(missing) > 0 {
+			fmt.Fprintf(stdout, ", not found %d (replayed, discarded before, or not matching --topic/--reason/--before): %v", len(missing), missing)
+		}
+	}
+	_, err = fmt.Fprintln(stdout)
+	return err
 }

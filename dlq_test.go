@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os/user"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -129,7 +132,7 @@ func TestDLQListAndReplay(t *testing.T) {
 
 	var uerr usageError
 	for _, args := range [][]string{{"dlq"}, {"dlq", "frob"}, {"dlq", "replay"}, {"dlq", "replay", "--all", "5"},
-		{"dlq", "replay", "x"}, {"dlq", "list", "--reason", "nope"}, {"dlq", "list", "--since", "yesterday"}, {"dlq", "list", "extra"}} {
+		{"dlq", "replay", "x"}, {"dlq", "list", "--reason", "nope"}, {"dlq", "list", "--topic", "nosuch"}, {"dlq", "replay", "--all", "--topic", "nosuch"}, {"dlq", "list", "--since", "yesterday"}, {"dlq", "list", "extra"}} {
 		if _, err := runCLI(t, dsn, args...); !errors.As(err, &uerr) {
 			t.Errorf("%q: err = %v, want a usage error", args, err)
 		}
@@ -198,5 +201,150 @@ func TestDLQReplayLock(t *testing.T) {
 	unlock()
 	if out, err := runCLI(t, dsn, "dlq", "replay", "--all"); err != nil || !strings.HasPrefix(out, "stored 0, still dead 0") {
 		t.Fatalf("replay after the lock was released: %v (%s)", err, out)
+	}
+}
+
+// dashboardDeadLetters is what the dashboard's dead-letter SQL panels show
+// over the last year: the sum of their value column, per panel title.
+func dashboardDeadLetters(t *testing.T, pool *pgxpool.Pool) map[string]int64 {
+	t.Helper()
+	titles, targets := loadGrafanaDashboard(t).targets()
+	out := map[string]int64{}
+	for i, tg := range targets {
+		if !strings.Contains(tg.RawSQL, "dead_letter_events") {
+			continue
+		}
+		rows, err := pool.Query(context.Background(), expandGrafanaSQL(t, tg.RawSQL, time.Now().AddDate(-1, 0, 0), time.Now().Add(time.Hour), nil))
+		if err != nil {
+			t.Fatalf("panel %q: %v", titles[i], err)
+		}
+		maps, err := pgx.CollectRows(rows, pgx.RowToMap)
+		if err != nil {
+			t.Fatalf("panel %q: %v", titles[i], err)
+		}
+		for _, m := range maps {
+			out[titles[i]] += m["value"].(int64)
+		}
+	}
+	if len(out) != 2 {
+		t.Fatalf("dead-letter panels %v, want the stat and the per-day chart", out)
+	}
+	return out
+}
+
+// dlq discard marks dead letters that can never be stored, by id or by
+// reason (and --before, --topic), with the time and who did it; list,
+// replay, the status page's card and the dashboard skip them unless asked
+// with --discarded. An unknown --topic is refused, naming the known ones.
+func TestDLQDiscard(t *testing.T) {
+	dsn := newTestDatabase(t)
+	pool := newTestPoolFor(t, dsn)
+	ctx := context.Background()
+	const late = "com.example.late"
+	var ids []int64
+	for _, d := range []struct {
+		payload []byte
+		reason  string
+		age     time.Duration
+	}{
+		{[]byte(`{"package_name": "x", "review_id": 7`), "invalid_json: unexpected end of JSON input", 48 * time.Hour},
+		{[]byte(`{"package_name": "x", "review_id": 8`), "invalid_json: unexpected end of JSON input", 50 * time.Hour},
+		{[]byte(`{"package_name": "x", "review_id": 9`), "invalid_json: unexpected end of JSON input", time.Hour},
+		{msgJSON(reviewFields(late, "l1", testCrawl)), "unregistered_package: package " + late + " is not registered", time.Hour},
+	} {
+		var id int64
+		if err := pool.QueryRow(ctx, `INSERT INTO dead_letter_events (topic, "partition", kafka_offset, kafka_key, raw_payload, error_reason, occurred_at)
+			VALUES ('reviews', 0, $1, 'x', $2, $3, now() - $4::interval) RETURNING id`, len(ids), d.payload, d.reason, d.age).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	cardCount := func() int64 {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		n, err := countDeadLetters(ctx, tx, time.Now().Add(-24*time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n, panels := cardCount(), dashboardDeadLetters(t, pool); n != 2 || panels["Dead letters (24 h)"] != 2 || panels["Dead letters per day by reason"] != 4 {
+		t.Fatalf("before discarding: card %d, panels %v", n, panels)
+	}
+
+	var uerr usageError
+	for _, args := range [][]string{{"dlq", "list", "--topic", "nosuch"}, {"dlq", "replay", "--all", "--topic", "nosuch"},
+		{"dlq", "discard"}, {"dlq", "discard", "--topic", "reviews"}, {"dlq", "discard", "x"}, {"dlq", "discard", "--reason", "nope"},
+		{"dlq", "discard", "--reason", "invalid_json", "--before", "soon"}, {"dlq", "discard", "--reason", "invalid_json", "--topic", "nosuch"}} {
+		if _, err := runCLI(t, dsn, args...); !errors.As(err, &uerr) {
+			t.Errorf("%q: err = %v, want a usage error", args, err)
+		} else if slices.Contains(args, "nosuch") && !strings.Contains(err.Error(), "app-stats, reviews, network-metrics") {
+			t.Errorf("%q: %v; want the known topics named", args, err)
+		}
+	}
+
+	out, err := runCLI(t, dsn, "dlq", "discard", "--reason", "invalid_json", "--before", "24h", "--by", "alice")
+	if err != nil || out != "discarded 2 dead letters (by alice)\n" {
+		t.Fatalf("discard --reason --before: %v %q", err, out)
+	}
+	me, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = runCLI(t, dsn, "dlq", "discard", fmt.Sprint(ids[2]), fmt.Sprint(ids[0]), "999999")
+	if err != nil || !strings.HasPrefix(out, fmt.Sprintf("discarded 1 dead letters (by %s), not found 2", me.Username)) ||
+		!strings.Contains(out, fmt.Sprintf("[%d 999999]", ids[0])) {
+		t.Fatalf("discard by id: %v %q", err, out)
+	}
+	var at time.Time
+	var by string
+	if err := pool.QueryRow(ctx, `SELECT discarded_at, discarded_by FROM dead_letter_events WHERE id = $1`, ids[0]).Scan(&at, &by); err != nil ||
+		by != "alice" || time.Since(at) > time.Minute {
+		t.Errorf("dead letter %d: discarded at %s by %q (%v); want just now by alice, kept by the second discard", ids[0], at, by, err)
+	}
+	if n, panels := cardCount(), dashboardDeadLetters(t, pool); n != 1 || panels["Dead letters (24 h)"] != 1 || panels["Dead letters per day by reason"] != 1 {
+		t.Errorf("after discarding: card %d, panels %v; want the one left", n, panels)
+	}
+
+	listed := func(args ...string) []deadLetterJSON {
+		t.Helper()
+		out, err := runCLI(t, dsn, append([]string{"dlq", "list", "--json"}, args...)...)
+		var rows []deadLetterJSON
+		if err != nil || json.Unmarshal([]byte(out), &rows) != nil {
+			t.Fatalf("dlq list %v: %v\n%s", args, err, out)
+		}
+		return rows
+	}
+	if rows := listed(); len(rows) != 1 || rows[0].ID != ids[3] || rows[0].DiscardedAt != nil {
+		t.Errorf("dlq list: %+v, want only %d", rows, ids[3])
+	}
+	if rows := listed("--discarded", "--reason", "invalid_json"); len(rows) != 3 || rows[2].DiscardedBy == nil || *rows[2].DiscardedBy != "alice" {
+		t.Errorf("dlq list --discarded --reason invalid_json: %+v", rows)
+	}
+	if out, err := runCLI(t, dsn, "dlq", "list", "--discarded"); err != nil || !strings.Contains(out, "DISCARDED") || !strings.Contains(out, " by alice ") ||
+		!strings.HasSuffix(out, "4 dead letters\n") {
+		t.Errorf("dlq list --discarded: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, dsn, "dlq", "list"); err != nil || strings.Contains(out, "DISCARDED") {
+		t.Errorf("dlq list: %v\n%s", err, out)
+	}
+
+	// Replay leaves the discarded ones alone unless asked.
+	registerApps(t, pool, late)
+	if out, err := runCLI(t, dsn, "dlq", "replay", "--all"); err != nil || !strings.HasPrefix(out, "stored 1, still dead 0\n") {
+		t.Errorf("replay --all: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, dsn, "dlq", "replay", fmt.Sprint(ids[0])); err != nil || !strings.Contains(out, "not found 1 (replayed before, or discarded: --discarded") {
+		t.Errorf("replay of a discarded id: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, dsn, "dlq", "replay", "--all", "--discarded"); err != nil || !strings.HasPrefix(out, "stored 0, still dead 3") {
+		t.Errorf("replay --all --discarded: %v\n%s", err, out)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM dead_letter_events WHERE discarded_at IS NOT NULL`); n != 3 {
+		t.Errorf("%d discarded dead letters kept, want 3", n)
 	}
 }

@@ -21,19 +21,26 @@ const defaultFetchMaxWait = 30 * time.Second
 func fetchApp(ctx context.Context, client *playStoreClient, pkg string, loc locale, n int, stdout io.Writer) error {
 	out := json.NewEncoder(stdout)
 	out.SetEscapeHTML(false)
+	// One crawl, one crawled_at, as in the crawler: when it began, not
+	// when each answer arrived.
+	crawledAt := messageTime(client.cfg.Clock.Now())
 
 	details, detailsErr := client.Details(ctx, pkg, loc.Lang, loc.Country)
 	if errors.Is(detailsErr, errNotFound) {
 		return fmt.Errorf("%s: not found on the Play Store for hl=%s gl=%s (HTTP 404)", pkg, loc.Lang, loc.Country)
 	}
 	if detailsErr == nil {
-		if err := out.Encode(appStatsFromDetails(details)); err != nil {
+		m := appStatsFromDetails(details)
+		m.CrawledAt = crawledAt
+		if err := out.Encode(m); err != nil {
 			return fmt.Errorf("writing app stats: %w", err)
 		}
 	}
 	reviews, reviewsErr := client.Reviews(ctx, pkg, loc.Lang, loc.Country, n, nil)
 	for _, r := range reviews {
-		if err := out.Encode(reviewMessageFrom(pkg, r)); err != nil {
+		m := reviewMessageFrom(pkg, r)
+		m.CrawledAt = crawledAt
+		if err := out.Encode(m); err != nil {
 			return fmt.Errorf("writing reviews: %w", err)
 		}
 	}

@@ -159,3 +159,35 @@ func TestFetchMaxWaitFlag(t *testing.T) {
 		t.Errorf("fetch --help: %v\n%s", err, out.String())
 	}
 }
+
+// The app-stats line and every review of one fetch carry one crawled_at,
+// the fetch's start, however long apart their answers arrived (here a
+// retry's backoff between the listing and the reviews).
+func TestFetchStampsOneCrawledAt(t *testing.T) {
+	rs := newReplayPlayStore(t)
+	rs.setApp("com.example.app", replayApp{Reviews: 200, ReviewsFaults: []replayFault{fault500}})
+	ts := newTestPlayStore(t, rs.URL, nil)
+	began := messageTime(ts.clock.Now())
+	var out bytes.Buffer
+	if err := fetchApp(context.Background(), ts.client, "com.example.app", locale{"en", "us"}, 200, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !ts.clock.Now().After(began) {
+		t.Fatal("the retry's backoff did not move the clock: the test shows nothing")
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(lines) != 201 {
+		t.Fatalf("%d lines, want 1 + 200", len(lines))
+	}
+	for i, line := range lines {
+		var m struct {
+			CrawledAt time.Time `json:"crawled_at"`
+		}
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatal(err)
+		}
+		if !m.CrawledAt.Equal(began) {
+			t.Fatalf("line %d: crawled_at %s, want the fetch's start %s", i+1, m.CrawledAt, began)
+		}
+	}
+}

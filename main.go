@@ -74,7 +74,7 @@ Usage:
   playwatch migrate [flags]                  apply the database migrations and exit
   playwatch pcap --app PKG --scenario UPLOAD|DOWNLOAD [--dry-run] FILE...
                                              analyse captures into network-metrics messages
-  playwatch dlq list|replay [flags]          list dead letters, or store them again once their cause is fixed
+  playwatch dlq list|replay|discard [flags]  list dead letters, store them again once their cause is fixed, or discard them
   playwatch sentiment run|rescore [flags]    score stored reviews' sentiment alone, or mark them for re-scoring
   playwatch sentiment classify [--lang auto|fa|en] [--json]
                                              label review texts from stdin (no database, no broker)
@@ -599,9 +599,11 @@ func cmdPcap(ctx context.Context, args []string, getenv func(string) string, std
 	if err := validatePackageName(job.Package); err != nil {
 		return usageError{"--app: " + err.Error()}
 	}
-	if job.Scenario != "UPLOAD" && job.Scenario != "DOWNLOAD" {
+	scenario, ok := pcapScenario(job.Scenario)
+	if !ok {
 		return usageError{fmt.Sprintf("--scenario must be UPLOAD or DOWNLOAD, not %q", job.Scenario)}
 	}
+	job.Scenario = scenario
 	if len(cl.args) == 0 {
 		return usageError{"pcap needs at least one capture file"}
 	}
@@ -912,15 +914,15 @@ func openBroker(cfg Config, segmentBytes int64, logger *slog.Logger, be *backend
 	return b.Addrs(), nil
 }
 
-// cmdDLQ is `playwatch dlq list|replay` (dlq.go).
+// cmdDLQ is `playwatch dlq list|replay|discard` (dlq.go).
 func cmdDLQ(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && slices.Contains([]string{"help", "-h", "-help", "--help"}, args[0]) {
 		fmt.Fprint(stdout, dlqUsage)
 		return nil
 	}
-	if len(args) == 0 || (args[0] != "list" && args[0] != "replay") {
+	if len(args) == 0 || !slices.Contains(dlqSubcommands, args[0]) {
 		fmt.Fprint(stderr, dlqUsage)
-		return usageError{"dlq needs a subcommand: list or replay"}
+		return usageError{"dlq needs a subcommand: list, replay or discard"}
 	}
 	sub := args[0]
 	var f dlqFlags
@@ -932,9 +934,12 @@ func cmdDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err != nil {
 		return err
 	}
-	if sub == "list" {
+	switch sub {
+	case "list":
 		err = runDLQList(ctx, be.pool, &f, cl.args, stdout)
-	} else {
+	case "discard":
+		err = runDLQDiscard(ctx, be.pool, &f, cl.args, stdout)
+	default:
 		err = runDLQReplay(ctx, newConsumerStore(be.pool, cl.cfg.ConsumerGroup), &f, cl.args, cl.cfg.ConsumerMaxRecordBytes, stdout)
 	}
 	return errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout))

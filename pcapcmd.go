@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -20,6 +21,13 @@ type pcapJob struct {
 	Scenario string // UPLOAD or DOWNLOAD
 }
 
+// pcapScenario is --scenario in its canonical case (UPLOAD or DOWNLOAD,
+// as stored), given in any case; false for anything else.
+func pcapScenario(s string) (string, bool) {
+	u := strings.ToUpper(s)
+	return u, u == "UPLOAD" || u == "DOWNLOAD"
+}
+
 // progressEvery is how often a long analysis reports on stderr.
 const progressEvery = 2 * time.Second
 
@@ -28,11 +36,19 @@ const progressEvery = 2 * time.Second
 // messages as JSON lines; otherwise they are published and a summary line
 // per file is printed. A file that fails does not stop the others.
 func analyzeCaptures(ctx context.Context, files []string, job pcapJob, pub networkMetricsPublisher, stdout, stderr io.Writer) error {
+	return analyzeCapturesWith(ctx, analyzePcapFile, files, job, pub, stdout, stderr)
+}
+
+// pcapFileAnalyzer analyses one capture file (analyzePcapFile).
+type pcapFileAnalyzer func(ctx context.Context, path string, progress func(bytesRead, size int64)) (pcapResult, error)
+
+// analyzeCapturesWith is analyzeCaptures with the analyzer given.
+func analyzeCapturesWith(ctx context.Context, analyze pcapFileAnalyzer, files []string, job pcapJob, pub networkMetricsPublisher, stdout, stderr io.Writer) error {
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false)
 	var failed []string
 	for _, path := range files {
-		msg, err := analyzeCapture(ctx, path, job, stderr)
+		msg, err := analyzeCapture(ctx, analyze, path, job, stderr)
 		if err == nil && msg.OverheadRatio == nil {
 			err = fmt.Errorf("%s: the capture holds no records, so there is nothing to measure", path)
 		}
@@ -61,10 +77,18 @@ func analyzeCaptures(ctx context.Context, files []string, job pcapJob, pub netwo
 	return nil
 }
 
-func analyzeCapture(ctx context.Context, path string, job pcapJob, stderr io.Writer) (networkMetricsMessage, error) {
+// analyzeCapture analyses one file. A panic of the analyzer, which a
+// crafted or damaged capture may set off, is that file's error: the other
+// files go on.
+func analyzeCapture(ctx context.Context, analyze pcapFileAnalyzer, path string, job pcapJob, stderr io.Writer) (msg networkMetricsMessage, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			msg, err = networkMetricsMessage{}, fmt.Errorf("%s: the analyzer failed on this capture (a playwatch bug: please report it with the file): %w", path, recoveredPanic(p))
+		}
+	}()
 	start := time.Now()
 	next := start.Add(progressEvery)
-	res, err := analyzePcapFile(ctx, path, func(read, size int64) {
+	res, err := analyze(ctx, path, func(read, size int64) {
 		if now := time.Now(); now.After(next) {
 			next = now.Add(progressEvery)
 			fmt.Fprintf(stderr, "%s: %.0f%% (%d of %d MB) after %s\n", path, 100*float64(read)/float64(max(size, 1)),
@@ -77,7 +101,7 @@ func analyzeCapture(ctx context.Context, path string, job pcapJob, stderr io.Wri
 	for _, w := range res.Warnings {
 		fmt.Fprintf(stderr, "playwatch pcap: warning: %v\n", w)
 	}
-	msg := networkMetricsMessage{
+	msg = networkMetricsMessage{
 		AnalysisID:         newUUIDv4(),
 		PackageName:        job.Package,
 		Scenario:           job.Scenario,

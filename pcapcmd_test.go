@@ -77,7 +77,7 @@ func TestPcapCommandBadInput(t *testing.T) {
 	for _, args := range [][]string{
 		{"pcap", "--scenario", "UPLOAD", "--dry-run", "x.pcap"},
 		{"pcap", "--app", "telegram", "--scenario", "UPLOAD", "--dry-run", "x.pcap"},
-		{"pcap", "--app", "org.telegram.messenger", "--scenario", "upload", "--dry-run", "x.pcap"},
+		{"pcap", "--app", "org.telegram.messenger", "--scenario", "sideways", "--dry-run", "x.pcap"},
 		{"pcap", "--app", "org.telegram.messenger", "--scenario", "UPLOAD", "--dry-run"},
 	} {
 		if err := run(context.Background(), args, envFunc(nil), io.Discard, io.Discard); !errors.As(err, &uerr) {
@@ -139,4 +139,42 @@ func TestPcapCommandPublishes(t *testing.T) {
 		t.Fatalf("record %s = %s", recs[0].Key, recs[0].Value)
 	}
 	checkAgainstGolden(t, m, "delay_download")
+}
+
+// --scenario is read in any case and stored as UPLOAD or DOWNLOAD.
+func TestPcapScenarioAnyCase(t *testing.T) {
+	for given, want := range map[string]string{"upload": "UPLOAD", "Download": "DOWNLOAD", "UPLOAD": "UPLOAD"} {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), []string{"pcap", "--app", "org.telegram.messenger", "--scenario", given, "--dry-run", "testdata/pcap/clean_upload.pcap"},
+			envFunc(nil), &out, &errOut)
+		var m networkMetricsMessage
+		if err != nil || jsonUnmarshalStrict(bytes.TrimSpace(out.Bytes()), &m) != nil || m.Scenario != want {
+			t.Errorf("--scenario %s: %v, scenario %q, want %s\n%s", given, err, m.Scenario, want, errOut.String())
+		}
+	}
+}
+
+// A file the analyzer panics on is an error for that file, naming it; the
+// other files are analysed and printed.
+func TestPcapAnalyzerPanicFailsThatFileOnly(t *testing.T) {
+	files := []string{"testdata/pcap/clean_upload.pcap", "testdata/pcap/resets.pcap", "testdata/pcap/midstream.pcap"}
+	analyze := func(ctx context.Context, path string, progress func(int64, int64)) (pcapResult, error) {
+		if path == files[1] {
+			var frames map[string]int
+			frames["x"]++ // assignment to entry in nil map
+		}
+		return analyzePcapFile(ctx, path, progress)
+	}
+	var out, errOut bytes.Buffer
+	err := analyzeCapturesWith(context.Background(), analyze, files, pcapJob{Package: "org.telegram.messenger", Scenario: "UPLOAD"}, nil, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "1 of 3 captures failed") || !strings.Contains(err.Error(), files[1]) {
+		t.Fatalf("err = %v", err)
+	}
+	if !strings.Contains(errOut.String(), files[1]+": the analyzer failed on this capture") || !strings.Contains(errOut.String(), "nil map") {
+		t.Errorf("stderr does not name the file and the panic:\n%s", errOut.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], `"clean_upload.pcap"`) || !strings.Contains(lines[1], `"midstream.pcap"`) {
+		t.Errorf("want the messages of the two other files, got:\n%s", out.String())
+	}
 }

@@ -241,7 +241,7 @@ func (c *playStoreClient) Details(ctx context.Context, pkg, lang, country string
 		}
 		return req, err
 	}, func(body []byte, at time.Time) error {
-		parsed, err := c.cfg.Parser.details(body)
+		parsed, err := parseRecovering(c.cfg.Parser.details, body)
 		if err != nil {
 			return err
 		}
@@ -333,7 +333,7 @@ func (c *playStoreClient) reviewsPage(ctx context.Context, route *egressRoute, p
 		return req, err
 	}, func(body []byte, at time.Time) error {
 		var err error
-		if page, err = c.cfg.Parser.reviews(body); err != nil {
+		if page, err = parseRecovering(c.cfg.Parser.reviews, body); err != nil {
 			return err
 		}
 		for i := range page.Reviews {

@@ -107,6 +107,19 @@ func (e *parseError) reason() string {
 	return e.Detail
 }
 
+// parseRecovering runs parse on body; a panic of the parser becomes a
+// *parseError ("parser panicked") naming the panic, so a page the parser
+// breaks on is that app's parse error, counted like any other.
+func parseRecovering[T any](parse func([]byte) (T, error), body []byte) (v T, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			var zero T
+			v, err = zero, fmt.Errorf("%w: %w", &parseError{Path: "the page", Detail: "parser panicked"}, recoveredPanic(p))
+		}
+	}()
+	return parse(body)
+}
+
 const (
 	detailsRPC = "Ws7gDc"
 	// fallbackDetailsBlock is where every page since Aug 2022 keeps the app,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -319,6 +320,57 @@ func TestPlayParseReviewsRejectMalformedPayload(t *testing.T) {
 		}
 		if len(page.Reviews) != 0 || errorReason(err) != "parse_error" {
 			t.Errorf("%s: %d reviews, reason %q", name, len(page.Reviews), errorReason(err))
+		}
+	}
+}
+
+// poisonParser is today's parser, except that it panics on a page that
+// holds poison: a parser bug one app's page sets off.
+type poisonParser struct{ poison []byte }
+
+func (p poisonParser) details(b []byte) (appDetails, error) {
+	if bytes.Contains(b, p.poison) {
+		var none []int
+		_ = none[len(b)] // index out of range
+	}
+	return storeParser{}.details(b)
+}
+
+func (p poisonParser) reviews(b []byte) (reviewsPage, error) {
+	if bytes.Contains(b, p.poison) {
+		panic("parser bug")
+	}
+	return storeParser{}.reviews(b)
+}
+
+// A page the parser panics on is a parse error of that app (counted as
+// "parser panicked", naming the panic's site); the crawl of the other apps
+// goes on.
+func TestParserPanicIsAParseErrorOfThatApp(t *testing.T) {
+	const bad, good = "com.example.poison", "com.example.fine"
+	rs := newReplayPlayStore(t)
+	rs.setApp(bad, replayApp{Reviews: 20})
+	rs.setApp(good, replayApp{Reviews: 20})
+	ts := newTestPlayStore(t, rs.URL, func(_ *proxyPoolConfig, c *playStoreConfig) { c.Parser = poisonParser{[]byte(bad)} })
+	ctx := context.Background()
+	var perr *parseError
+	_, err := ts.client.Details(ctx, bad, "en", "us")
+	if !errors.As(err, &perr) || perr.reason() != "parser panicked" || !strings.Contains(err.Error(), bad) ||
+		!strings.Contains(err.Error(), "playstore_parse_test.go") || !strings.Contains(err.Error(), "index out of range") {
+		t.Errorf("details of the poisoned app: %v; want a parse error naming the app and the panic", err)
+	}
+	if _, err := ts.client.Reviews(ctx, bad, "en", "us", 100, nil); !errors.As(err, &perr) || perr.reason() != "parser panicked" || !strings.Contains(err.Error(), "parser bug") {
+		t.Errorf("reviews of the poisoned app: %v; want a parse error", err)
+	}
+	if d, err := ts.client.Details(ctx, good, "en", "us"); err != nil || d.Title != "App "+good {
+		t.Errorf("details of the other app: %+v, %v", d, err)
+	}
+	if rv, err := ts.client.Reviews(ctx, good, "en", "us", 100, nil); err != nil || len(rv) != 20 {
+		t.Errorf("reviews of the other app: %d, %v", len(rv), err)
+	}
+	for _, path := range []string{pathStats, pathReviews} {
+		if got := metricValue(t, ts.reg, "playwatch_parse_failures_total", map[string]string{"path": path, "reason": "parser panicked"}); got != 1 {
+			t.Errorf("%s parse failures (parser panicked): %v, want 1", path, got)
 		}
 	}
 }

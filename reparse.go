@@ -386,6 +386,13 @@ func (rp *reparser) page(ctx context.Context, d *rawPageDecoder, r *kgo.Record) 
 	fail := func(reason string) (pageResult, error) {
 		return pageResult{read: 1, failing: kind + ": " + reason}, nil
 	}
+	failParse := func(err error) (pageResult, error) {
+		// A parser bug: the summary counts it, this line says where.
+		if perr := (*panicError)(nil); errors.As(err, &perr) && rp.progress != nil {
+			fmt.Fprintf(rp.progress, "reparse: %s page of %s (%s/%d@%d): %v\n", kind, pkg, r.Topic, r.Partition, r.Offset, err)
+		}
+		return fail(reparseFailureReason(err))
+	}
 	crawledAt, err := time.Parse(time.RFC3339Nano, recordHeader(r, headerCrawledAt))
 	if err != nil || validatePackageName(pkg) != nil {
 		return fail("bad key or " + headerCrawledAt + " header")
@@ -397,9 +404,9 @@ func (rp *reparser) page(ctx context.Context, d *rawPageDecoder, r *kgo.Record) 
 	}
 	res := pageResult{read: 1, parsed: 1}
 	if kind == pageDetails {
-		details, err := rp.parser.details(body)
+		details, err := parseRecovering(rp.parser.details, body)
 		if err != nil {
-			return fail(reparseFailureReason(err))
+			return failParse(err)
 		}
 		details.PackageName = pkg
 		m := appStatsFromDetails(details)
@@ -410,9 +417,9 @@ func (rp *reparser) page(ctx context.Context, d *rawPageDecoder, r *kgo.Record) 
 		}
 		return res, nil
 	}
-	page, err := rp.parser.reviews(body)
+	page, err := parseRecovering(rp.parser.reviews, body)
 	if err != nil {
-		return fail(reparseFailureReason(err))
+		return failParse(err)
 	}
 	msgs := make([]reviewMessage, len(page.Reviews))
 	for i, rv := range page.Reviews {

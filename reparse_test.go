@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,5 +73,34 @@ func TestReparseCountsOnlyTrimmedPagesAsTrimmed(t *testing.T) {
 	})
 	if sum.Trimmed != int64(deleted) || sum.Read != 6-deleted {
 		t.Errorf("a reparse whose range lost %d first pages: %s", deleted, sum)
+	}
+}
+
+// onceParser is today's parser, except that its first call panics.
+type onceParser struct{ calls atomic.Int32 }
+
+func (p *onceParser) details(b []byte) (appDetails, error) { return storeParser{}.details(b) }
+
+func (p *onceParser) reviews(b []byte) (reviewsPage, error) {
+	if p.calls.Add(1) == 1 {
+		panic("parser bug")
+	}
+	return storeParser{}.reviews(b)
+}
+
+// A page whose parse panics is a page that still fails ("parser panicked");
+// the reparse goes on with the others.
+func TestReparseSurvivesAParserPanic(t *testing.T) {
+	_, brokers := newTestBroker(t, t.TempDir())
+	createRawPagesTopic(t, brokers)
+	archiveTestPages(t, brokers, 6)
+	var progress syncBuffer
+	sum := reparseRange(t, brokers, &reparser{parser: &onceParser{}, progress: &progress}, time.Now().Add(-time.Hour), nil)
+	if sum.Read != 6 || sum.Parsed != 5 || sum.Failing["reviews: parser panicked"] != 1 || len(sum.Failing) != 1 {
+		t.Errorf("reparse with a parser that panics once: %s; want 6 read, 5 parsed, 1 failing: parser panicked", sum)
+	}
+	if !strings.Contains(progress.String(), "reparse: reviews page of com.example.part") || !strings.Contains(progress.String(), "reparse_test.go") ||
+		!strings.Contains(progress.String(), "parser bug") {
+		t.Errorf("stderr does not say which page and where the parser panicked:\n%s", progress.String())
 	}
 }

@@ -211,3 +211,13 @@ CREATE TABLE review_read_marks (
     read_at          TIMESTAMPTZ NOT NULL,
     PRIMARY KEY (application_id, country, lang)
 );
+
+-- migration 10: discarded dead letters
+-- `playwatch dlq discard` marks a dead letter that can never be stored: kept
+-- for audit, skipped by dlq list and replay, the status page and the
+-- dashboard unless asked for. discarded_by names who did it (--by, else the
+-- OS user).
+ALTER TABLE dead_letter_events
+    ADD COLUMN discarded_at TIMESTAMPTZ,
+    ADD COLUMN discarded_by TEXT,
+    ADD CONSTRAINT dead_letter_events_discarded_check CHECK ((discarded_at IS NULL) = (discarded_by IS NULL));

@@ -45,10 +45,18 @@ ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`
 // sentimentWriteSQL writes a whole batch in one statement. The hash is taken
 // from the locked row, which is the version that was classified.
 // statement_timestamp() makes every row of one batch share its sentiment_at.
-const sentimentWriteSQL = `UPDATE reviews AS r SET sentiment = u.label, sentiment_model = $3,
+// The model is per row: a review the model failed on gets failedModelPrefix.
+const sentimentWriteSQL = `UPDATE reviews AS r SET sentiment = u.label, sentiment_model = u.model,
 	sentiment_at = statement_timestamp(), sentiment_text_hash = reviews_sentiment_input(r.score, r.content)
-FROM unnest($1::bigint[], $2::text[]) AS u(id, label)
+FROM unnest($1::bigint[], $2::text[], $3::text[]) AS u(id, label, model)
 WHERE r.id = u.id`
+
+// failedModelPrefix marks, in sentiment_model, a review whose
+// classification panicked: it gets the label of its stars alone and its
+// hash, so it leaves the work list instead of failing every batch that
+// claims it; a rescore (its model is not the current one) or a new text
+// brings it back.
+const failedModelPrefix = "failed:"
 
 // sentimentRetryMaxBackoff caps the wait between attempts while the
 // database cannot be reached (fixed).
@@ -71,6 +79,7 @@ type sentimentJob struct {
 	pool    *pgxpool.Pool
 	model   sentimentClassifier
 	version string
+	failed  string // sentiment_model of a review the model failed on
 	cfg     sentimentJobConfig
 	metrics *sentimentMetrics
 	logger  *slog.Logger
@@ -89,7 +98,10 @@ type sentimentJob struct {
 }
 
 func newSentimentJob(pool *pgxpool.Pool, model sentimentClassifier, cfg sentimentJobConfig, reg prometheus.Registerer, logger *slog.Logger) *sentimentJob {
-	return &sentimentJob{pool: pool, model: model, version: model.Version(), cfg: cfg,
+	v := model.Version()
+	failed := failedModelPrefix + v
+	failed = failed[:min(len(failed), 40)] // sentiment_model is VARCHAR(40)
+	return &sentimentJob{pool: pool, model: model, version: v, failed: failed, cfg: cfg,
 		metrics: newSentimentMetrics(reg), logger: logger, clock: systemClock{}}
 }
 
@@ -144,6 +156,7 @@ type scoredRow struct {
 	stars    int
 	storedAt *time.Time
 	result   sentimentResult
+	failed   bool // the model panicked on it: result is its stars' label
 }
 
 // scoreBatch claims, classifies and writes one batch in one transaction and
@@ -177,11 +190,15 @@ func (j *sentimentJob) scoreBatch(ctx context.Context) (int, error) {
 	j.classify(batch)
 	ids := make([]int64, len(batch))
 	labels := make([]string, len(batch))
+	models := make([]string, len(batch))
 	for i, s := range batch {
-		ids[i], labels[i] = s.id, s.result.Label
+		ids[i], labels[i], models[i] = s.id, s.result.Label, j.version
+		if s.failed {
+			models[i] = j.failed
+		}
 	}
 	start := j.clock.Now()
-	tag, err := tx.Exec(ctx, sentimentWriteSQL, ids, labels, j.version)
+	tag, err := tx.Exec(ctx, sentimentWriteSQL, ids, labels, models)
 	if err != nil {
 		return 0, fmt.Errorf("write sentiment: %w", err)
 	}
@@ -197,6 +214,10 @@ func (j *sentimentJob) scoreBatch(ctx context.Context) (int, error) {
 	now := j.clock.Now()
 	j.metrics.batchWrite.Observe(now.Sub(start).Seconds())
 	for _, s := range batch {
+		if s.failed {
+			j.metrics.reviewErrors.Inc()
+			continue
+		}
 		j.metrics.scored.WithLabelValues(s.result.Label, s.result.Lang).Inc()
 		if s.storedAt != nil {
 			j.metrics.latency.Observe(max(now.Sub(*s.storedAt).Seconds(), 0))
@@ -215,11 +236,26 @@ func (j *sentimentJob) classify(batch []scoredRow) {
 		part := batch[lo:min(lo+chunk, len(batch))]
 		wg.Go(func() {
 			for i := range part {
-				part[i].result = j.model.Classify(part[i].text, part[i].stars)
+				j.classifyOne(&part[i])
 			}
 		})
 	}
 	wg.Wait()
+}
+
+// classifyOne labels one review. A panic of the model is that review's
+// failure alone: not recovered, it would end the process, and the batch,
+// claimed again after a restart, would end it again.
+func (j *sentimentJob) classifyOne(s *scoredRow) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.failed = true
+			s.result = fuseSentiment([sentClasses]float64{0, 1, 0}, s.stars, "other")
+			j.logger.Error("sentiment model failed on a review; it keeps the label of its stars until a rescore",
+				"id", s.id, "model", j.version, "label", s.result.Label, "err", recoveredPanic(v))
+		}
+	}()
+	s.result = j.model.Classify(s.text, s.stars)
 }
 
 // refreshBacklog counts the reviews waiting to be scored, when now is true
@@ -301,6 +337,9 @@ type sentimentMetrics struct {
 	// batchErrors counts batches that failed (rolled back, retried); the
 	// backlog gauge alone cannot tell a failing job from a busy one.
 	batchErrors prometheus.Counter
+	// reviewErrors counts reviews the model failed on (written with
+	// failedModelPrefix).
+	reviewErrors prometheus.Counter
 }
 
 func newSentimentMetrics(reg prometheus.Registerer) *sentimentMetrics {
@@ -327,12 +366,16 @@ func newSentimentMetrics(reg prometheus.Registerer) *sentimentMetrics {
 			Name: "playwatch_sentiment_batch_errors_total",
 			Help: "Batches the sentiment job could not claim, write or commit (rolled back and retried with backoff).",
 		}),
+		reviewErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "playwatch_sentiment_review_errors_total",
+			Help: "Reviews the sentiment model failed on (a panic): stored with the label of their stars and sentiment_model failed:<version>, not retried until a rescore or a new text.",
+		}),
 	}
 	for _, label := range []string{"POSITIVE", "NEUTRAL", "NEGATIVE"} {
 		for _, lang := range []string{"fa", "en", "other"} {
 			m.scored.WithLabelValues(label, lang)
 		}
 	}
-	reg.MustRegister(m.scored, m.backlog, m.latency, m.batchWrite, m.batchErrors)
+	reg.MustRegister(m.scored, m.backlog, m.latency, m.batchWrite, m.batchErrors, m.reviewErrors)
 	return m
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -642,5 +643,82 @@ func TestSentimentJobPassStartsAgainAtTheBottom(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT count(*) FROM reviews WHERE `+sentimentTodo); n != 0 {
 		t.Errorf("%d reviews left to score", n)
+	}
+}
+
+// panickyClassifier is the model, except that it panics on a text holding
+// poison: a bug of the model that one review's text sets off.
+type panickyClassifier struct {
+	sentimentClassifier
+	poison string
+}
+
+func (c panickyClassifier) Classify(text string, stars int) sentimentResult {
+	if strings.Contains(text, c.poison) {
+		panic("index out of range [7] with length 7")
+	}
+	return c.sentimentClassifier.Classify(text, stars)
+}
+
+// A review the model panics on is that review's failure alone: it is logged
+// with its id, counted, stored with the label of its stars and
+// sentiment_model failed:<version>, so it leaves the work list; every other
+// review of the batch is scored. A rescore brings it back (and it fails
+// again, without a loop).
+func TestSentimentJobSurvivesAPanicOfTheModel(t *testing.T) {
+	pool := newTestPool(t)
+	ctx := context.Background()
+	insertSentimentReviews(t, pool, "p", 600)
+	const poison = "poison pill"
+	if _, err := pool.Exec(ctx, `UPDATE reviews SET content = $1, score = 1 WHERE review_id = 'p301'`, poison); err != nil {
+		t.Fatal(err)
+	}
+	model, err := loadSentimentModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	var logs syncBuffer
+	j := newSentimentJob(pool, panickyClassifier{model, poison}, sentimentJobConfig{Interval: 20 * time.Millisecond, Batch: 1000}, reg,
+		slog.New(slog.NewTextHandler(&logs, nil)))
+	if sizes := scoreAll(t, j); !slices.Equal(sizes, []int{600}) {
+		t.Fatalf("batches %v, want [600]", sizes)
+	}
+	var id int64
+	var label, modelOf string
+	if err := pool.QueryRow(ctx, `SELECT id, sentiment, sentiment_model FROM reviews WHERE review_id = 'p301'`).Scan(&id, &label, &modelOf); err != nil {
+		t.Fatal(err)
+	}
+	if label != "NEGATIVE" || modelOf != "failed:"+model.Version() {
+		t.Errorf("the poisoned review: %s by %s, want NEGATIVE (1 star) by failed:%s", label, modelOf, model.Version())
+	}
+	if n := count(t, pool, `SELECT count(*) FROM reviews WHERE sentiment_model = $1 AND sentiment IS NOT NULL`, model.Version()); n != 599 {
+		t.Errorf("%d reviews scored by the model, want the other 599", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM reviews WHERE `+sentimentTodo); n != 0 {
+		t.Errorf("%d reviews still on the work list", n)
+	}
+	if got := metricValue(t, reg, "playwatch_sentiment_review_errors_total", nil); got != 1 {
+		t.Errorf("review errors %v, want 1", got)
+	}
+	if got := scoredTotal(t, reg); got != 599 {
+		t.Errorf("scored_total %v, want 599", got)
+	}
+	if !strings.Contains(logs.String(), fmt.Sprintf("id=%d", id)) || !strings.Contains(logs.String(), "index out of range") ||
+		!strings.Contains(logs.String(), "sentiment_job_test.go") {
+		t.Errorf("the log does not name review %d and the panic:\n%s", id, logs.String())
+	}
+	if sizes := scoreAll(t, j); len(sizes) != 0 {
+		t.Errorf("batches after the failure %v: the failed review is retried", sizes)
+	}
+	// rescore --model-older marks it again (its model is not the current one).
+	if n, err := rescoreSentiment(ctx, pool, false, j.version, 100, func(int64, int64) {}); err != nil || n != 1 {
+		t.Fatalf("rescore --model-older: %d, %v; want the failed review", n, err)
+	}
+	if sizes := scoreAll(t, j); !slices.Equal(sizes, []int{1}) {
+		t.Errorf("batches after the rescore %v, want [1]", sizes)
+	}
+	if got := metricValue(t, reg, "playwatch_sentiment_review_errors_total", nil); got != 2 {
+		t.Errorf("review errors after the rescore %v, want 2", got)
 	}
 }

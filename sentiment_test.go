@@ -257,6 +257,36 @@ not json
 	}
 }
 
+// --json reads lines by the API's strict rule: an unknown field, a name
+// given twice, a name in another case and a lone surrogate escape are
+// refused with the line's number; the other lines are classified.
+func TestSentimentClassifyJSONIsStrict(t *testing.T) {
+	out, stderr, err := runClassify(t, `{"text":"Love it","score":5}
+{"text":"Love it","stars":5}
+{"text":"Love it","text":"Hate it"}
+{"Text":"Love it"}
+{"text":"Love it \ud83d"}
+{"text":"Love it \ude00\ud83d"}
+{"text":"Love it \ud83d\ude00","score":5}
+[1]
+{"text":"ok"} {"text":"ok"}
+{"text":5}
+`, "--json")
+	for _, want := range []string{`line 2: unknown field "stars" (known: text, score)`, "line 3: text is given twice",
+		`line 4: unknown field "Text"`, `line 5: holds a lone surrogate \ud83d at byte 17`, `line 6: holds a lone surrogate \ude00`,
+		"line 8: not a JSON object", "line 9: not a JSON object", "line 10: text has the wrong type"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, stderr)
+		}
+	}
+	if err == nil || !strings.Contains(err.Error(), "8 line(s) could not be classified: 2 3 4 5 6 8 9 10") {
+		t.Errorf("err = %v", err)
+	}
+	if rows := decodeClassifyLines(t, out); len(rows) != 2 || rows[0]["label"] != "POSITIVE" || rows[1]["label"] != "POSITIVE" {
+		t.Errorf("want lines 1 and 7 classified, got:\n%s", out)
+	}
+}
+
 func FuzzSentimentClassify(f *testing.F) {
 	for _, s := range []string{"", "عاااالی", "not good", "هیچ مشکلی نداره", "❤️👍🏽", "a\xffb", "می‌شه نمی شه برنامه ها", "ااا\u064bا", "' ' '"} {
 		f.Add(s, 5)

@@ -9,7 +9,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -52,7 +54,8 @@ Without --json each line is the text; with --json each line is an object
 with it the stored label of docs/sentiment.md §4). An empty text is NEUTRAL. Needs no
 database and no broker.
 
-A line that is not valid UTF-8 (or, with --json, not such an object) is reported on stderr
+A line that is not valid UTF-8 (or, with --json, not such an object: another field, a
+name given twice or a lone surrogate escape such as \ud83d are refused) is reported on stderr
 with its number and gets no output line; the other lines are still classified, and the
 exit status is 1 at the end.
 
@@ -155,12 +158,37 @@ func classifyInput(line []byte, asJSON bool) (text string, stars int, err error)
 	if !asJSON || len(bytes.TrimSpace(line)) == 0 {
 		return string(line), 0, nil
 	}
-	var in struct {
-		Text  *string `json:"text"`
-		Score *int    `json:"score"`
+	// The API's strict rule (httpjson.go): no lone surrogates (which
+	// encoding/json turns into U+FFFD without a word), one object, no name
+	// twice, only the known names, matched exactly.
+	var textErr *jsonTextError
+	if err := checkJSONText(line); errors.As(err, &textErr) {
+		return "", 0, fmt.Errorf("holds %s at byte %d: send UTF-8 text", textErr.what, textErr.offset)
 	}
-	if err := json.Unmarshal(line, &in); err != nil {
+	members, err := objectMembers(line)
+	var memberErr *jsonMemberError
+	switch {
+	case errors.As(err, &memberErr):
+		return "", 0, err
+	case err != nil:
 		return "", 0, fmt.Errorf("not a JSON object {\"text\": ..., \"score\": 1..5}: %w", err)
+	}
+	var in struct {
+		Text  *string
+		Score *int
+	}
+	for _, name := range slices.Sorted(maps.Keys(members)) {
+		switch name {
+		case "text":
+			err = decodeField(name, members[name], &in.Text, "a string")
+		case "score":
+			err = decodeField(name, members[name], &in.Score, "an integer 1..5")
+		default:
+			err = fmt.Errorf("unknown field %q (known: text, score)", name)
+		}
+		if err != nil {
+			return "", 0, err
+		}
 	}
 	switch {
 	case in.Text == nil:

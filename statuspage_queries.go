@@ -193,7 +193,7 @@ func loadOverview(ctx context.Context, tx pgx.Tx, now time.Time) ([]overviewApp,
 	return apps, nil
 }
 
-const deadLettersSQL = `SELECT count(*) FROM dead_letter_events WHERE occurred_at >= $1`
+const deadLettersSQL = `SELECT count(*) FROM dead_letter_events WHERE occurred_at >= $1 AND discarded_at IS NULL`
 
 func countDeadLetters(ctx context.Context, tx pgx.Tx, since time.Time) (int64, error) {
 	var n int64
