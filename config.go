@@ -127,7 +127,7 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.TopicPartitions, err = parseInt(v, 1, 10000); return }},
 	{"KAFKA_TOPIC_REPLICATION", "-1", "replication factor of each topic playwatch creates; -1: the broker's default",
 		func(c *Config, v string) (err error) { c.TopicReplication, err = parseReplication(v); return }},
-	{"KAFKA_TOPIC_RETENTION", "", "how long topics keep messages (a Go duration); empty: 168h on KAFKA_BROKERS, 24h on the embedded broker",
+	{"KAFKA_TOPIC_RETENTION", "", "how long topics keep messages (a duration such as 72h or 7d); empty: 168h on KAFKA_BROKERS, 24h on the embedded broker",
 		func(c *Config, v string) (err error) {
 			if v != "" {
 				c.TopicRetention, err = parsePositiveDuration(v)
@@ -470,9 +470,9 @@ func parseReplication(v string) (int, error) {
 }
 
 func parsePositiveDuration(v string) (time.Duration, error) {
-	d, err := time.ParseDuration(v)
+	d, err := parseDuration(v)
 	if err != nil {
-		return 0, errors.New("not a Go duration such as 30s, 5m or 1h")
+		return 0, err
 	}
 	if d <= 0 {
 		return 0, errors.New("must be positive")
@@ -497,9 +497,9 @@ func parseDurations(v string) ([]time.Duration, error) {
 }
 
 func parseDurationUpTo(v string, limit time.Duration) (time.Duration, error) {
-	d, err := time.ParseDuration(v)
+	d, err := parseDuration(v)
 	if err != nil {
-		return 0, errors.New("not a Go duration such as 100ms or 1s")
+		return 0, err
 	}
 	if d < 0 || d > limit {
 		return 0, fmt.Errorf("must be between 0s and %s", limit)

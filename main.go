@@ -520,7 +520,7 @@ func cmdFetch(ctx context.Context, args []string, getenv func(string) string, st
 		fs.StringVar(&lang, "lang", "", "language (hl); default PLAYSTORE_LANG")
 		fs.StringVar(&country, "country", "", "storefront country (gl); default PLAYSTORE_COUNTRY")
 		fs.IntVar(&n, "reviews", 0, "newest reviews to read; default REVIEWS_PER_APP")
-		fs.DurationVar(&maxWait, "max-wait", defaultFetchMaxWait, "give up rather than wait longer than this for a benched egress or a retry; 0: wait as long as it takes")
+		durationVar(fs, &maxWait, "max-wait", defaultFetchMaxWait, "give up rather than wait longer than this for a benched egress or a retry; 0: wait as long as it takes")
 	})
 	if err != nil {
 		return err
