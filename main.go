@@ -575,6 +575,7 @@ func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
+	fmt.Fprintln(stdout, be.schema)
 	return be.shutdown(ctx, cl.cfg.ShutdownTimeout)
 }
 
@@ -642,6 +643,7 @@ type backends struct {
 	// on the embedded broker that of the playwatch that runs it, whose
 	// budget holds the topic).
 	rawArchive bool
+	schema     schemaState // what opening migrated
 	stops      []func(context.Context) error
 }
 
@@ -720,7 +722,7 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 	if be.pool, err = openDatabase(ctx, cfg, logger, be); err != nil {
 		return nil, err
 	}
-	if err := migrate(ctx, be.pool, logger); err != nil {
+	if be.schema, err = migrateSchema(ctx, be.pool, logger); err != nil {
 		return nil, err
 	}
 	if !opts.broker {

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -198,6 +200,40 @@ func TestReadmeListsEverySetting(t *testing.T) {
 	for _, s := range settings {
 		if !strings.Contains(string(b), "`"+s.env+"`") {
 			t.Errorf("README.md does not document %s", s.env)
+		}
+	}
+}
+
+// migrate says the schema version and what it applied, also when there is
+// nothing to apply.
+func TestMigratePrintsTheSchemaVersion(t *testing.T) {
+	ms, err := parseMigrations(schemaSQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testPG.start(); err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("pwt_%d_empty_%d", os.Getpid(), testPG.seq.Add(1))
+	if err := testPG.exec(context.Background(), "CREATE DATABASE "+name+testPG.owner); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = testPG.exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)") })
+	var all []string
+	for _, m := range ms {
+		all = append(all, strconv.Itoa(m.Version))
+	}
+	env := map[string]string{"DATABASE_URL": testPG.urlFor(name), "PLAYWATCH_DATA_DIR": t.TempDir(), "LOG_LEVEL": "warn"}
+	for _, want := range []string{
+		fmt.Sprintf("schema at version %d; applied %s\n", len(ms), strings.Join(all, ", ")),
+		fmt.Sprintf("schema at version %d; nothing to apply\n", len(ms)),
+	} {
+		var out, errOut bytes.Buffer
+		if err := run(context.Background(), []string{"migrate"}, envFunc(env), &out, &errOut); err != nil {
+			t.Fatalf("migrate: %v\n%s", err, errOut.String())
+		}
+		if out.String() != want {
+			t.Errorf("migrate printed %q, want %q", out.String(), want)
 		}
 	}
 }
