@@ -1005,12 +1005,22 @@ func cmdDBURL(args []string, getenv func(string) string, stdout, stderr io.Write
 	if reader {
 		role = pgReaderRole
 	}
-	if r, err := findRunning(cl.cfg.DataDir); err == nil && cl.cfg.DatabaseURL == "" {
-		if !r.ManagedPostgres {
-			return fmt.Errorf("the playwatch that runs on %s uses its DATABASE_URL, not a managed cluster", cl.cfg.DataDir)
-		}
-		cl.cfg.PGListen = r.PGListen // the address the running cluster listens on
+	if cl.cfg.DatabaseURL != "" {
+		return errors.New("DATABASE_URL is set: playwatch uses that database, not a managed cluster")
 	}
+	// Like every command that attaches: the URL of a cluster that runs, at
+	// the address it listens on, or none.
+	r, err := findRunning(cl.cfg.DataDir)
+	if errors.Is(err, errNotRunning) {
+		return fmt.Errorf("%w: start `playwatch run` on it, or point PLAYWATCH_DATA_DIR at the data directory of a running playwatch", err)
+	}
+	if err != nil {
+		return err
+	}
+	if !r.ManagedPostgres {
+		return fmt.Errorf("the playwatch that runs on %s uses its DATABASE_URL, not a managed cluster", cl.cfg.DataDir)
+	}
+	cl.cfg.PGListen = r.PGListen
 	u, err := managedClusterURL(cl.cfg, role)
 	if err != nil {
 		return err

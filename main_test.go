@@ -237,3 +237,32 @@ func TestMigratePrintsTheSchemaVersion(t *testing.T) {
 		}
 	}
 }
+
+// db-url, like every command that attaches, refuses a data directory on
+// which no playwatch runs: its URL would name a cluster that is not there.
+func TestDBURLNeedsARunningPlaywatch(t *testing.T) {
+	dir := filepath.Join(tempDataDir(t), "data")
+	// What a playwatch that ran once leaves: a cluster's passwords.
+	if err := os.MkdirAll(filepath.Join(dir, "postgres"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadPasswords(pgPassFile(filepath.Join(dir, "postgres")), managedDatabase); err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range []map[string]string{
+		{"PLAYWATCH_DATA_DIR": dir},
+		{"PLAYWATCH_DATA_DIR": dir, "PLAYWATCH_PG_LISTEN": "127.0.0.1:5433"},
+	} {
+		for _, args := range [][]string{{"db-url"}, {"db-url", "--reader"}} {
+			var out, errOut bytes.Buffer
+			err := run(context.Background(), args, envFunc(env), &out, &errOut)
+			if !errors.Is(err, errNotRunning) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "playwatch run") || out.Len() > 0 {
+				t.Errorf("%q with %v and no playwatch running: %v, printed %q", args, env, err, out.String())
+			}
+		}
+	}
+	env := map[string]string{"PLAYWATCH_DATA_DIR": dir, "DATABASE_URL": "postgres://u@db.example/playwatch"}
+	if err := run(context.Background(), []string{"db-url"}, envFunc(env), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "DATABASE_URL is set") {
+		t.Errorf("db-url with DATABASE_URL: %v", err)
+	}
+}
