@@ -355,11 +355,11 @@ func (c Config) checkRegistryExposure() error {
 	return nil
 }
 
-// printSettings writes the table of environment variables for --help.
-func printSettings(w io.Writer) {
-	fmt.Fprintln(w, "Environment variables (a flag of the same name overrides each, e.g. --http-addr):")
+// printSettings writes the table of the environment variables in list,
+// for --help.
+func printSettings(w io.Writer, list []setting) {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
-	for _, s := range settings {
+	for _, s := range list {
 		def := s.def
 		if def == "" {
 			def = `""`
@@ -381,6 +381,73 @@ func (c Config) topicRetention(embedded bool) time.Duration {
 	default:
 		return 7 * 24 * time.Hour
 	}
+}
+
+// settingGroups are the settings each part of playwatch reads. Every
+// setting is in one group; a command's --help lists those it reads
+// (commandSettings), `playwatch --help` them all.
+var settingGroups = map[string][]string{
+	"logging":  {"LOG_LEVEL", "LOG_FORMAT"},
+	"services": {"PLAYWATCH_DATA_DIR", "DATABASE_URL", "PLAYWATCH_SHUTDOWN_TIMEOUT"},
+	// What `run` reads to run the managed services and to serve HTTP.
+	"managed postgres": {"PLAYWATCH_PG_LISTEN", "PLAYWATCH_PG_USER"},
+	"embedded broker":  {"PLAYWATCH_BROKER_ADDR", "PLAYWATCH_BROKER_FSYNC", "PLAYWATCH_BROKER_MAX_BYTES"},
+	"http":             {"PLAYWATCH_HTTP_ADDR", "REGISTRY_TOKEN", "STATUS_PAGE_TOKEN", "APP_GAUGES_INTERVAL"},
+	"kafka": {"KAFKA_BROKERS", "KAFKA_TOPIC_PARTITIONS", "KAFKA_TOPIC_REPLICATION", "KAFKA_TOPIC_RETENTION", "RAW_ARCHIVE", "KAFKA_RAW_RETENTION",
+		"KAFKA_TLS", "KAFKA_TLS_CA_FILE", "KAFKA_TLS_CERT_FILE", "KAFKA_TLS_KEY_FILE", "KAFKA_TLS_SERVER_NAME",
+		"KAFKA_SASL_MECHANISM", "KAFKA_SASL_USERNAME", "KAFKA_SASL_USERNAME_FILE", "KAFKA_SASL_PASSWORD", "KAFKA_SASL_PASSWORD_FILE"},
+	"producer": {"KAFKA_ACKS", "KAFKA_IDEMPOTENT", "KAFKA_PRODUCE_RETRIES", "KAFKA_RETRY_BACKOFF", "KAFKA_REQUEST_TIMEOUT", "KAFKA_DELIVERY_TIMEOUT", "PUBLISH_RETRY_DELAYS"},
+	// What fetch reads of the crawler's settings: one app, one locale.
+	"play store": {"PLAYSTORE_URL", "PROXIES", "RATE_LIMIT_REQUESTS", "RATE_LIMIT_PERIOD", "EGRESS_MIN_GAP", "EGRESS_MAX_IN_FLIGHT",
+		"PLAYSTORE_LANG", "PLAYSTORE_COUNTRY", "REVIEWS_PER_APP", "CRAWL_APP_TIMEOUT"},
+	"crawl": {"PLAYSTORE_IRAN_LANG", "PLAYSTORE_IRAN_COUNTRY", "CRAWL_INTERVAL", "CRAWL_WORKERS", "REVIEWS_FULL_SYNC_INTERVAL", "CRAWL_NEW_APP_CHECK",
+		"SCHEDULER_LEASE", "CRAWL_JOBS_GROUP"},
+	"consumer": {"CONSUMER_GROUP", "CONSUMER_MAX_POLL_RECORDS", "CONSUMER_LINGER", "CONSUMER_WRITERS", "CONSUMER_MAX_RECORD_BYTES",
+		"CONSUMER_RETRY_MAX_BACKOFF"},
+	"sentiment": {"SENTIMENT_INTERVAL", "SENTIMENT_BATCH"},
+}
+
+// commandSettings says what each command (by its name in
+// parseCommandLine) reads: groups of settingGroups, or single settings.
+var commandSettings = map[string][]string{
+	"run": {"logging", "services", "managed postgres", "embedded broker", "http", "kafka", "producer", "play store", "crawl",
+		"consumer", "sentiment"},
+	"crawl":             {"logging", "services", "kafka", "producer", "play store", "crawl"},
+	"fetch":             {"logging", "play store"},
+	"migrate":           {"logging", "services"},
+	"pcap":              {"logging", "services", "kafka", "producer"},
+	"dlq list":          {"logging", "services"},
+	"dlq replay":        {"logging", "services", "CONSUMER_GROUP", "CONSUMER_MAX_RECORD_BYTES"},
+	"sentiment run":     {"logging", "services", "sentiment"},
+	"sentiment rescore": {"logging", "services"},
+	"reparse":           {"logging", "services", "kafka", "producer"},
+	"db-url":            {"PLAYWATCH_DATA_DIR", "DATABASE_URL"},
+}
+
+// commandSettingList is what a command reads, in the order of settings;
+// every setting for a command commandSettings does not know.
+func commandSettingList(command string) []setting {
+	reads, ok := commandSettings[command]
+	if !ok {
+		return settings
+	}
+	want := map[string]bool{}
+	for _, r := range reads {
+		if g, ok := settingGroups[r]; ok {
+			for _, env := range g {
+				want[env] = true
+			}
+		} else {
+			want[r] = true
+		}
+	}
+	var out []setting
+	for _, s := range settings {
+		if want[s.env] {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // isSecretSetting: the value of the variable never appears in a message.

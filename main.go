@@ -47,21 +47,39 @@ func main() {
 	}()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	cancel()
-	var uerr usageError
-	switch {
-	case errors.As(err, &uerr):
-		fmt.Fprintln(os.Stderr, "playwatch:", err)
-		os.Exit(2)
-	case err != nil:
-		fmt.Fprintln(os.Stderr, "playwatch:", err)
-		os.Exit(1)
+	os.Exit(exitStatus(err, os.Stderr))
+}
+
+// exitStatus reports what run returned on stderr, the error first, and is
+// the exit status for it: 2 for a wrong command line, 1 for another error.
+func exitStatus(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
 	}
+	fmt.Fprintln(stderr, "playwatch:", err)
+	var herr helpError
+	if errors.As(err, &herr) {
+		fmt.Fprint(stderr, "\n"+herr.help)
+	}
+	var uerr usageError
+	if errors.As(err, &uerr) {
+		return 2
+	}
+	return 1
 }
 
 // usageError is a wrong command line; main exits with status 2 for it.
 type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
+
+// helpError is a usage error that main follows with help, after the error.
+type helpError struct {
+	usageError
+	help string
+}
+
+func (e helpError) Unwrap() error { return e.usageError }
 
 const usageText = `playwatch watches Google Play apps: a registry, an hourly crawler, Kafka and PostgreSQL.
 
@@ -83,7 +101,8 @@ Usage:
   playwatch db-url [--reader]                print a URL of the managed PostgreSQL (for psql, dashboards)
   playwatch version                          print the version and exit
 
-Every command takes the flags listed below; 'playwatch COMMAND --help' shows its own flags too.
+Each environment variable ('playwatch --help' lists them) has a flag that overrides it;
+'playwatch COMMAND --help' shows a command's own flags and the variables it reads.
 `
 
 // run is the whole program; main only adds the process: signals, exit codes.
@@ -96,8 +115,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 func runCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usageText)
-		return usageError{"no command given"}
+		return helpError{usageError{"no command given"}, usageText}
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "run":
@@ -124,11 +142,11 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usageText)
 		fmt.Fprintln(stdout)
-		printSettings(stdout)
+		fmt.Fprintln(stdout, "Environment variables (a flag of the same name overrides each, e.g. --http-addr):")
+		printSettings(stdout, settings)
 		return nil
 	default:
-		fmt.Fprint(stderr, usageText)
-		return usageError{fmt.Sprintf("unknown command %q", cmd)}
+		return helpError{usageError{fmt.Sprintf("unknown command %q", cmd)}, usageText}
 	}
 }
 
@@ -162,7 +180,8 @@ func parseCommandLine(name, synopsis string, args []string, getenv func(string) 
 			}
 		})
 		fmt.Fprintln(&usage)
-		printSettings(&usage)
+		fmt.Fprintln(&usage, "Environment variables it reads (a flag of the same name overrides each; 'playwatch --help' lists all):")
+		printSettings(&usage, commandSettingList(name))
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

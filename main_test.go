@@ -204,6 +204,128 @@ func TestReadmeListsEverySetting(t *testing.T) {
 	}
 }
 
+// Every setting is in one group of settingGroups, and what a command
+// declares it reads names groups or settings that exist.
+func TestSettingGroups(t *testing.T) {
+	known := map[string]bool{}
+	for _, s := range settings {
+		known[s.env] = true
+	}
+	in := map[string]string{}
+	for g, envs := range settingGroups {
+		for _, env := range envs {
+			if !known[env] {
+				t.Errorf("settingGroups[%q] names %s, which is no setting", g, env)
+			}
+			if other, ok := in[env]; ok {
+				t.Errorf("%s is in the groups %q and %q", env, other, g)
+			}
+			in[env] = g
+		}
+	}
+	for _, s := range settings {
+		if _, ok := in[s.env]; !ok {
+			t.Errorf("%s is in no group of settingGroups (config.go): add it to the group of the part that reads it", s.env)
+		}
+	}
+	for cmd, reads := range commandSettings {
+		for _, r := range reads {
+			if _, ok := settingGroups[r]; !ok && !known[r] {
+				t.Errorf("commandSettings[%q] names %q, neither a group nor a setting", cmd, r)
+			}
+		}
+	}
+}
+
+// A command's --help lists its flags and the variables it reads, no
+// others; `playwatch --help` lists them all.
+func TestCommandHelpListsTheSettingsItReads(t *testing.T) {
+	listed := func(help string) []string {
+		var envs []string
+		for _, line := range strings.Split(help, "\n") {
+			if f := strings.Fields(line); strings.HasPrefix(line, "  ") && len(f) > 0 && f[0] == strings.ToUpper(f[0]) && !strings.HasPrefix(f[0], "-") {
+				envs = append(envs, f[0])
+			}
+		}
+		return envs
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"--help"}, envFunc(nil), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if got := listed(out.String()); len(got) != len(settings) {
+		t.Errorf("playwatch --help lists %d variables, want all %d", len(got), len(settings))
+	}
+	for cmd := range commandSettings {
+		out.Reset()
+		if err := run(context.Background(), append(strings.Fields(cmd), "--help"), envFunc(nil), &out, io.Discard); err != nil {
+			t.Fatalf("%s --help: %v", cmd, err)
+		}
+		var want []string
+		for _, s := range commandSettingList(cmd) {
+			want = append(want, s.env)
+		}
+		if got := listed(out.String()); strings.Join(got, " ") != strings.Join(want, " ") || cmd != "run" && len(got) >= len(settings) {
+			t.Errorf("%s --help lists %v, want %v:\n%s", cmd, got, want, out.String())
+		}
+	}
+	for _, c := range []struct {
+		cmd       []string
+		has, lack []string
+	}{
+		{[]string{"fetch"}, []string{"--max-wait", "PLAYSTORE_URL", "PROXIES", "REVIEWS_PER_APP"}, []string{"DATABASE_URL", "KAFKA_BROKERS", "CRAWL_INTERVAL"}},
+		{[]string{"migrate"}, []string{"DATABASE_URL", "PLAYWATCH_DATA_DIR"}, []string{"KAFKA_BROKERS", "PROXIES", "SENTIMENT_BATCH"}},
+		{[]string{"db-url"}, []string{"--reader", "PLAYWATCH_DATA_DIR"}, []string{"LOG_LEVEL", "KAFKA_BROKERS"}},
+		{[]string{"dlq", "replay"}, []string{"--all", "CONSUMER_MAX_RECORD_BYTES"}, []string{"CONSUMER_LINGER", "KAFKA_BROKERS"}},
+		{[]string{"run"}, []string{"--roles", "PLAYWATCH_HTTP_ADDR", "SENTIMENT_BATCH", "KAFKA_SASL_PASSWORD"}, nil},
+	} {
+		out.Reset()
+		if err := run(context.Background(), append(c.cmd, "--help"), envFunc(nil), &out, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range c.has {
+			if !strings.Contains(out.String(), "  "+s) {
+				t.Errorf("%s --help lacks %s", c.cmd, s)
+			}
+		}
+		for _, s := range c.lack {
+			if strings.Contains(out.String(), s) {
+				t.Errorf("%s --help lists %s, which it does not read", c.cmd, s)
+			}
+		}
+	}
+}
+
+// An unknown command: its error comes first, then the help; exit status 2.
+func TestUnknownCommandErrorFirst(t *testing.T) {
+	for _, args := range [][]string{{"frobnicate"}, nil} {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), args, envFunc(nil), &out, &errOut)
+		if out.Len() > 0 || errOut.Len() > 0 {
+			t.Errorf("%q printed before its error:\nstdout: %s\nstderr: %s", args, out.String(), errOut.String())
+		}
+		var shown bytes.Buffer
+		if code := exitStatus(err, &shown); code != 2 {
+			t.Errorf("%q: exit status %d, want 2", args, code)
+		}
+		first, rest, _ := strings.Cut(shown.String(), "\n")
+		want := `playwatch: unknown command "frobnicate"`
+		if args == nil {
+			want = "playwatch: no command given"
+		}
+		if first != want || !strings.Contains(rest, "Usage:") || !strings.Contains(rest, "playwatch db-url") {
+			t.Errorf("%q shows:\n%s", args, shown.String())
+		}
+	}
+	var shown bytes.Buffer
+	if code := exitStatus(errors.New("broken"), &shown); code != 1 || shown.String() != "playwatch: broken\n" {
+		t.Errorf("another error: status %d, %q", code, shown.String())
+	}
+	if code := exitStatus(nil, &shown); code != 0 {
+		t.Errorf("no error: status %d", code)
+	}
+}
+
 // migrate says the schema version and what it applied, also when there is
 // nothing to apply.
 func TestMigratePrintsTheSchemaVersion(t *testing.T) {
