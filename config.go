@@ -1,6 +1,8 @@
 package main
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +11,8 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -71,6 +75,10 @@ type Config struct {
 	// Sentiment job (sentiment_job.go).
 	SentimentInterval time.Duration
 	SentimentBatch    int
+
+	// secrets are what redact hides: the values of the secret settings and
+	// the passwords in the others (settingSecrets).
+	secrets []string
 }
 
 // setting binds one environment variable to a Config field. The flag name is
@@ -313,29 +321,43 @@ func bindConfigFlags(fs *flag.FlagSet) configFlags {
 // loadConfig builds the Config from defaults, the environment and the flags
 // that were set, in that order of precedence, and validates it. Every error
 // names the variable that is wrong.
-func loadConfig(getenv func(string) string, fs *flag.FlagSet, cf configFlags) (Config, error) {
+func loadConfig(getenv func(string) string, fs *flag.FlagSet, cf configFlags) (_ Config, err error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var c Config
-	for _, s := range settings {
-		v, from := s.def, "default"
+	values, from := make([]string, len(settings)), make([]string, len(settings))
+	for i, s := range settings {
+		values[i], from[i] = s.def, "default"
 		if e := getenv(s.env); e != "" {
-			v, from = e, "environment"
+			values[i], from[i] = e, "environment"
 		}
 		if set[s.flagName()] {
-			v, from = *cf[s.env], "--"+s.flagName()
+			values[i], from[i] = *cf[s.env], "--"+s.flagName()
 		}
-		if err := s.apply(&c, v); err != nil {
-			shown := strconv.Quote(v)
+		c.secrets = append(c.secrets, settingSecrets(s.env, values[i])...)
+	}
+	// A parser's error may quote the value (url.Parse does): none shows a
+	// secret.
+	secrets := redactable(c.secrets)
+	defer func() {
+		if err != nil {
+			err = errors.New(Config{secrets: secrets}.redact(err.Error()))
+		}
+	}()
+	for i, s := range settings {
+		if err := s.apply(&c, values[i]); err != nil {
+			shown := strconv.Quote(maskPasswords(values[i]))
 			if isSecretSetting(s.env) {
 				shown = "(not shown)"
 			}
-			return Config{}, fmt.Errorf("invalid %s=%s (from %s): %w", s.env, shown, from, err)
+			return Config{}, fmt.Errorf("invalid %s=%s (from %s): %w", s.env, shown, from[i], err)
 		}
 	}
 	if err := c.Kafka.finish(); err != nil {
 		return Config{}, err
 	}
+	// Read from KAFKA_SASL_PASSWORD_FILE, perhaps.
+	c.secrets = redactable(append(c.secrets, settingSecrets("KAFKA_SASL_PASSWORD", c.Kafka.SASLPassword)...))
 	if c.ReviewsFullSyncInterval != 0 && c.ReviewsFullSyncInterval < c.CrawlInterval {
 		return Config{}, fmt.Errorf("REVIEWS_FULL_SYNC_INTERVAL=%s is shorter than CRAWL_INTERVAL=%s: set it to 0s to read every app's reviews in full every cycle, or to at least %s",
 			c.ReviewsFullSyncInterval, c.CrawlInterval, c.CrawlInterval)
@@ -453,6 +475,191 @@ func commandSettingList(command string) []setting {
 // isSecretSetting: the value of the variable never appears in a message.
 func isSecretSetting(env string) bool {
 	return strings.HasSuffix(env, "_PASSWORD") || strings.HasSuffix(env, "_TOKEN")
+}
+
+// passwordMask stands for a password in what playwatch shows.
+const passwordMask = "xxxxx"
+
+// minRedactedLen: a known secret shorter than this is not replaced
+// wherever it occurs (it would garble every message); maskPasswords still
+// masks it where it stands as a password.
+const minRedactedLen = 4
+
+// settingSecrets are the secrets of a setting's value: all of it for a
+// secret setting, else the passwords of the URLs (or key=value connection
+// strings) it holds.
+func settingSecrets(env, v string) []string {
+	if v == "" {
+		return nil
+	}
+	if isSecretSetting(env) {
+		return []string{v}
+	}
+	return urlPasswords(v)
+}
+
+var passwordParam = regexp.MustCompile(`(?i)(^|[?&\s])(?:ssl)?password=('[^']*'|[^&\s#]*)`)
+
+// urlPasswords are the passwords in v, a URL, a list of URLs or a
+// key=value connection string, as written and unescaped. For a URL that
+// does not parse every reading of its user info counts: the part before the
+// first '/' or '@', and the part before the last '@'.
+func urlPasswords(v string) []string {
+	var out []string
+	add := func(pw string) {
+		if pw == "" {
+			return
+		}
+		out = append(out, pw)
+		for _, unescape := range []func(string) (string, error){url.PathUnescape, url.QueryUnescape} {
+			if u, err := unescape(pw); err == nil && u != pw {
+				out = append(out, u)
+			}
+		}
+	}
+	for _, part := range append(strings.Split(v, ","), v) {
+		p := part
+		if i := strings.Index(p, "://"); i >= 0 {
+			p = p[i+3:]
+		}
+		if i := strings.IndexAny(p, "@/"); i >= 0 && p[i] == '@' {
+			_, pw, _ := strings.Cut(p[:i], ":")
+			add(pw)
+		}
+		q, _, _ := strings.Cut(p, "?")
+		if i := strings.LastIndex(q, "@"); i >= 0 {
+			_, pw, _ := strings.Cut(q[:i], ":")
+			add(pw)
+		}
+	}
+	for _, m := range passwordParam.FindAllStringSubmatch(v, -1) {
+		add(strings.Trim(m[2], "'"))
+	}
+	return out
+}
+
+var (
+	// userInfoPassword is the password of user info in a URL, or of a
+	// user:password@host of a URL without its scheme.
+	userInfoPassword = regexp.MustCompile("(^|[\\s\"'`(=,;<]|//)([^\\s:@/\"'`,;<>]*):([^\\s@\"'`,;<>/][^\\s@\"'`,;<>]*)@")
+	// passwordValue is a password parameter of a URL or connection string.
+	passwordValue = regexp.MustCompile(`(?i)\b((?:ssl)?password)=('[^']*'|[^\s&#'"` + "`" + `]+)`)
+)
+
+// maskPasswords masks what stands as a password in s: the user info of a
+// URL (user:xxxxx@) and password= and sslpassword= parameters.
+func maskPasswords(s string) string {
+	s = userInfoPassword.ReplaceAllString(s, "${1}${2}:"+passwordMask+"@")
+	return passwordValue.ReplaceAllString(s, "${1}="+passwordMask)
+}
+
+// redactable are the secrets redact replaces: those long enough, each
+// once, the longest first (a secret may hold another).
+func redactable(secrets []string) []string {
+	secrets = slices.DeleteFunc(slices.Clone(secrets), func(s string) bool { return len(s) < minRedactedLen })
+	slices.SortFunc(secrets, func(a, b string) int { return cmp.Or(len(b)-len(a), strings.Compare(a, b)) })
+	return slices.Compact(secrets)
+}
+
+// redact is s without c's secrets, and with whatever stands as a password
+// masked: for every message, log line and /readyz body.
+func (c Config) redact(s string) string {
+	for _, sec := range c.secrets {
+		s = strings.ReplaceAll(s, sec, passwordMask)
+	}
+	return maskPasswords(s)
+}
+
+// redactingHandler is a log handler whose lines are redacted (Config.redact).
+type redactingHandler struct {
+	slog.Handler
+	cfg Config
+}
+
+func (h redactingHandler) Handle(ctx context.Context, r slog.Record) error {
+	out := slog.NewRecord(r.Time, r.Level, h.cfg.redact(r.Message), r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		out.AddAttrs(h.redactAttr(a))
+		return true
+	})
+	return h.Handler.Handle(ctx, out)
+}
+
+func (h redactingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	red := make([]slog.Attr, len(attrs))
+	for i, a := range attrs {
+		red[i] = h.redactAttr(a)
+	}
+	return redactingHandler{h.Handler.WithAttrs(red), h.cfg}
+}
+
+func (h redactingHandler) WithGroup(name string) slog.Handler {
+	return redactingHandler{h.Handler.WithGroup(name), h.cfg}
+}
+
+func (h redactingHandler) redactAttr(a slog.Attr) slog.Attr {
+	v := a.Value.Resolve()
+	switch v.Kind() {
+	case slog.KindString:
+		return slog.String(a.Key, h.cfg.redact(v.String()))
+	case slog.KindGroup:
+		attrs := v.Group()
+		red := make([]slog.Attr, len(attrs))
+		for i, ga := range attrs {
+			red[i] = h.redactAttr(ga)
+		}
+		return slog.Attr{Key: a.Key, Value: slog.GroupValue(red...)}
+	case slog.KindAny:
+		// An error, a list of addresses…: kept as it is unless its text
+		// holds a secret.
+		text := fmt.Sprint(v.Any())
+		if red := h.cfg.redact(text); red != text {
+			return slog.String(a.Key, red)
+		}
+	}
+	return slog.Attr{Key: a.Key, Value: v}
+}
+
+// redactChecks makes the /readyz body of each check's error redacted.
+func redactChecks(cfg Config, checks []readinessCheck) {
+	for i, c := range checks {
+		check := c.check
+		checks[i].check = func(ctx context.Context) error {
+			if err := check(ctx); err != nil {
+				return errors.New(cfg.redact(err.Error()))
+			}
+			return nil
+		}
+	}
+}
+
+// commandSecrets are the secrets of a command line and its environment,
+// found before (and whether or not) its config loads: run redacts the
+// error it returns with them.
+func commandSecrets(args []string, getenv func(string) string) Config {
+	var c Config
+	byFlag := map[string]string{}
+	for _, s := range settings {
+		byFlag[s.flagName()] = s.env
+		c.secrets = append(c.secrets, settingSecrets(s.env, getenv(s.env))...)
+	}
+	for i, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			c.secrets = append(c.secrets, urlPasswords(a)...)
+			continue
+		}
+		name, v, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		env, ok := byFlag[name]
+		if !ok {
+			continue
+		}
+		if !hasValue && i+1 < len(args) {
+			v = args[i+1]
+		}
+		c.secrets = append(c.secrets, settingSecrets(env, v)...)
+	}
+	c.secrets = redactable(c.secrets)
+	return c
 }
 
 // parseOnOff reads a switch: on or off (true and false too).

@@ -107,11 +107,28 @@ Each environment variable ('playwatch --help' lists them) has a flag that overri
 
 // run is the whole program; main only adds the process: signals, exit codes.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if err := runCommand(ctx, args, getenv, stdout, stderr); !errors.Is(err, errHelp) {
-		return err
+	err := runCommand(ctx, args, getenv, stdout, stderr)
+	switch {
+	case errors.Is(err, errHelp):
+		return nil // a command's --help printed its usage
+	case err != nil:
+		// Whatever an error quotes (a library's error may quote a URL it
+		// could not read), no secret of the settings shows.
+		if text := commandSecrets(args, getenv).redact(err.Error()); text != err.Error() {
+			return redactedError{err, text}
+		}
 	}
-	return nil // a command's --help printed its usage
+	return err
 }
+
+// redactedError is an error whose text had secrets, shown without them.
+type redactedError struct {
+	err  error
+	text string
+}
+
+func (e redactedError) Error() string { return e.text }
+func (e redactedError) Unwrap() error { return e.err }
 
 func runCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -223,10 +240,11 @@ func isBoolFlag(v flag.Value) bool {
 
 func newLogger(cfg Config, w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
+	var h slog.Handler = slog.NewTextHandler(w, opts)
 	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		h = slog.NewJSONHandler(w, opts)
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(redactingHandler{h, cfg})
 }
 
 // allRoles are what `run --roles` can pick.
@@ -388,6 +406,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		}
 		unpublish = up
 	}
+	redactChecks(cfg, checks)
 	srv := newHTTPServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, status, checks))
 	startRole("http", func(ctx context.Context) error {
 		go func() {
@@ -724,7 +743,7 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 			logger.Warn("the playwatch that runs on the data directory is another version", "its_version", r.Version, "version", version)
 		}
 		logger.Info("using the services of the playwatch that runs on the data directory", "data_dir", cfg.DataDir, "pid", r.PID,
-			"database", withoutPassword(cfg.DatabaseURL), "brokers", cfg.KafkaBrokers)
+			"database", maskPasswords(cfg.DatabaseURL), "brokers", cfg.KafkaBrokers)
 	default:
 		release, err := lockDataDir(cfg.DataDir)
 		if err != nil {
@@ -890,7 +909,9 @@ func openDatabase(ctx context.Context, cfg Config, logger *slog.Logger, be *back
 	}
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+		// Its text may quote the URL, password and all: only the redacted
+		// text is kept.
+		return nil, fmt.Errorf("DATABASE_URL: %s", cfg.redact(err.Error()))
 	}
 	be.databaseURL = dsn
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
