@@ -1,6 +1,8 @@
 package main
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +12,8 @@ import (
 	"net/netip"
 	"net/url"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -77,6 +81,10 @@ type Config struct {
 	// Status page reads (statuspage.go), on their own connections.
 	ReadStatementTimeout time.Duration // READ_STATEMENT_TIMEOUT
 	StatusPageMaxRenders int           // STATUS_PAGE_MAX_RENDERS
+
+	// secrets are what redact hides: the values of the secret settings and
+	// the passwords in the others (settingSecrets).
+	secrets []string
 }
 
 // setting binds one environment variable to a Config field. The flag name is
@@ -145,7 +153,7 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.TopicPartitions, err = parseInt(v, 1, 10000); return }},
 	{"KAFKA_TOPIC_REPLICATION", "-1", "replication factor of each topic playwatch creates; -1: the broker's default",
 		func(c *Config, v string) (err error) { c.TopicReplication, err = parseReplication(v); return }},
-	{"KAFKA_TOPIC_RETENTION", "", "how long topics keep messages (a Go duration); empty: 168h on KAFKA_BROKERS, 24h on the embedded broker",
+	{"KAFKA_TOPIC_RETENTION", "", "how long topics keep messages (a duration such as 72h or 7d); empty: 168h on KAFKA_BROKERS, 24h on the embedded broker",
 		func(c *Config, v string) (err error) {
 			if v != "" {
 				c.TopicRetention, err = parsePositiveDuration(v)
@@ -331,29 +339,43 @@ func bindConfigFlags(fs *flag.FlagSet) configFlags {
 // loadConfig builds the Config from defaults, the environment and the flags
 // that were set, in that order of precedence, and validates it. Every error
 // names the variable that is wrong.
-func loadConfig(getenv func(string) string, fs *flag.FlagSet, cf configFlags) (Config, error) {
+func loadConfig(getenv func(string) string, fs *flag.FlagSet, cf configFlags) (_ Config, err error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var c Config
-	for _, s := range settings {
-		v, from := s.def, "default"
+	values, from := make([]string, len(settings)), make([]string, len(settings))
+	for i, s := range settings {
+		values[i], from[i] = s.def, "default"
 		if e := getenv(s.env); e != "" {
-			v, from = e, "environment"
+			values[i], from[i] = e, "environment"
 		}
 		if set[s.flagName()] {
-			v, from = *cf[s.env], "--"+s.flagName()
+			values[i], from[i] = *cf[s.env], "--"+s.flagName()
 		}
-		if err := s.apply(&c, v); err != nil {
-			shown := strconv.Quote(v)
+		c.secrets = append(c.secrets, settingSecrets(s.env, values[i])...)
+	}
+	// A parser's error may quote the value (url.Parse does): none shows a
+	// secret.
+	secrets := redactable(c.secrets)
+	defer func() {
+		if err != nil {
+			err = errors.New(Config{secrets: secrets}.redact(err.Error()))
+		}
+	}()
+	for i, s := range settings {
+		if err := s.apply(&c, values[i]); err != nil {
+			shown := strconv.Quote(maskPasswords(values[i]))
 			if isSecretSetting(s.env) {
 				shown = "(not shown)"
 			}
-			return Config{}, fmt.Errorf("invalid %s=%s (from %s): %w", s.env, shown, from, err)
+			return Config{}, fmt.Errorf("invalid %s=%s (from %s): %w", s.env, shown, from[i], err)
 		}
 	}
 	if err := c.Kafka.finish(); err != nil {
 		return Config{}, err
 	}
+	// Read from KAFKA_SASL_PASSWORD_FILE, perhaps.
+	c.secrets = redactable(append(c.secrets, settingSecrets("KAFKA_SASL_PASSWORD", c.Kafka.SASLPassword)...))
 	if c.ReviewsFullSyncInterval != 0 && c.ReviewsFullSyncInterval < c.CrawlInterval {
 		return Config{}, fmt.Errorf("REVIEWS_FULL_SYNC_INTERVAL=%s is shorter than CRAWL_INTERVAL=%s: set it to 0s to read every app's reviews in full every cycle, or to at least %s",
 			c.ReviewsFullSyncInterval, c.CrawlInterval, c.CrawlInterval)
@@ -373,11 +395,11 @@ func (c Config) checkRegistryExposure() error {
 	return nil
 }
 
-// printSettings writes the table of environment variables for --help.
-func printSettings(w io.Writer) {
-	fmt.Fprintln(w, "Environment variables (a flag of the same name overrides each, e.g. --http-addr):")
+// printSettings writes the table of the environment variables in list,
+// for --help.
+func printSettings(w io.Writer, list []setting) {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
-	for _, s := range settings {
+	for _, s := range list {
 		def := s.def
 		if def == "" {
 			def = `""`
@@ -401,9 +423,263 @@ func (c Config) topicRetention(embedded bool) time.Duration {
 	}
 }
 
+// settingGroups are the settings each part of playwatch reads. Every
+// setting is in one group; a command's --help lists those it reads
+// (commandSettings), `playwatch --help` them all.
+var settingGroups = map[string][]string{
+	"logging":  {"LOG_LEVEL", "LOG_FORMAT"},
+	"services": {"PLAYWATCH_DATA_DIR", "DATABASE_URL", "PLAYWATCH_SHUTDOWN_TIMEOUT"},
+	// What `run` reads to run the managed services and to serve HTTP.
+	"managed postgres": {"PLAYWATCH_PG_LISTEN", "PLAYWATCH_PG_WRITER_FROM", "PLAYWATCH_PG_USER"},
+	"embedded broker":  {"PLAYWATCH_BROKER_ADDR", "PLAYWATCH_BROKER_FSYNC", "PLAYWATCH_BROKER_MAX_BYTES"},
+	"http": {"PLAYWATCH_HTTP_ADDR", "REGISTRY_TOKEN", "STATUS_PAGE_TOKEN", "APP_GAUGES_INTERVAL", "READ_STATEMENT_TIMEOUT",
+		"STATUS_PAGE_MAX_RENDERS"},
+	"kafka": {"KAFKA_BROKERS", "KAFKA_TOPIC_PARTITIONS", "KAFKA_TOPIC_REPLICATION", "KAFKA_TOPIC_RETENTION", "RAW_ARCHIVE", "KAFKA_RAW_RETENTION",
+		"KAFKA_TLS", "KAFKA_TLS_CA_FILE", "KAFKA_TLS_CERT_FILE", "KAFKA_TLS_KEY_FILE", "KAFKA_TLS_SERVER_NAME",
+		"KAFKA_SASL_MECHANISM", "KAFKA_SASL_USERNAME", "KAFKA_SASL_USERNAME_FILE", "KAFKA_SASL_PASSWORD", "KAFKA_SASL_PASSWORD_FILE"},
+	"producer": {"KAFKA_ACKS", "KAFKA_IDEMPOTENT", "KAFKA_PRODUCE_RETRIES", "KAFKA_RETRY_BACKOFF", "KAFKA_REQUEST_TIMEOUT", "KAFKA_DELIVERY_TIMEOUT", "PUBLISH_RETRY_DELAYS"},
+	// What fetch reads of the crawler's settings: one app, one locale.
+	"play store": {"PLAYSTORE_URL", "PROXIES", "RATE_LIMIT_REQUESTS", "RATE_LIMIT_PERIOD", "EGRESS_MIN_GAP", "EGRESS_MAX_IN_FLIGHT",
+		"PLAYSTORE_LANG", "PLAYSTORE_COUNTRY", "REVIEWS_PER_APP", "CRAWL_APP_TIMEOUT"},
+	"crawl": {"PLAYSTORE_IRAN_LANG", "PLAYSTORE_IRAN_COUNTRY", "CRAWL_INTERVAL", "CRAWL_WORKERS", "REVIEWS_FULL_SYNC_INTERVAL", "CRAWL_NEW_APP_CHECK",
+		"SCHEDULER_LEASE", "CRAWL_JOBS_GROUP"},
+	"consumer": {"CONSUMER_GROUP", "CONSUMER_MAX_POLL_RECORDS", "CONSUMER_LINGER", "CONSUMER_WRITERS", "CONSUMER_MAX_RECORD_BYTES",
+		"CONSUMER_RETRY_MAX_BACKOFF"},
+	"sentiment": {"SENTIMENT_INTERVAL", "SENTIMENT_BATCH"},
+}
+
+// commandSettings says what each command (by its name in
+// parseCommandLine) reads: groups of settingGroups, or single settings.
+var commandSettings = map[string][]string{
+	"run": {"logging", "services", "managed postgres", "embedded broker", "http", "kafka", "producer", "play store", "crawl",
+		"consumer", "sentiment"},
+	"crawl":             {"logging", "services", "kafka", "producer", "play store", "crawl"},
+	"fetch":             {"logging", "play store"},
+	"migrate":           {"logging", "services"},
+	"pcap":              {"logging", "services", "kafka", "producer"},
+	"dlq list":          {"logging", "services"},
+	"dlq replay":        {"logging", "services", "CONSUMER_GROUP", "CONSUMER_MAX_RECORD_BYTES"},
+	"dlq discard":       {"logging", "services"},
+	"sentiment run":     {"logging", "services", "sentiment"},
+	"sentiment rescore": {"logging", "services"},
+	"reparse":           {"logging", "services", "kafka", "producer"},
+	"db-url":            {"PLAYWATCH_DATA_DIR", "DATABASE_URL"},
+}
+
+// commandSettingList is what a command reads, in the order of settings;
+// every setting for a command commandSettings does not know.
+func commandSettingList(command string) []setting {
+	reads, ok := commandSettings[command]
+	if !ok {
+		return settings
+	}
+	want := map[string]bool{}
+	for _, r := range reads {
+		if g, ok := settingGroups[r]; ok {
+			for _, env := range g {
+				want[env] = true
+			}
+		} else {
+			want[r] = true
+		}
+	}
+	var out []setting
+	for _, s := range settings {
+		if want[s.env] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // isSecretSetting: the value of the variable never appears in a message.
 func isSecretSetting(env string) bool {
 	return strings.HasSuffix(env, "_PASSWORD") || strings.HasSuffix(env, "_TOKEN")
+}
+
+// passwordMask stands for a password in what playwatch shows.
+const passwordMask = "xxxxx"
+
+// minRedactedLen: a known secret shorter than this is not replaced
+// wherever it occurs (it would garble every message); maskPasswords still
+// masks it where it stands as a password.
+const minRedactedLen = 4
+
+// settingSecrets are the secrets of a setting's value: all of it for a
+// secret setting, else the passwords of the URLs (or key=value connection
+// strings) it holds.
+func settingSecrets(env, v string) []string {
+	if v == "" {
+		return nil
+	}
+	if isSecretSetting(env) {
+		return []string{v}
+	}
+	return urlPasswords(v)
+}
+
+var passwordParam = regexp.MustCompile(`(?i)(^|[?&\s])(?:ssl)?password=('[^']*'|[^&\s#]*)`)
+
+// urlPasswords are the passwords in v, a URL, a list of URLs or a
+// key=value connection string, as written and unescaped. For a URL that
+// does not parse every reading of its user info counts: the part before the
+// first '/' or '@', and the part before the last '@'.
+func urlPasswords(v string) []string {
+	var out []string
+	add := func(pw string) {
+		if pw == "" {
+			return
+		}
+		out = append(out, pw)
+		for _, unescape := range []func(string) (string, error){url.PathUnescape, url.QueryUnescape} {
+			if u, err := unescape(pw); err == nil && u != pw {
+				out = append(out, u)
+			}
+		}
+	}
+	for _, part := range append(strings.Split(v, ","), v) {
+		p := part
+		if i := strings.Index(p, "://"); i >= 0 {
+			p = p[i+3:]
+		}
+		if i := strings.IndexAny(p, "@/"); i >= 0 && p[i] == '@' {
+			_, pw, _ := strings.Cut(p[:i], ":")
+			add(pw)
+		}
+		q, _, _ := strings.Cut(p, "?")
+		if i := strings.LastIndex(q, "@"); i >= 0 {
+			_, pw, _ := strings.Cut(q[:i], ":")
+			add(pw)
+		}
+	}
+	for _, m := range passwordParam.FindAllStringSubmatch(v, -1) {
+		add(strings.Trim(m[2], "'"))
+	}
+	return out
+}
+
+var (
+	// userInfoPassword is the password of user info in a URL, or of a
+	// user:password@host of a URL without its scheme.
+	userInfoPassword = regexp.MustCompile("(^|[\\s\"'`(=,;<]|//)([^\\s:@/\"'`,;<>]*):([^\\s@\"'`,;<>/][^\\s@\"'`,;<>]*)@")
+	// passwordValue is a password parameter of a URL or connection string.
+	passwordValue = regexp.MustCompile(`(?i)\b((?:ssl)?password)=('[^']*'|[^\s&#'"` + "`" + `]+)`)
+)
+
+// maskPasswords masks what stands as a password in s: the user info of a
+// URL (user:xxxxx@) and password= and sslpassword= parameters.
+func maskPasswords(s string) string {
+	s = userInfoPassword.ReplaceAllString(s, "${1}${2}:"+passwordMask+"@")
+	return passwordValue.ReplaceAllString(s, "${1}="+passwordMask)
+}
+
+// redactable are the secrets redact replaces: those long enough, each
+// once, the longest first (a secret may hold another).
+func redactable(secrets []string) []string {
+	secrets = slices.DeleteFunc(slices.Clone(secrets), func(s string) bool { return len(s) < minRedactedLen })
+	slices.SortFunc(secrets, func(a, b string) int { return cmp.Or(len(b)-len(a), strings.Compare(a, b)) })
+	return slices.Compact(secrets)
+}
+
+// redact is s without c's secrets, and with whatever stands as a password
+// masked: for every message, log line and /readyz body.
+func (c Config) redact(s string) string {
+	for _, sec := range c.secrets {
+		s = strings.ReplaceAll(s, sec, passwordMask)
+	}
+	return maskPasswords(s)
+}
+
+// redactingHandler is a log handler whose lines are redacted (Config.redact).
+type redactingHandler struct {
+	slog.Handler
+	cfg Config
+}
+
+func (h redactingHandler) Handle(ctx context.Context, r slog.Record) error {
+	out := slog.NewRecord(r.Time, r.Level, h.cfg.redact(r.Message), r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		out.AddAttrs(h.redactAttr(a))
+		return true
+	})
+	return h.Handler.Handle(ctx, out)
+}
+
+func (h redactingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	red := make([]slog.Attr, len(attrs))
+	for i, a := range attrs {
+		red[i] = h.redactAttr(a)
+	}
+	return redactingHandler{h.Handler.WithAttrs(red), h.cfg}
+}
+
+func (h redactingHandler) WithGroup(name string) slog.Handler {
+	return redactingHandler{h.Handler.WithGroup(name), h.cfg}
+}
+
+func (h redactingHandler) redactAttr(a slog.Attr) slog.Attr {
+	v := a.Value.Resolve()
+	switch v.Kind() {
+	case slog.KindString:
+		return slog.String(a.Key, h.cfg.redact(v.String()))
+	case slog.KindGroup:
+		attrs := v.Group()
+		red := make([]slog.Attr, len(attrs))
+		for i, ga := range attrs {
+			red[i] = h.redactAttr(ga)
+		}
+		return slog.Attr{Key: a.Key, Value: slog.GroupValue(red...)}
+	case slog.KindAny:
+		// An error, a list of addresses…: kept as it is unless its text
+		// holds a secret.
+		text := fmt.Sprint(v.Any())
+		if red := h.cfg.redact(text); red != text {
+			return slog.String(a.Key, red)
+		}
+	}
+	return slog.Attr{Key: a.Key, Value: v}
+}
+
+// redactChecks makes the /readyz body of each check's error redacted.
+func redactChecks(cfg Config, checks []readinessCheck) {
+	for i, c := range checks {
+		check := c.check
+		checks[i].check = func(ctx context.Context) error {
+			if err := check(ctx); err != nil {
+				return errors.New(cfg.redact(err.Error()))
+			}
+			return nil
+		}
+	}
+}
+
+// commandSecrets are the secrets of a command line and its environment,
+// found before (and whether or not) its config loads: run redacts the
+// error it returns with them.
+func commandSecrets(args []string, getenv func(string) string) Config {
+	var c Config
+	byFlag := map[string]string{}
+	for _, s := range settings {
+		byFlag[s.flagName()] = s.env
+		c.secrets = append(c.secrets, settingSecrets(s.env, getenv(s.env))...)
+	}
+	for i, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			c.secrets = append(c.secrets, urlPasswords(a)...)
+			continue
+		}
+		name, v, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		env, ok := byFlag[name]
+		if !ok {
+			continue
+		}
+		if !hasValue && i+1 < len(args) {
+			v = args[i+1]
+		}
+		c.secrets = append(c.secrets, settingSecrets(env, v)...)
+	}
+	c.secrets = redactable(c.secrets)
+	return c
 }
 
 // parseOnOff reads a switch: on or off (true and false too).
@@ -488,9 +764,9 @@ func parseReplication(v string) (int, error) {
 }
 
 func parsePositiveDuration(v string) (time.Duration, error) {
-	d, err := time.ParseDuration(v)
+	d, err := parseDuration(v)
 	if err != nil {
-		return 0, errors.New("not a Go duration such as 30s, 5m or 1h")
+		return 0, err
 	}
 	if d <= 0 {
 		return 0, errors.New("must be positive")
@@ -515,9 +791,9 @@ func parseDurations(v string) ([]time.Duration, error) {
 }
 
 func parseDurationUpTo(v string, limit time.Duration) (time.Duration, error) {
-	d, err := time.ParseDuration(v)
+	d, err := parseDuration(v)
 	if err != nil {
-		return 0, errors.New("not a Go duration such as 100ms or 1s")
+		return 0, err
 	}
 	if d < 0 || d > limit {
 		return 0, fmt.Errorf("must be between 0s and %s", limit)

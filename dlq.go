@@ -76,7 +76,7 @@ func (f *dlqFlags) register(sub string) func(*flag.FlagSet) {
 		}
 		fs.BoolVar(&f.discarded, "discarded", false, "discarded dead letters too (dlq discard)")
 		if sub == "list" {
-			fs.StringVar(&f.since, "since", "", "only dead letters that occurred within this duration (24h) or after this time (RFC 3339)")
+			fs.StringVar(&f.since, "since", "", "only dead letters that occurred within this duration (24h, 7d) or after this time (RFC 3339)")
 			fs.IntVar(&f.limit, "limit", 100, "list at most this many, newest first (0: all)")
 			fs.BoolVar(&f.json, "json", false, "print JSON instead of a table")
 		} else {
@@ -109,12 +109,9 @@ func (f *dlqFlags) filter(now time.Time) (deadLetterFilter, error) {
 		return out, usageError{"--limit must not be negative"}
 	}
 	if f.since != "" {
-		if d, err := time.ParseDuration(f.since); err == nil && d > 0 {
-			out.Since = now.Add(-d)
-		} else if t, err := time.Parse(time.RFC3339, f.since); err == nil {
-			out.Since = t
-		} else {
-			return out, usageError{fmt.Sprintf("--since %q: neither a duration (24h) nor an RFC 3339 time", f.since)}
+		var err error
+		if out.Since, err = timeFlag("--since", f.since, now); err != nil {
+			return out, err
 		}
 	}
 	return out, nil

@@ -47,21 +47,39 @@ func main() {
 	}()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	cancel()
-	var uerr usageError
-	switch {
-	case errors.As(err, &uerr):
-		fmt.Fprintln(os.Stderr, "playwatch:", err)
-		os.Exit(2)
-	case err != nil:
-		fmt.Fprintln(os.Stderr, "playwatch:", err)
-		os.Exit(1)
+	os.Exit(exitStatus(err, os.Stderr))
+}
+
+// exitStatus reports what run returned on stderr, the error first, and is
+// the exit status for it: 2 for a wrong command line, 1 for another error.
+func exitStatus(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
 	}
+	fmt.Fprintln(stderr, "playwatch:", err)
+	var herr helpError
+	if errors.As(err, &herr) {
+		fmt.Fprint(stderr, "\n"+herr.help)
+	}
+	var uerr usageError
+	if errors.As(err, &uerr) {
+		return 2
+	}
+	return 1
 }
 
 // usageError is a wrong command line; main exits with status 2 for it.
 type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
+
+// helpError is a usage error that main follows with help, after the error.
+type helpError struct {
+	usageError
+	help string
+}
+
+func (e helpError) Unwrap() error { return e.usageError }
 
 const usageText = `playwatch watches Google Play apps: a registry, an hourly crawler, Kafka and PostgreSQL.
 
@@ -83,21 +101,38 @@ Usage:
   playwatch db-url [--reader]                print a URL of the managed PostgreSQL (for psql, dashboards)
   playwatch version                          print the version and exit
 
-Every command takes the flags listed below; 'playwatch COMMAND --help' shows its own flags too.
+Each environment variable ('playwatch --help' lists them) has a flag that overrides it;
+'playwatch COMMAND --help' shows a command's own flags and the variables it reads.
 `
 
 // run is the whole program; main only adds the process: signals, exit codes.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if err := runCommand(ctx, args, getenv, stdout, stderr); !errors.Is(err, errHelp) {
-		return err
+	err := runCommand(ctx, args, getenv, stdout, stderr)
+	switch {
+	case errors.Is(err, errHelp):
+		return nil // a command's --help printed its usage
+	case err != nil:
+		// Whatever an error quotes (a library's error may quote a URL it
+		// could not read), no secret of the settings shows.
+		if text := commandSecrets(args, getenv).redact(err.Error()); text != err.Error() {
+			return redactedError{err, text}
+		}
 	}
-	return nil // a command's --help printed its usage
+	return err
 }
+
+// redactedError is an error whose text had secrets, shown without them.
+type redactedError struct {
+	err  error
+	text string
+}
+
+func (e redactedError) Error() string { return e.text }
+func (e redactedError) Unwrap() error { return e.err }
 
 func runCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usageText)
-		return usageError{"no command given"}
+		return helpError{usageError{"no command given"}, usageText}
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "run":
@@ -124,11 +159,11 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usageText)
 		fmt.Fprintln(stdout)
-		printSettings(stdout)
+		fmt.Fprintln(stdout, "Environment variables (a flag of the same name overrides each, e.g. --http-addr):")
+		printSettings(stdout, settings)
 		return nil
 	default:
-		fmt.Fprint(stderr, usageText)
-		return usageError{fmt.Sprintf("unknown command %q", cmd)}
+		return helpError{usageError{fmt.Sprintf("unknown command %q", cmd)}, usageText}
 	}
 }
 
@@ -162,7 +197,8 @@ func parseCommandLine(name, synopsis string, args []string, getenv func(string) 
 			}
 		})
 		fmt.Fprintln(&usage)
-		printSettings(&usage)
+		fmt.Fprintln(&usage, "Environment variables it reads (a flag of the same name overrides each; 'playwatch --help' lists all):")
+		printSettings(&usage, commandSettingList(name))
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -204,10 +240,11 @@ func isBoolFlag(v flag.Value) bool {
 
 func newLogger(cfg Config, w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
+	var h slog.Handler = slog.NewTextHandler(w, opts)
 	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		h = slog.NewJSONHandler(w, opts)
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(redactingHandler{h, cfg})
 }
 
 // allRoles are what `run --roles` can pick.
@@ -376,6 +413,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		}
 		unpublish = up
 	}
+	redactChecks(cfg, checks)
 	srv := newHTTPServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, status, checks))
 	startRole("http", func(ctx context.Context) error {
 		go func() {
@@ -527,7 +565,7 @@ func cmdFetch(ctx context.Context, args []string, getenv func(string) string, st
 		fs.StringVar(&lang, "lang", "", "language (hl); default PLAYSTORE_LANG")
 		fs.StringVar(&country, "country", "", "storefront country (gl); default PLAYSTORE_COUNTRY")
 		fs.IntVar(&n, "reviews", 0, "newest reviews to read; default REVIEWS_PER_APP")
-		fs.DurationVar(&maxWait, "max-wait", defaultFetchMaxWait, "give up rather than wait longer than this for a benched egress or a retry; 0: wait as long as it takes")
+		durationVar(fs, &maxWait, "max-wait", defaultFetchMaxWait, "give up rather than wait longer than this for a benched egress or a retry; 0: wait as long as it takes")
 	})
 	if err != nil {
 		return err
@@ -582,6 +620,7 @@ func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
+	fmt.Fprintln(stdout, be.schema)
 	return be.shutdown(ctx, cl.cfg.ShutdownTimeout)
 }
 
@@ -651,6 +690,7 @@ type backends struct {
 	// on the embedded broker that of the playwatch that runs it, whose
 	// budget holds the topic).
 	rawArchive bool
+	schema     schemaState // what opening migrated
 	stops      []func(context.Context) error
 }
 
@@ -712,7 +752,7 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 			logger.Warn("the playwatch that runs on the data directory is another version", "its_version", r.Version, "version", version)
 		}
 		logger.Info("using the services of the playwatch that runs on the data directory", "data_dir", cfg.DataDir, "pid", r.PID,
-			"database", withoutPassword(cfg.DatabaseURL), "brokers", cfg.KafkaBrokers)
+			"database", maskPasswords(cfg.DatabaseURL), "brokers", cfg.KafkaBrokers)
 	default:
 		release, err := lockDataDir(cfg.DataDir)
 		if err != nil {
@@ -729,7 +769,7 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 	if be.pool, err = openDatabase(ctx, cfg, logger, be); err != nil {
 		return nil, err
 	}
-	if err := migrate(ctx, be.pool, logger); err != nil {
+	if be.schema, err = migrateSchema(ctx, be.pool, logger); err != nil {
 		return nil, err
 	}
 	if !opts.broker {
@@ -879,7 +919,9 @@ func openDatabase(ctx context.Context, cfg Config, logger *slog.Logger, be *back
 	}
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+		// Its text may quote the URL, password and all: only the redacted
+		// text is kept.
+		return nil, fmt.Errorf("DATABASE_URL: %s", cfg.redact(err.Error()))
 	}
 	be.databaseURL = dsn
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
@@ -1016,12 +1058,22 @@ func cmdDBURL(args []string, getenv func(string) string, stdout, stderr io.Write
 	if reader {
 		role = pgReaderRole
 	}
-	if r, err := findRunning(cl.cfg.DataDir); err == nil && cl.cfg.DatabaseURL == "" {
-		if !r.ManagedPostgres {
-			return fmt.Errorf("the playwatch that runs on %s uses its DATABASE_URL, not a managed cluster", cl.cfg.DataDir)
-		}
-		cl.cfg.PGListen = r.PGListen // the address the running cluster listens on
+	if cl.cfg.DatabaseURL != "" {
+		return errors.New("DATABASE_URL is set: playwatch uses that database, not a managed cluster")
 	}
+	// Like every command that attaches: the URL of a cluster that runs, at
+	// the address it listens on, or none.
+	r, err := findRunning(cl.cfg.DataDir)
+	if errors.Is(err, errNotRunning) {
+		return fmt.Errorf("%w: start `playwatch run` on it, or point PLAYWATCH_DATA_DIR at the data directory of a running playwatch", err)
+	}
+	if err != nil {
+		return err
+	}
+	if !r.ManagedPostgres {
+		return fmt.Errorf("the playwatch that runs on %s uses its DATABASE_URL, not a managed cluster", cl.cfg.DataDir)
+	}
+	cl.cfg.PGListen = r.PGListen
 	u, err := managedClusterURL(cl.cfg, role)
 	if err != nil {
 		return err

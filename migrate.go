@@ -48,22 +48,42 @@ func parseMigrations(src string) ([]migration, error) {
 	return ms, nil
 }
 
-// migrate applies the migrations of schema.sql that the database has not
-// recorded yet. An advisory lock makes concurrent starts wait for each other,
-// so applying twice, or from two processes, is a no-op.
-func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
+// schemaState is what migrateSchema found and did: the database's schema
+// version after it, and the migrations it applied.
+type schemaState struct {
+	Version int
+	Applied []int
+}
+
+// String is what `playwatch migrate` prints.
+func (s schemaState) String() string {
+	if len(s.Applied) == 0 {
+		return fmt.Sprintf("schema at version %d; nothing to apply", s.Version)
+	}
+	applied := make([]string, len(s.Applied))
+	for i, v := range s.Applied {
+		applied[i] = strconv.Itoa(v)
+	}
+	return fmt.Sprintf("schema at version %d; applied %s", s.Version, strings.Join(applied, ", "))
+}
+
+// migrateSchema applies the migrations of schema.sql that the database has
+// not recorded yet. An advisory lock makes concurrent starts wait for each
+// other, so applying twice, or from two processes, is a no-op.
+func migrateSchema(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (schemaState, error) {
+	var state schemaState
 	ms, err := parseMigrations(schemaSQL)
 	if err != nil {
-		return err
+		return state, err
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
+		return state, fmt.Errorf("migrate: %w", err)
 	}
 	defer conn.Release()
 	const lockKey = 0x706c617977617463 // "playwatc"
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(lockKey)); err != nil {
-		return fmt.Errorf("migrate: take lock: %w", err)
+		return state, fmt.Errorf("migrate: take lock: %w", err)
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(lockKey))
 
@@ -71,15 +91,16 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 		version    INTEGER PRIMARY KEY,
 		name       TEXT NOT NULL,
 		applied_at TIMESTAMPTZ NOT NULL DEFAULT now())`); err != nil {
-		return fmt.Errorf("migrate: bookkeeping table: %w", err)
+		return state, fmt.Errorf("migrate: bookkeeping table: %w", err)
 	}
 	var current int
 	if err := conn.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM storage_consumer_migrations").Scan(&current); err != nil {
-		return fmt.Errorf("migrate: read version: %w", err)
+		return state, fmt.Errorf("migrate: read version: %w", err)
 	}
 	if current > len(ms) {
-		return fmt.Errorf("migrate: the database is at migration %d but this binary knows only %d: run a newer playwatch", current, len(ms))
+		return state, fmt.Errorf("migrate: the database is at migration %d but this binary knows only %d: run a newer playwatch", current, len(ms))
 	}
+	state.Version = current
 	for _, m := range ms[current:] {
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
@@ -89,9 +110,10 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("migration %d (%s): %w", m.Version, m.Name, err)
+			return state, fmt.Errorf("migration %d (%s): %w", m.Version, m.Name, err)
 		}
+		state.Version, state.Applied = m.Version, append(state.Applied, m.Version)
 		logger.Info("applied migration", "version", m.Version, "name", m.Name)
 	}
-	return nil
+	return state, nil
 }

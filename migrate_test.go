@@ -3,11 +3,19 @@ package main
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// migrate is migrateSchema for the tests that only need the schema.
+func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
+	_, err := migrateSchema(ctx, pool, logger)
+	return err
+}
 
 func TestMigrateTwiceIsNoOp(t *testing.T) {
 	pool := newTestPool(t) // already migrated once

@@ -115,7 +115,18 @@ func TestManagedPostgresAccessOverTCP(t *testing.T) {
 	}
 	checkAccess(t, pool, opts.DataDir, addr)
 
-	env := map[string]string{"PLAYWATCH_DATA_DIR": dataDir, "PLAYWATCH_PG_LISTEN": addr, "DATABASE_URL": ""}
+	// db-url serves the cluster of a running playwatch: this test passes
+	// for one, as `run` would publish it.
+	release, err := lockDataDir(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
+	if _, err := publishRunning(dataDir, runningPlaywatch{PID: os.Getpid(), Version: version, DatabaseURL: pg.DSN(), Brokers: []string{"127.0.0.1:9"},
+		PGListen: addr, ManagedPostgres: true}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"PLAYWATCH_DATA_DIR": dataDir, "DATABASE_URL": ""}
 	for _, args := range [][]string{{"db-url"}, {"db-url", "--reader"}} {
 		var out, errOut syncBuffer
 		if err := run(context.Background(), args, envFunc(env), &out, &errOut); err != nil {

@@ -33,7 +33,7 @@ type reparseFlags struct {
 }
 
 func (f *reparseFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.since, "since", "24h", "pages archived within this duration or after this time (RFC 3339)")
+	fs.StringVar(&f.since, "since", "24h", "pages archived within this duration (24h, 7d) or after this time (RFC 3339)")
 	fs.StringVar(&f.until, "until", "", "pages archived before this time (RFC 3339) or this long ago; default: up to the newest")
 	fs.StringVar(&f.pkg, "package", "", "only the pages of this package")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "parse and count, but publish nothing")
@@ -64,17 +64,6 @@ func (f *reparseFlags) window(now time.Time) (reparseWindow, error) {
 		}
 	}
 	return w, nil
-}
-
-// timeFlag reads a duration before now or an RFC 3339 time.
-func timeFlag(name, v string, now time.Time) (time.Time, error) {
-	if d, err := time.ParseDuration(v); err == nil && d > 0 {
-		return now.Add(-d), nil
-	}
-	if t, err := time.Parse(time.RFC3339, v); err == nil {
-		return t, nil
-	}
-	return time.Time{}, usageError{fmt.Sprintf("%s %q: neither a duration (24h) nor an RFC 3339 time", name, v)}
 }
 
 // rawRange is, per partition of raw-pages, the offsets to read: from the

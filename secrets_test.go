@@ -1,0 +1,165 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testSecret is the password or token of the cases below; no output may
+// hold it, escaped or not.
+const testSecret = "S3cretXyz"
+
+func checkNoSecret(t *testing.T, what, output string) {
+	t.Helper()
+	for _, s := range []string{testSecret, url.QueryEscape(testSecret + "/@"), strings.ToLower(testSecret)} {
+		if strings.Contains(output, s) {
+			t.Errorf("%s shows the secret %q:\n%s", what, s, output)
+		}
+	}
+}
+
+// Every secret setting, wrong in several ways: playwatch starts (through
+// run, as main does) and fails, and nothing it prints, logs or returns shows
+// the secret; a URL shows as user:xxxxx@.
+func TestSecretsNeverShown(t *testing.T) {
+	pwFile := filepath.Join(t.TempDir(), "sasl-password")
+	if err := os.WriteFile(pwFile, []byte(testSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dbURL := newTestDatabase(t)
+	db := func(u string) map[string]string { return map[string]string{"DATABASE_URL": u} }
+	sasl := func(mech string, more map[string]string) map[string]string {
+		env := map[string]string{"KAFKA_SASL_MECHANISM": mech, "KAFKA_SASL_USERNAME": "alice", "KAFKA_SASL_PASSWORD": testSecret}
+		for k, v := range more {
+			env[k] = v
+		}
+		return env
+	}
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		// shows is what the output must say instead (empty: anything).
+		shows string
+	}{
+		{"DATABASE_URL scheme typo", db("postgress://writer:" + testSecret + "@127.0.0.1:5432/playwatch"), nil, `DATABASE_URL="postgress://writer:xxxxx@127.0.0.1:5432/playwatch"`},
+		{"DATABASE_URL without a scheme", db("writer:" + testSecret + "@127.0.0.1:5432/playwatch"), nil, "DATABASE_URL"},
+		{"DATABASE_URL as key=value", db("host=127.0.0.1 user=writer password=" + testSecret), nil, "password=xxxxx"},
+		{"DATABASE_URL port out of range", db("postgres://writer:" + testSecret + "@127.0.0.1:99999/playwatch"), nil, "DATABASE_URL"},
+		{"DATABASE_URL port not a number", db("postgres://writer:" + testSecret + "@127.0.0.1:pg/playwatch"), nil, "DATABASE_URL"},
+		{"DATABASE_URL slash in the password", db("postgres://writer:" + testSecret + "/Q@127.0.0.1/playwatch"), nil, "DATABASE_URL"},
+		{"DATABASE_URL at sign in the password", db("postgres://writer:" + testSecret + "@Q@127.0.0.1:1/playwatch"), nil, ""},
+		{"DATABASE_URL escaped password", db("postgres://writer:" + url.QueryEscape(testSecret+"/@") + "@127.0.0.1:1/playwatch"), nil, "connect"},
+		{"DATABASE_URL unreachable host", db("postgres://writer:" + testSecret + "@127.0.0.1:1/playwatch?connect_timeout=2"), nil, "connect"},
+		{"DATABASE_URL unknown host", db("postgres://writer:" + testSecret + "@nosuchhost.invalid/playwatch?connect_timeout=2"), nil, ""},
+		{"DATABASE_URL bad query", db("postgres://writer:" + testSecret + "@127.0.0.1/playwatch?sslmode=bogus"), nil, "DATABASE_URL"},
+		{"DATABASE_URL password in the query", db("postgres://writer@127.0.0.1:1/playwatch?sslmode=bogus&password=" + testSecret), nil, "password=xxxxx"},
+		{"DATABASE_URL sslpassword in the query", db("postgres://writer@127.0.0.1:1/playwatch?sslpassword=" + testSecret + "&sslmode=bogus"), nil, ""},
+		{"DATABASE_URL password query without a scheme", db("writer@127.0.0.1/playwatch?password=" + testSecret), nil, "password=xxxxx"},
+		{"--database-url scheme typo", nil, []string{"--database-url", "postgress://writer:" + testSecret + "@db.example/playwatch"}, "writer:xxxxx@"},
+		{"--database-url= unreachable", nil, []string{"--database-url=postgres://writer:" + testSecret + "@127.0.0.1:1/playwatch"}, "connect"},
+		{"PROXIES bad scheme", map[string]string{"PROXIES": "ftp://u:" + testSecret + "@proxy.example:21"}, nil, "PROXIES"},
+		{"PROXIES bad port", map[string]string{"PROXIES": "http://ok.example:3128,http://u:" + testSecret + "@proxy.example:port"}, nil, "PROXIES"},
+		{"PROXIES no host", map[string]string{"PROXIES": "http://u:" + testSecret + "@"}, nil, "PROXIES"},
+		{"PROXIES a space in the password", map[string]string{"PROXIES": "http://u:" + testSecret + " x@proxy.example:3128"}, nil, "PROXIES"},
+		{"PLAYSTORE_URL bad scheme", map[string]string{"PLAYSTORE_URL": "ftp://u:" + testSecret + "@play.example"}, nil, "PLAYSTORE_URL"},
+		{"PLAYSTORE_URL bad port", map[string]string{"PLAYSTORE_URL": "https://u:" + testSecret + "@play.example:x"}, nil, "PLAYSTORE_URL"},
+		{"REGISTRY_TOKEN beside a wrong setting", map[string]string{"REGISTRY_TOKEN": testSecret, "KAFKA_TOPIC_PARTITIONS": "-3"}, nil, "KAFKA_TOPIC_PARTITIONS"},
+		{"--registry-token beside a wrong flag", nil, []string{"--registry-token", testSecret, "--http-addr", "nowhere"}, "PLAYWATCH_HTTP_ADDR"},
+		{"REGISTRY_TOKEN on a database that fails", map[string]string{"REGISTRY_TOKEN": testSecret, "DATABASE_URL": "postgres://writer@127.0.0.1:1/playwatch"}, nil, ""},
+		{"STATUS_PAGE_TOKEN beside a wrong setting", map[string]string{"STATUS_PAGE_TOKEN": testSecret, "LOG_FORMAT": "xml"}, nil, "LOG_FORMAT"},
+		{"--status-page-token= beside a wrong flag", nil, []string{"--status-page-token=" + testSecret, "--roles", "chef"}, "--roles"},
+		{"KAFKA_SASL_PASSWORD without a mechanism", map[string]string{"KAFKA_SASL_USERNAME": "alice", "KAFKA_SASL_PASSWORD": testSecret}, nil, "KAFKA_SASL_MECHANISM"},
+		{"KAFKA_SASL_PASSWORD with a wrong mechanism", sasl("SCRAM", nil), nil, "KAFKA_SASL_MECHANISM"},
+		{"KAFKA_SASL_PASSWORD PLAIN without TLS", sasl("PLAIN", nil), nil, "KAFKA_TLS"},
+		{"KAFKA_SASL_PASSWORD on the embedded broker", sasl("SCRAM-SHA-256", map[string]string{"DATABASE_URL": dbURL}), nil, "KAFKA_BROKERS"},
+		{"KAFKA_SASL_PASSWORD unreachable brokers", sasl("SCRAM-SHA-512", map[string]string{"DATABASE_URL": dbURL, "KAFKA_BROKERS": "127.0.0.1:1"}), nil, ""},
+		{"KAFKA_SASL_PASSWORD and its file", sasl("SCRAM-SHA-512", map[string]string{"KAFKA_SASL_PASSWORD_FILE": pwFile}), nil, "KAFKA_SASL_PASSWORD_FILE"},
+		{"KAFKA_SASL_PASSWORD_FILE without a mechanism", map[string]string{"KAFKA_SASL_USERNAME": "alice", "KAFKA_SASL_PASSWORD_FILE": pwFile}, nil, "KAFKA_SASL_MECHANISM"},
+		{"KAFKA_SASL_PASSWORD_FILE unreachable brokers", sasl("SCRAM-SHA-256", map[string]string{"KAFKA_SASL_PASSWORD": "", "KAFKA_SASL_PASSWORD_FILE": pwFile,
+			"DATABASE_URL": dbURL, "KAFKA_BROKERS": "127.0.0.1:1"}), nil, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			env := map[string]string{"PLAYWATCH_DATA_DIR": filepath.Join(t.TempDir(), "data"), "PLAYWATCH_HTTP_ADDR": freeAddr(t),
+				"PLAYWATCH_BROKER_ADDR": freeAddr(t), "LOG_LEVEL": "debug"}
+			for k, v := range c.env {
+				env[k] = v
+			}
+			// What never ends on its own (brokers that do not answer) is cut
+			// short: its output until then counts.
+			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+			defer cancel()
+			var stdout, stderr syncBuffer
+			err := run(ctx, append([]string{"run", "--roles", "registry"}, c.args...), envFunc(env), &stdout, &stderr)
+			if err == nil {
+				t.Fatalf("run succeeded:\n%s", stderr.String())
+			}
+			exitStatus(err, &stderr) // what main prints
+			out := stdout.String() + stderr.String()
+			checkNoSecret(t, "the output", out)
+			if !strings.Contains(out, c.shows) {
+				t.Errorf("the output does not say %q:\n%s", c.shows, out)
+			}
+		})
+	}
+}
+
+// A running appliance with a password in DATABASE_URL and both tokens set:
+// its logs, /readyz and the one-off commands beside it show none of them.
+func TestSecretsNeverShownWhileRunning(t *testing.T) {
+	u, err := url.Parse(newTestDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(u.User.Username(), testSecret) // the test cluster trusts its socket
+	env := map[string]string{"PLAYWATCH_DATA_DIR": filepath.Join(tempDataDir(t), "data"), "PLAYWATCH_HTTP_ADDR": freeAddr(t),
+		"PLAYWATCH_BROKER_ADDR": freeAddr(t), "LOG_LEVEL": "debug", "DATABASE_URL": u.String(),
+		"REGISTRY_TOKEN": testSecret + "R", "STATUS_PAGE_TOKEN": testSecret + "S"}
+	base, stop, logs := startRun(t, env, "--roles", "registry")
+	code, body := httpDo(t, "GET", base+"/readyz", "")
+	checkNoSecret(t, "/readyz", body)
+	if code != 200 {
+		t.Errorf("/readyz: %d %s", code, body)
+	}
+	// One-off commands: attached to it, or with the DATABASE_URL.
+	for _, args := range [][]string{{"migrate"}, {"dlq", "list"}, {"sentiment", "rescore", "--all"}} {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), args, envFunc(env), &out, &errOut)
+		exitStatus(err, &errOut)
+		checkNoSecret(t, strings.Join(args, " "), out.String()+errOut.String())
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkNoSecret(t, "the logs", logs.String())
+	if !strings.Contains(logs.String(), "playwatch ready") {
+		t.Errorf("no logs:\n%s", logs.String())
+	}
+}
+
+// maskPasswords masks what stands as a password, and nothing else.
+func TestMaskPasswords(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://writer:pw@db:5432/x":             "postgres://writer:xxxxx@db:5432/x",
+		`parse "postgres://w:p@h:x/d": invalid port`: `parse "postgres://w:xxxxx@h:x/d": invalid port`,
+		"database=postgres://w:pw@h/d brokers=[a:1]": "database=postgres://w:xxxxx@h/d brokers=[a:1]",
+		"w:pw@h:5432/d": "w:xxxxx@h:5432/d",
+		"postgres://w@h/d?sslmode=require&password=pw&x=1":      "postgres://w@h/d?sslmode=require&password=xxxxx&x=1",
+		"host=h password='p w' sslpassword=q":                   "host=h password=xxxxx sslpassword=xxxxx",
+		"http://u:p@proxy:3128,https://v:q@proxy2":              "http://u:xxxxx@proxy:3128,https://v:xxxxx@proxy2",
+		"postgres://w@h/d":                                      "postgres://w@h/d",
+		"listening on 127.0.0.1:8080 at 12:00:01, mail a@b.com": "listening on 127.0.0.1:8080 at 12:00:01, mail a@b.com",
+		"invalid KAFKA_SASL_PASSWORD=(not shown)":               "invalid KAFKA_SASL_PASSWORD=(not shown)",
+	} {
+		if got := maskPasswords(in); got != want {
+			t.Errorf("maskPasswords(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
