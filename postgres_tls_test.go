@@ -123,7 +123,18 @@ func TestManagedPostgresBeyondLoopbackTLSAndRoles(t *testing.T) {
 
 	// db-url gives URLs with sslmode=require: the reader's works from here
 	// (a non-loopback address), the writer's is refused, and db-url says why.
-	env := map[string]string{"PLAYWATCH_DATA_DIR": dataDir, "PLAYWATCH_PG_LISTEN": addr, "DATABASE_URL": ""}
+	// db-url serves the cluster of a running playwatch: this test passes
+	// for one, as `run` would publish it.
+	release, err := lockDataDir(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
+	if _, err := publishRunning(dataDir, runningPlaywatch{PID: os.Getpid(), Version: version, DatabaseURL: pg.DSN(), Brokers: []string{"127.0.0.1:9"},
+		PGListen: addr, ManagedPostgres: true}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"PLAYWATCH_DATA_DIR": dataDir, "DATABASE_URL": ""}
 	for _, reader := range []bool{true, false} {
 		args := []string{"db-url"}
 		if reader {
