@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,7 +66,26 @@ type storageConsumer struct {
 	// hand back the records it holds (BlockRebalanceOnPoll).
 	rebalanceWaiting atomic.Bool
 
+	// positions are where the next records of each partition start: the
+	// stored offset at assignment, then past the last record polled.
+	// Records below it mean the client went back: the broker answered
+	// OFFSET_OUT_OF_RANGE, its log no longer reaching that far, and the
+	// client went on from the log start (ConsumeResetOffset).
+	positionsMu sync.Mutex
+	positions   map[topicPartition]int64
+
+	// resets are the partitions whose stored offset was moved back since
+	// start, for /readyz.
+	resetsMu sync.Mutex
+	resets   map[topicPartition]offsetResetSeen
+
 	pause dbPause
+}
+
+// offsetResetSeen is an offset reset and when it was stored.
+type offsetResetSeen struct {
+	offsetReset
+	at time.Time
 }
 
 // consumerHooks let tests stop the consumer at the two points where a crash
@@ -77,10 +99,12 @@ var errStoppedByHook = errors.New("storage consumer stopped by a hook")
 
 func newStorageConsumer(pool *pgxpool.Pool, opts consumerOptions, reg prometheus.Registerer, logger *slog.Logger) *storageConsumer {
 	return &storageConsumer{
-		store:   newConsumerStore(pool, opts.Group),
-		opts:    opts,
-		metrics: newConsumerMetrics(reg),
-		logger:  logger.With("role", "consumer"),
+		store:     newConsumerStore(pool, opts.Group),
+		opts:      opts,
+		metrics:   newConsumerMetrics(reg),
+		logger:    logger.With("role", "consumer"),
+		positions: map[topicPartition]int64{},
+		resets:    map[topicPartition]offsetResetSeen{},
 	}
 }
 
@@ -224,6 +248,8 @@ func (c *storageConsumer) collect(fs kgo.Fetches, parts *[]partitionBatch, index
 		}
 	})
 	n := 0
+	c.positionsMu.Lock()
+	defer c.positionsMu.Unlock()
 	fs.EachPartition(func(p kgo.FetchTopicPartition) {
 		if len(p.Records) == 0 {
 			return
@@ -231,13 +257,21 @@ func (c *storageConsumer) collect(fs kgo.Fetches, parts *[]partitionBatch, index
 		n += len(p.Records)
 		c.metrics.records.WithLabelValues(p.Topic).Add(float64(len(p.Records)))
 		tp := topicPartition{p.Topic, p.Partition}
+		var rewind *partitionRewind
+		if pos, ok := c.positions[tp]; ok && p.Records[0].Offset < pos {
+			rewind = &partitionRewind{expected: pos, at: p.Records[0].Offset}
+		}
+		c.positions[tp] = p.Records[len(p.Records)-1].Offset + 1
 		if i, ok := index[tp]; ok {
 			(*parts)[i].records = append((*parts)[i].records, p.Records...)
 			(*parts)[i].hwm = p.HighWatermark
+			if rewind != nil {
+				(*parts)[i].rewind = rewind
+			}
 			return
 		}
 		index[tp] = len(*parts)
-		*parts = append(*parts, partitionBatch{topicPartition: tp, records: p.Records, hwm: p.HighWatermark})
+		*parts = append(*parts, partitionBatch{topicPartition: tp, records: p.Records, hwm: p.HighWatermark, rewind: rewind})
 	})
 	return n, closed
 }
@@ -362,6 +396,9 @@ func (c *storageConsumer) storeShare(ctx context.Context, cl groupClient, share 
 			if len(out.dead) > 0 {
 				c.logger.Warn("dead letters written", "count", len(out.dead), "first_reason", out.dead[0].reason)
 			}
+			for _, r := range out.resets {
+				c.noteReset(r)
+			}
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -475,9 +512,12 @@ func (c *storageConsumer) resumeFromDatabase(ctx context.Context, offsets map[st
 		}
 	}
 	var catchUp []*kgo.Record
+	c.positionsMu.Lock()
+	defer c.positionsMu.Unlock()
 	for topic, parts := range offsets {
 		for p := range parts {
 			if next, ok := stored[topicPartition{topic, p}]; ok {
+				c.positions[topicPartition{topic, p}] = next
 				parts[p] = kgo.NewOffset().At(next).WithEpoch(-1)
 				catchUp = append(catchUp, &kgo.Record{Topic: topic, Partition: p, Offset: next - 1, LeaderEpoch: -1})
 				c.logger.Debug("partition resumes at its stored offset", "topic", topic, "partition", p, "offset", next)
@@ -511,6 +551,7 @@ func (c *storageConsumer) onRevoked(ctx context.Context, cl *kgo.Client, revoked
 	if err := cl.CommitMarkedOffsets(ctx); err != nil {
 		c.logger.Warn("Kafka offset commit at revocation failed; the database has the offsets", "err", err)
 	}
+	c.forgetPositions(revoked)
 	c.metrics.forgetPartitions(revoked)
 }
 
@@ -519,5 +560,52 @@ func (c *storageConsumer) onLost(_ context.Context, _ *kgo.Client, lost map[stri
 		return
 	}
 	c.logger.Warn("partitions lost to the group; another member resumes them from the stored offsets", "partitions", lost)
+	c.forgetPositions(lost)
 	c.metrics.forgetPartitions(lost)
+}
+
+// forgetPositions drops the positions of partitions the member no longer
+// has; a new assignment sets them again.
+func (c *storageConsumer) forgetPositions(ps map[string][]int32) {
+	c.positionsMu.Lock()
+	defer c.positionsMu.Unlock()
+	for topic, parts := range ps {
+		for _, p := range parts {
+			delete(c.positions, topicPartition{topic, p})
+		}
+	}
+}
+
+// noteReset tells of a partition whose stored offset a batch moved back:
+// in the log, in playwatch_consumer_offset_resets_total and on /readyz.
+func (c *storageConsumer) noteReset(r offsetReset) {
+	c.logger.Warn("partition reset: its stored offset is beyond the broker's log end (the broker's data was deleted, or KAFKA_BROKERS is a new cluster); "+
+		"storing the partition again from the broker's log start, its stored offset moved back",
+		"topic", r.topic, "partition", r.partition, "stored_offset", r.stored, "log_end", r.logEnd, "from_offset", r.from)
+	c.metrics.offsetResets.WithLabelValues(r.topic, strconv.Itoa(int(r.partition))).Inc()
+	c.resetsMu.Lock()
+	defer c.resetsMu.Unlock()
+	c.resets[r.topicPartition] = offsetResetSeen{r, c.opts.Clock.Now()}
+}
+
+// readiness is the consumer's line on /readyz. A reset does not make the
+// process unready: the consumer stores again what the broker has, and
+// nothing a restart would change is wrong. It says so until the process
+// ends, since what the old log held beyond what was stored is gone.
+func (c *storageConsumer) readiness(context.Context) error {
+	c.resetsMu.Lock()
+	defer c.resetsMu.Unlock()
+	if len(c.resets) == 0 {
+		return nil
+	}
+	var lines []string
+	for _, tp := range slices.SortedFunc(maps.Keys(c.resets), func(a, b topicPartition) int {
+		return cmp.Or(strings.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
+	}) {
+		r := c.resets[tp]
+		lines = append(lines, fmt.Sprintf("%s/%d reset at %s: stored offset %d, broker log end %d; stored again from offset %d",
+			tp.topic, tp.partition, r.at.UTC().Format(time.RFC3339), r.stored, r.logEnd, r.from))
+	}
+	return readinessNote("ok; partitions whose stored offset was beyond the broker's log end (its data deleted, or a new cluster): " +
+		strings.Join(lines, "; "))
 }

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// produceReviews writes n reviews of pkg, named prefix-i, to partition i%3.
+func produceReviews(t *testing.T, brokers []string, pkg, prefix string, partitions []int32, n int) {
+	t.Helper()
+	var recs []*kgo.Record
+	for i := range n {
+		recs = append(recs, &kgo.Record{Topic: topicReviews, Key: []byte(pkg), Partition: partitions[i%len(partitions)],
+			Value: msgJSON(reviewFields(pkg, fmt.Sprintf("%s-%d", prefix, i), testCrawl))})
+	}
+	produceToPartitions(t, brokers, recs...)
+}
+
+// storedOffsets are the consumer's stored next offsets of topic by partition.
+func storedOffsets(t *testing.T, store *consumerStore, topic string) map[int32]int64 {
+	t.Helper()
+	all, err := store.loadOffsets(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int32]int64{}
+	for tp, next := range all {
+		if tp.topic == topic {
+			out[tp.partition] = next
+		}
+	}
+	return out
+}
+
+// The embedded broker's data is deleted while PostgreSQL keeps its rows:
+// the new logs start at 0 again, below the stored offsets. The consumer
+// stores every new record (none below the old offsets is skipped), moves
+// the stored offsets back, and says so in its log, in
+// playwatch_consumer_offset_resets_total and on /readyz, which stays 200.
+// A partition that got no new record keeps its offset until one comes.
+func TestConsumerStoresANewLogAfterTheBrokerDataWasDeleted(t *testing.T) {
+	pool := newTestPool(t)
+	dir := t.TempDir()
+	b1, brokers := newTestBroker(t, dir)
+	const pkg = "org.telegram.messenger"
+	registerApps(t, pool, pkg)
+	reviews := func() int { return count(t, pool, `SELECT count(*) FROM reviews`) }
+
+	produceReviews(t, brokers, pkg, "old", []int32{0, 1, 2}, 90)
+	first := startTestConsumer(t, pool, brokers, testConsumerOptions(), consumerHooks{})
+	waitFor(t, 20*time.Second, "the first 90 reviews", func() bool { return reviews() == 90 })
+	if err := first.stop(); err != nil {
+		t.Fatal(err)
+	}
+	b1.Close()
+
+	// data/broker deleted; the broker starts empty in the same place.
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	_, brokers = newTestBroker(t, dir)
+	produceReviews(t, brokers, pkg, "new", []int32{0, 1}, 12) // 6 each: both logs end below 30
+	var logs syncBuffer
+	logger := slog.New(slog.NewTextHandler(io.MultiWriter(&logs, t.Output()), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	second := startLoggedTestConsumer(t, logger, pool, brokers, testConsumerOptions(), consumerHooks{})
+	waitFor(t, 20*time.Second, "the 12 new reviews", func() bool { return reviews() == 102 })
+	store := newConsumerStore(pool, testConsumerOptions().Group)
+	if got := storedOffsets(t, store, topicReviews); got[0] != 6 || got[1] != 6 || got[2] != 30 {
+		t.Errorf("stored offsets %v, want 0:6 1:6 (moved back to the new logs) 2:30 (no new record yet)", got)
+	}
+	for p, want := range map[string]float64{"0": 1, "1": 1, "2": 0} {
+		if got := metricValue(t, second.reg, "playwatch_consumer_offset_resets_total", map[string]string{"topic": topicReviews, "partition": p}); got != want {
+			t.Errorf("offset resets of reviews/%s = %v, want %v", p, got, want)
+		}
+	}
+	for _, want := range []string{"partition reset", "topic=reviews partition=0 stored_offset=30 log_end=6 from_offset=0",
+		"topic=reviews partition=1 stored_offset=30 log_end=6 from_offset=0"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the log lacks %q:\n%s", want, logs.String())
+		}
+	}
+
+	// /readyz answers 200 with a line naming each reset partition.
+	srv := httptest.NewServer(newHTTPHandler(prometheus.NewRegistry(), newHTTPMetrics(prometheus.NewRegistry()), nil, nil,
+		[]readinessCheck{{"database", pool.Ping}, {"consumer", second.sc.readiness}}))
+	defer srv.Close()
+	code, body := httpDo(t, "GET", srv.URL+"/readyz", "")
+	var ready struct {
+		Status string            `json:"status"`
+		Checks map[string]string `json:"checks"`
+	}
+	if err := json.Unmarshal([]byte(body), &ready); err != nil {
+		t.Fatalf("/readyz: %d %s", code, body)
+	}
+	line := ready.Checks["consumer"]
+	if code != 200 || ready.Status != "ready" || !strings.HasPrefix(line, "ok; ") ||
+		!strings.Contains(line, "reviews/0 reset at ") || !strings.Contains(line, "stored offset 30, broker log end 6; stored again from offset 0") ||
+		!strings.Contains(line, "reviews/1 reset at ") || strings.Contains(line, "reviews/2") {
+		t.Errorf("/readyz: %d %s; want 200, ready, a line for reviews/0 and reviews/1", code, body)
+	}
+
+	// The partitions go on from there, with no further reset; the one
+	// without new records is reset by its first.
+	produceReviews(t, brokers, pkg, "newer", []int32{0, 2}, 10)
+	waitFor(t, 20*time.Second, "the 10 newer reviews", func() bool { return reviews() == 112 })
+	if got := storedOffsets(t, store, topicReviews); got[0] != 11 || got[1] != 6 || got[2] != 5 {
+		t.Errorf("stored offsets %v, want 0:11 1:6 2:5", got)
+	}
+	for p, want := range map[string]float64{"0": 1, "1": 1, "2": 1} {
+		if got := metricValue(t, second.reg, "playwatch_consumer_offset_resets_total", map[string]string{"topic": topicReviews, "partition": p}); got != want {
+			t.Errorf("offset resets of reviews/%s = %v, want %v", p, got, want)
+		}
+	}
+	if err := second.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM dead_letter_events`); n != 0 {
+		t.Errorf("%d dead letters", n)
+	}
+	// Kafka's commits, for lag tools, follow the new logs.
+	var offs kadm.OffsetResponses
+	var err error
+	withAdmin(t, brokers, func(ctx context.Context, adm *kadm.Client) {
+		offs, err = adm.FetchOffsets(ctx, testConsumerOptions().Group)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[int32]int64{0: 11, 1: 6, 2: 5} {
+		if o, ok := offs.Lookup(topicReviews, p); !ok || o.At != want {
+			t.Errorf("Kafka's committed offset of reviews/%d: %v, want %d", p, o.At, want)
+		}
+	}
+}
