@@ -89,7 +89,7 @@ type partitionUsage struct {
 	partition  int32
 	start, end int64 // log start and end offsets
 	bytes      int64 // what the broker retains of the partition
-	floor      int64 // the first record that must stay: the storage consumer's next offset, or end
+	floor      int64 // the first record that must stay: the storage consumer's next offset, or end; start while that offset is beyond the end
 	limit      int64 // the partition's share of the budget
 }
 
@@ -129,9 +129,15 @@ func newBrokerBudgetKeeper(budget brokerBudget, adm *kadm.Client, stored func(co
 }
 
 // measure reads every partition's offsets and size from the broker and the
-// storage consumer's offsets from the database.
+// storage consumer's offsets from the database, those first: an offset the
+// consumer stores meanwhile can then not pass the end read after it, and a
+// stored offset beyond the end is of a log the broker no longer has.
 func (k *brokerBudgetKeeper) measure(ctx context.Context) ([]partitionUsage, error) {
 	topics := slices.Sorted(maps.Keys(k.budget.shares))
+	stored, err := k.stored(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("stored offsets: %w", err)
+	}
 	starts, err := k.adm.ListStartOffsets(ctx, topics...)
 	if err != nil {
 		return nil, fmt.Errorf("list start offsets: %w", err)
@@ -143,10 +149,6 @@ func (k *brokerBudgetKeeper) measure(ctx context.Context) ([]partitionUsage, err
 	dirs, err := k.adm.DescribeAllLogDirs(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("describe log dirs: %w", err)
-	}
-	stored, err := k.stored(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("stored offsets: %w", err)
 	}
 	var commits kadm.OffsetResponses
 	if _, ok := k.budget.shares[topicCrawlJobs]; ok {
@@ -173,7 +175,13 @@ func (k *brokerBudgetKeeper) measure(ctx context.Context) ([]partitionUsage, err
 		})
 		if topicShares[o.Topic].drained {
 			// No row yet: the consumer has stored nothing of the partition.
-			u.floor = min(max(stored[topicPartition{o.Topic, o.Partition}], u.start), u.end)
+			next := stored[topicPartition{o.Topic, o.Partition}]
+			u.floor = min(max(next, u.start), u.end)
+			if next > u.end {
+				// The broker lost its data (a wiped data/broker): nothing of
+				// this log is stored until the consumer moves the offset back.
+				u.floor = u.start
+			}
 		}
 		if topicShares[o.Topic].jobs {
 			u.floor = u.start // no commit yet: nothing is done

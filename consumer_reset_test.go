@@ -144,3 +144,79 @@ func TestConsumerStoresANewLogAfterTheBrokerDataWasDeleted(t *testing.T) {
 		}
 	}
 }
+
+// The budget keeper never trims records of a log the consumer has not
+// stored because its stored offset is of an older, wiped log: while the
+// stored offset is beyond the log end, the partition's floor is its start.
+// Once the consumer has moved the offset back, stored records go as usual.
+func TestBrokerBudgetKeepsANewLogBelowTheStoredOffset(t *testing.T) {
+	ctx := context.Background()
+	logger := testLogger(t)
+	b, err := startEmbeddedBroker(embeddedBrokerOptions{Addr: "127.0.0.1:0", DataDir: t.TempDir()}, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	brokers := b.Addrs()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if err := ensureTopics(ctx, adm, topicSpec{Partitions: 1, Replication: -1}, allTopics, logger); err != nil {
+		t.Fatal(err)
+	}
+	pool := newTestPool(t)
+	const pkg = "com.example.wiped"
+	registerApps(t, pool, pkg)
+	group := testConsumerOptions().Group
+	// What the consumer stored of the log before the broker's data went.
+	if _, err := pool.Exec(ctx, `INSERT INTO consumer_offsets (consumer_group, topic, "partition", next_offset) VALUES ($1, $2, 0, 50)`,
+		group, topicAppStats); err != nil {
+		t.Fatal(err)
+	}
+	var recs []*kgo.Record
+	for i := range 10 {
+		recs = append(recs, rec(topicAppStats, pkg, msgJSON(statFields(pkg, time.Now().Add(time.Duration(i)*time.Millisecond)))))
+	}
+	produce(t, brokers, recs...)
+	start := func() int64 {
+		starts, err := adm.ListStartOffsets(ctx, topicAppStats)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, _ := starts.Lookup(topicAppStats, 0)
+		return o.Offset
+	}
+	budget, err := planBrokerBudget(256<<20, 200*time.Millisecond, allTopics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keeper := newBrokerBudgetKeeper(budget, adm, newConsumerStore(pool, group).loadOffsets, prometheus.NewRegistry(), logger)
+	time.Sleep(300 * time.Millisecond) // older than the retention
+	if err := keeper.trim(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := start(); s != 0 {
+		t.Fatalf("app-stats starts at %d: records nobody stored were trimmed, below a stored offset of a log the broker no longer has", s)
+	}
+	if reason, err := keeper.full(ctx, topicAppStats); err != nil || reason != "" {
+		t.Errorf("full: %q, %v; want room", reason, err)
+	}
+
+	tc := startTestConsumer(t, pool, brokers, testConsumerOptions(), consumerHooks{})
+	waitFor(t, 20*time.Second, "the 10 app-stats", func() bool { return count(t, pool, `SELECT count(*) FROM app_stats`) == 10 })
+	if err := tc.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := storedOffsets(t, newConsumerStore(pool, group), topicAppStats); got[0] != 10 {
+		t.Errorf("app-stats/0 stored offset %d, want 10", got[0])
+	}
+	if err := keeper.trim(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := start(); s != 10 {
+		t.Errorf("app-stats starts at %d after the consumer stored the new log, want 10", s)
+	}
+}
