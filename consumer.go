@@ -498,6 +498,16 @@ func retryDelay(attempt int, maxDelay time.Duration) time.Duration {
 // offset stored in consumer_offsets, where there is one; partitions without
 // a row keep Kafka's committed offset (or start at the beginning). It waits
 // for the database rather than start from a possibly older Kafka offset.
+//
+// When the broker has no committed offset of the group for any of the
+// assigned partitions although the database has stored offsets, the broker
+// does not know the group: its data was deleted, or KAFKA_BROKERS is a new
+// cluster (or its commits expired, after a week unused on Apache Kafka).
+// Those partitions start at the log start: a new log that has grown past
+// the old stored offset before this fetch could not be told from the old
+// one by its offsets, and its first records would be skipped. Records
+// stored already are written again without effect (every table's write is
+// idempotent), and the batch moves the stored offset back (rewoundFences).
 func (c *storageConsumer) resumeFromDatabase(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	var stored map[topicPartition]int64
 	for attempt := 1; ; attempt++ {
@@ -511,18 +521,40 @@ func (c *storageConsumer) resumeFromDatabase(ctx context.Context, offsets map[st
 			return nil, err
 		}
 	}
+	known := false // the broker has a committed offset of the group
+	for _, parts := range offsets {
+		for _, o := range parts {
+			known = known || o.EpochOffset().Offset >= 0
+		}
+	}
 	var catchUp []*kgo.Record
+	var fromStart map[string][]int32
 	c.positionsMu.Lock()
 	defer c.positionsMu.Unlock()
 	for topic, parts := range offsets {
 		for p := range parts {
-			if next, ok := stored[topicPartition{topic, p}]; ok {
-				c.positions[topicPartition{topic, p}] = next
-				parts[p] = kgo.NewOffset().At(next).WithEpoch(-1)
-				catchUp = append(catchUp, &kgo.Record{Topic: topic, Partition: p, Offset: next - 1, LeaderEpoch: -1})
-				c.logger.Debug("partition resumes at its stored offset", "topic", topic, "partition", p, "offset", next)
+			next, ok := stored[topicPartition{topic, p}]
+			if !ok {
+				continue
 			}
+			c.positions[topicPartition{topic, p}] = next
+			if !known {
+				parts[p] = kgo.NewOffset().AtStart()
+				if fromStart == nil {
+					fromStart = map[string][]int32{}
+				}
+				fromStart[topic] = append(fromStart[topic], p)
+				continue
+			}
+			parts[p] = kgo.NewOffset().At(next).WithEpoch(-1)
+			catchUp = append(catchUp, &kgo.Record{Topic: topic, Partition: p, Offset: next - 1, LeaderEpoch: -1})
+			c.logger.Debug("partition resumes at its stored offset", "topic", topic, "partition", p, "offset", next)
 		}
+	}
+	if len(fromStart) > 0 {
+		c.logger.Warn("the broker has no committed offset of the group although the database has stored offsets: "+
+			"its data was deleted, or KAFKA_BROKERS is a new cluster (or its commits expired); reading these partitions from their log start",
+			"group", c.opts.Group, "partitions", fromStart)
 	}
 	c.catchUpMu.Lock()
 	c.catchUp = append(c.catchUp, catchUp...)
@@ -579,8 +611,12 @@ func (c *storageConsumer) forgetPositions(ps map[string][]int32) {
 // noteReset tells of a partition whose stored offset a batch moved back:
 // in the log, in playwatch_consumer_offset_resets_total and on /readyz.
 func (c *storageConsumer) noteReset(r offsetReset) {
-	c.logger.Warn("partition reset: its stored offset is beyond the broker's log end (the broker's data was deleted, or KAFKA_BROKERS is a new cluster); "+
-		"storing the partition again from the broker's log start, its stored offset moved back",
+	why := "its stored offset is beyond the broker's log end"
+	if r.logEnd >= r.stored {
+		why = "the broker had no committed offset of the group"
+	}
+	c.logger.Warn("partition reset: "+why+" (the broker's data was deleted, or KAFKA_BROKERS is a new cluster); "+
+		"the partition is stored from the broker's log start and its stored offset moved back",
 		"topic", r.topic, "partition", r.partition, "stored_offset", r.stored, "log_end", r.logEnd, "from_offset", r.from)
 	c.metrics.offsetResets.WithLabelValues(r.topic, strconv.Itoa(int(r.partition))).Inc()
 	c.resetsMu.Lock()
@@ -589,9 +625,8 @@ func (c *storageConsumer) noteReset(r offsetReset) {
 }
 
 // readiness is the consumer's line on /readyz. A reset does not make the
-// process unready: the consumer stores again what the broker has, and
-// nothing a restart would change is wrong. It says so until the process
-// ends, since what the old log held beyond what was stored is gone.
+// process unready: the consumer stores what the broker has, and nothing a
+// restart would change is wrong. The line stays until the process ends.
 func (c *storageConsumer) readiness(context.Context) error {
 	c.resetsMu.Lock()
 	defer c.resetsMu.Unlock()
@@ -603,9 +638,9 @@ func (c *storageConsumer) readiness(context.Context) error {
 		return cmp.Or(strings.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
 	}) {
 		r := c.resets[tp]
-		lines = append(lines, fmt.Sprintf("%s/%d reset at %s: stored offset %d, broker log end %d; stored again from offset %d",
+		lines = append(lines, fmt.Sprintf("%s/%d at %s (stored offset %d, broker log end %d, stored again from offset %d)",
 			tp.topic, tp.partition, r.at.UTC().Format(time.RFC3339), r.stored, r.logEnd, r.from))
 	}
-	return readinessNote("ok; partitions whose stored offset was beyond the broker's log end (its data deleted, or a new cluster): " +
+	return readinessNote("ok; partitions reset, their stored offset being of a log the broker no longer has (its data deleted, or a new cluster): " +
 		strings.Join(lines, "; "))
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http/httptest"
 	"os"
 	"strings"
@@ -50,11 +51,29 @@ func storedOffsets(t *testing.T, store *consumerStore, topic string) map[int32]i
 // the stored offsets back, and says so in its log, in
 // playwatch_consumer_offset_resets_total and on /readyz, which stays 200.
 // A partition that got no new record keeps its offset until one comes.
+// Without the group's commits on the broker (a wiped one), a new log that
+// has grown past the old offset before the consumer starts is stored whole
+// too; with them (a cluster that kept its commits but lost the log), the
+// client's OFFSET_OUT_OF_RANGE tells.
 func TestConsumerStoresANewLogAfterTheBrokerDataWasDeleted(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		commits bool            // the new broker has the group's commits
+		newRecs map[int32]int64 // new records by partition
+	}{
+		{"wiped broker", false, map[int32]int64{0: 6, 1: 40}},
+		{"broker that kept the commits", true, map[int32]int64{0: 6, 1: 6}},
+	} {
+		t.Run(c.name, func(t *testing.T) { checkNewLogAfterBrokerDataDeleted(t, c.commits, c.newRecs) })
+	}
+}
+
+func checkNewLogAfterBrokerDataDeleted(t *testing.T, commits bool, newRecs map[int32]int64) {
 	pool := newTestPool(t)
 	dir := t.TempDir()
 	b1, brokers := newTestBroker(t, dir)
 	const pkg = "org.telegram.messenger"
+	group := testConsumerOptions().Group
 	registerApps(t, pool, pkg)
 	reviews := func() int { return count(t, pool, `SELECT count(*) FROM reviews`) }
 
@@ -71,25 +90,47 @@ func TestConsumerStoresANewLogAfterTheBrokerDataWasDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, brokers = newTestBroker(t, dir)
-	produceReviews(t, brokers, pkg, "new", []int32{0, 1}, 12) // 6 each: both logs end below 30
+	if commits {
+		withAdmin(t, brokers, func(ctx context.Context, adm *kadm.Client) {
+			var offs kadm.Offsets
+			for p := range int32(3) {
+				offs.Add(kadm.Offset{Topic: topicReviews, Partition: p, At: 30, LeaderEpoch: -1})
+			}
+			if err := adm.CommitAllOffsets(ctx, group, offs); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	want := 90
+	for p, n := range newRecs {
+		produceReviews(t, brokers, pkg, fmt.Sprintf("new%d", p), []int32{p}, int(n))
+		want += int(n)
+	}
 	var logs syncBuffer
 	logger := slog.New(slog.NewTextHandler(io.MultiWriter(&logs, t.Output()), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	second := startLoggedTestConsumer(t, logger, pool, brokers, testConsumerOptions(), consumerHooks{})
-	waitFor(t, 20*time.Second, "the 12 new reviews", func() bool { return reviews() == 102 })
-	store := newConsumerStore(pool, testConsumerOptions().Group)
-	if got := storedOffsets(t, store, topicReviews); got[0] != 6 || got[1] != 6 || got[2] != 30 {
-		t.Errorf("stored offsets %v, want 0:6 1:6 (moved back to the new logs) 2:30 (no new record yet)", got)
+	waitFor(t, 20*time.Second, "the new reviews", func() bool { return reviews() == want })
+	store := newConsumerStore(pool, group)
+	if got := storedOffsets(t, store, topicReviews); got[0] != newRecs[0] || got[1] != newRecs[1] || got[2] != 30 {
+		t.Errorf("stored offsets %v, want 0:%d 1:%d (moved back to the new logs) 2:30 (no new record yet)", got, newRecs[0], newRecs[1])
 	}
-	for p, want := range map[string]float64{"0": 1, "1": 1, "2": 0} {
-		if got := metricValue(t, second.reg, "playwatch_consumer_offset_resets_total", map[string]string{"topic": topicReviews, "partition": p}); got != want {
-			t.Errorf("offset resets of reviews/%s = %v, want %v", p, got, want)
+	resets := func(want map[string]float64) {
+		t.Helper()
+		for p, want := range want {
+			if got := metricValue(t, second.reg, "playwatch_consumer_offset_resets_total", map[string]string{"topic": topicReviews, "partition": p}); got != want {
+				t.Errorf("offset resets of reviews/%s = %v, want %v", p, got, want)
+			}
 		}
 	}
-	for _, want := range []string{"partition reset", "topic=reviews partition=0 stored_offset=30 log_end=6 from_offset=0",
-		"topic=reviews partition=1 stored_offset=30 log_end=6 from_offset=0"} {
+	resets(map[string]float64{"0": 1, "1": 1, "2": 0})
+	for p, n := range newRecs {
+		want := fmt.Sprintf("topic=reviews partition=%d stored_offset=30 log_end=%d from_offset=0", p, n)
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("the log lacks %q:\n%s", want, logs.String())
 		}
+	}
+	if !strings.Contains(logs.String(), "partition reset: its stored offset is beyond the broker's log end") {
+		t.Errorf("the log does not say that the stored offset is beyond the broker's log end")
 	}
 
 	// /readyz answers 200 with a line naming each reset partition.
@@ -105,24 +146,21 @@ func TestConsumerStoresANewLogAfterTheBrokerDataWasDeleted(t *testing.T) {
 		t.Fatalf("/readyz: %d %s", code, body)
 	}
 	line := ready.Checks["consumer"]
-	if code != 200 || ready.Status != "ready" || !strings.HasPrefix(line, "ok; ") ||
-		!strings.Contains(line, "reviews/0 reset at ") || !strings.Contains(line, "stored offset 30, broker log end 6; stored again from offset 0") ||
-		!strings.Contains(line, "reviews/1 reset at ") || strings.Contains(line, "reviews/2") {
+	if code != 200 || ready.Status != "ready" || !strings.HasPrefix(line, "ok; partitions reset") ||
+		!strings.Contains(line, "reviews/0 at ") || !strings.Contains(line, "(stored offset 30, broker log end 6, stored again from offset 0)") ||
+		!strings.Contains(line, "reviews/1 at ") || strings.Contains(line, "reviews/2") {
 		t.Errorf("/readyz: %d %s; want 200, ready, a line for reviews/0 and reviews/1", code, body)
 	}
 
 	// The partitions go on from there, with no further reset; the one
 	// without new records is reset by its first.
 	produceReviews(t, brokers, pkg, "newer", []int32{0, 2}, 10)
-	waitFor(t, 20*time.Second, "the 10 newer reviews", func() bool { return reviews() == 112 })
-	if got := storedOffsets(t, store, topicReviews); got[0] != 11 || got[1] != 6 || got[2] != 5 {
-		t.Errorf("stored offsets %v, want 0:11 1:6 2:5", got)
+	waitFor(t, 20*time.Second, "the 10 newer reviews", func() bool { return reviews() == want+10 })
+	wantOffsets := map[int32]int64{0: newRecs[0] + 5, 1: newRecs[1], 2: 5}
+	if got := storedOffsets(t, store, topicReviews); !maps.Equal(got, wantOffsets) {
+		t.Errorf("stored offsets %v, want %v", got, wantOffsets)
 	}
-	for p, want := range map[string]float64{"0": 1, "1": 1, "2": 1} {
-		if got := metricValue(t, second.reg, "playwatch_consumer_offset_resets_total", map[string]string{"topic": topicReviews, "partition": p}); got != want {
-			t.Errorf("offset resets of reviews/%s = %v, want %v", p, got, want)
-		}
-	}
+	resets(map[string]float64{"0": 1, "1": 1, "2": 1})
 	if err := second.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -133,12 +171,12 @@ func TestConsumerStoresANewLogAfterTheBrokerDataWasDeleted(t *testing.T) {
 	var offs kadm.OffsetResponses
 	var err error
 	withAdmin(t, brokers, func(ctx context.Context, adm *kadm.Client) {
-		offs, err = adm.FetchOffsets(ctx, testConsumerOptions().Group)
+		offs, err = adm.FetchOffsets(ctx, group)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for p, want := range map[int32]int64{0: 11, 1: 6, 2: 5} {
+	for p, want := range wantOffsets {
 		if o, ok := offs.Lookup(topicReviews, p); !ok || o.At != want {
 			t.Errorf("Kafka's committed offset of reviews/%d: %v, want %d", p, o.At, want)
 		}
