@@ -185,8 +185,10 @@ func checkNewLogAfterBrokerDataDeleted(t *testing.T, commits bool, newRecs map[i
 
 // The budget keeper never trims records of a log the consumer has not
 // stored because its stored offset is of an older, wiped log: while the
-// stored offset is beyond the log end, the partition's floor is its start.
-// Once the consumer has moved the offset back, stored records go as usual.
+// stored offset is beyond the log end, or the consumer has committed no
+// offset to this broker (the new log may have grown past the old offset),
+// the partition's floor is its start. Once the consumer has stored the new
+// log and moved the offsets back, stored records go as usual.
 func TestBrokerBudgetKeepsANewLogBelowTheStoredOffset(t *testing.T) {
 	ctx := context.Background()
 	logger := testLogger(t)
@@ -209,52 +211,56 @@ func TestBrokerBudgetKeepsANewLogBelowTheStoredOffset(t *testing.T) {
 	const pkg = "com.example.wiped"
 	registerApps(t, pool, pkg)
 	group := testConsumerOptions().Group
-	// What the consumer stored of the log before the broker's data went.
-	if _, err := pool.Exec(ctx, `INSERT INTO consumer_offsets (consumer_group, topic, "partition", next_offset) VALUES ($1, $2, 0, 50)`,
-		group, topicAppStats); err != nil {
+	// What the consumer stored of the logs before the broker's data went:
+	// more app-stats than the new log has, fewer network metrics.
+	if _, err := pool.Exec(ctx, `INSERT INTO consumer_offsets (consumer_group, topic, "partition", next_offset) VALUES ($1, $2, 0, 50), ($1, $3, 0, 5)`,
+		group, topicAppStats, topicNetworkMetrics); err != nil {
 		t.Fatal(err)
 	}
 	var recs []*kgo.Record
 	for i := range 10 {
-		recs = append(recs, rec(topicAppStats, pkg, msgJSON(statFields(pkg, time.Now().Add(time.Duration(i)*time.Millisecond)))))
+		recs = append(recs, rec(topicAppStats, pkg, msgJSON(statFields(pkg, time.Now().Add(time.Duration(i)*time.Millisecond)))),
+			rec(topicNetworkMetrics, pkg, msgJSON(networkFields(pkg, fmt.Sprintf("00000000-0000-4000-8000-%012d", i)))))
 	}
 	produce(t, brokers, recs...)
-	start := func() int64 {
-		starts, err := adm.ListStartOffsets(ctx, topicAppStats)
+	starts := func() map[string]int64 {
+		l, err := adm.ListStartOffsets(ctx, topicAppStats, topicNetworkMetrics)
 		if err != nil {
 			t.Fatal(err)
 		}
-		o, _ := starts.Lookup(topicAppStats, 0)
-		return o.Offset
+		out := map[string]int64{}
+		l.Each(func(o kadm.ListedOffset) { out[o.Topic] = o.Offset })
+		return out
 	}
 	budget, err := planBrokerBudget(256<<20, 200*time.Millisecond, allTopics)
 	if err != nil {
 		t.Fatal(err)
 	}
-	keeper := newBrokerBudgetKeeper(budget, adm, newConsumerStore(pool, group).loadOffsets, prometheus.NewRegistry(), logger)
+	keeper := newBrokerBudgetKeeper(budget, adm, newConsumerStore(pool, group), prometheus.NewRegistry(), logger)
 	time.Sleep(300 * time.Millisecond) // older than the retention
 	if err := keeper.trim(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if s := start(); s != 0 {
-		t.Fatalf("app-stats starts at %d: records nobody stored were trimmed, below a stored offset of a log the broker no longer has", s)
-	}
-	if reason, err := keeper.full(ctx, topicAppStats); err != nil || reason != "" {
-		t.Errorf("full: %q, %v; want room", reason, err)
+	if s := starts(); s[topicAppStats] != 0 || s[topicNetworkMetrics] != 0 {
+		t.Fatalf("log starts %v: records nobody stored were trimmed, below a stored offset of a log the broker no longer has", s)
 	}
 
 	tc := startTestConsumer(t, pool, brokers, testConsumerOptions(), consumerHooks{})
-	waitFor(t, 20*time.Second, "the 10 app-stats", func() bool { return count(t, pool, `SELECT count(*) FROM app_stats`) == 10 })
+	waitFor(t, 20*time.Second, "the new log's records", func() bool {
+		return count(t, pool, `SELECT count(*) FROM app_stats`) == 10 && count(t, pool, `SELECT count(*) FROM network_metrics`) == 10
+	})
+	waitFor(t, 10*time.Second, "the Kafka commits", func() bool { return kafkaCommitted(t, brokers, group) == 20 })
 	if err := tc.stop(); err != nil {
 		t.Fatal(err)
 	}
-	if got := storedOffsets(t, newConsumerStore(pool, group), topicAppStats); got[0] != 10 {
-		t.Errorf("app-stats/0 stored offset %d, want 10", got[0])
+	store := newConsumerStore(pool, group)
+	if a, n := storedOffsets(t, store, topicAppStats), storedOffsets(t, store, topicNetworkMetrics); a[0] != 10 || n[0] != 10 {
+		t.Errorf("stored offsets app-stats %v, network-metrics %v; want 10 each", a, n)
 	}
 	if err := keeper.trim(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if s := start(); s != 10 {
-		t.Errorf("app-stats starts at %d after the consumer stored the new log, want 10", s)
+	if s := starts(); s[topicAppStats] != 10 || s[topicNetworkMetrics] != 10 {
+		t.Errorf("log starts %v after the consumer stored the new logs, want 10 each", s)
 	}
 }
