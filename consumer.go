@@ -259,7 +259,7 @@ func (c *storageConsumer) collect(fs kgo.Fetches, parts *[]partitionBatch, index
 		tp := topicPartition{p.Topic, p.Partition}
 		var rewind *partitionRewind
 		if pos, ok := c.positions[tp]; ok && p.Records[0].Offset < pos {
-			rewind = &partitionRewind{expected: pos, at: p.Records[0].Offset}
+			rewind = &partitionRewind{at: p.Records[0].Offset}
 		}
 		c.positions[tp] = p.Records[len(p.Records)-1].Offset + 1
 		if i, ok := index[tp]; ok {

@@ -48,12 +48,11 @@ type partitionBatch struct {
 	rewind *partitionRewind
 }
 
-// partitionRewind is where a partition was to go on and where the client
-// went on instead, after the broker answered OFFSET_OUT_OF_RANGE (its data
+// partitionRewind is where the client went on with a partition, below its
+// position, after the broker answered OFFSET_OUT_OF_RANGE (its data
 // was wiped, or KAFKA_BROKERS is a new cluster) or the log was truncated.
 type partitionRewind struct {
-	expected int64 // the partition's position: its stored offset, or past the last record polled
-	at       int64 // the first record after going back: the log start
+	at int64 // the first record after going back: the log start
 }
 
 // offsetReset is a partition whose stored offset a batch moved back.
