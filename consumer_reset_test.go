@@ -18,8 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// produceReviews writes n reviews of pkg, named prefix-i, to partition i%3.
-func produceReviews(t *testing.T, brokers []string, pkg, prefix string, partitions []int32, n int) {
+// produceReviewsTo writes n reviews of pkg, named prefix-i, to partition i%3.
+func produceReviewsTo(t *testing.T, brokers []string, pkg, prefix string, partitions []int32, n int) {
 	t.Helper()
 	var recs []*kgo.Record
 	for i := range n {
@@ -29,8 +29,8 @@ func produceReviews(t *testing.T, brokers []string, pkg, prefix string, partitio
 	produceToPartitions(t, brokers, recs...)
 }
 
-// storedOffsets are the consumer's stored next offsets of topic by partition.
-func storedOffsets(t *testing.T, store *consumerStore, topic string) map[int32]int64 {
+// storedOffsetsOf are the consumer's stored next offsets of topic by partition.
+func storedOffsetsOf(t *testing.T, store *consumerStore, topic string) map[int32]int64 {
 	t.Helper()
 	all, err := store.loadOffsets(context.Background())
 	if err != nil {
@@ -77,7 +77,7 @@ func checkNewLogAfterBrokerDataDeleted(t *testing.T, commits bool, newRecs map[i
 	registerApps(t, pool, pkg)
 	reviews := func() int { return count(t, pool, `SELECT count(*) FROM reviews`) }
 
-	produceReviews(t, brokers, pkg, "old", []int32{0, 1, 2}, 90)
+	produceReviewsTo(t, brokers, pkg, "old", []int32{0, 1, 2}, 90)
 	first := startTestConsumer(t, pool, brokers, testConsumerOptions(), consumerHooks{})
 	waitFor(t, 20*time.Second, "the first 90 reviews", func() bool { return reviews() == 90 })
 	if err := first.stop(); err != nil {
@@ -103,7 +103,7 @@ func checkNewLogAfterBrokerDataDeleted(t *testing.T, commits bool, newRecs map[i
 	}
 	want := 90
 	for p, n := range newRecs {
-		produceReviews(t, brokers, pkg, fmt.Sprintf("new%d", p), []int32{p}, int(n))
+		produceReviewsTo(t, brokers, pkg, fmt.Sprintf("new%d", p), []int32{p}, int(n))
 		want += int(n)
 	}
 	var logs syncBuffer
@@ -111,7 +111,7 @@ func checkNewLogAfterBrokerDataDeleted(t *testing.T, commits bool, newRecs map[i
 	second := startLoggedTestConsumer(t, logger, pool, brokers, testConsumerOptions(), consumerHooks{})
 	waitFor(t, 20*time.Second, "the new reviews", func() bool { return reviews() == want })
 	store := newConsumerStore(pool, group)
-	if got := storedOffsets(t, store, topicReviews); got[0] != newRecs[0] || got[1] != newRecs[1] || got[2] != 30 {
+	if got := storedOffsetsOf(t, store, topicReviews); got[0] != newRecs[0] || got[1] != newRecs[1] || got[2] != 30 {
 		t.Errorf("stored offsets %v, want 0:%d 1:%d (moved back to the new logs) 2:30 (no new record yet)", got, newRecs[0], newRecs[1])
 	}
 	resets := func(want map[string]float64) {
@@ -154,10 +154,10 @@ func checkNewLogAfterBrokerDataDeleted(t *testing.T, commits bool, newRecs map[i
 
 	// The partitions go on from there, with no further reset; the one
 	// without new records is reset by its first.
-	produceReviews(t, brokers, pkg, "newer", []int32{0, 2}, 10)
+	produceReviewsTo(t, brokers, pkg, "newer", []int32{0, 2}, 10)
 	waitFor(t, 20*time.Second, "the 10 newer reviews", func() bool { return reviews() == want+10 })
 	wantOffsets := map[int32]int64{0: newRecs[0] + 5, 1: newRecs[1], 2: 5}
-	if got := storedOffsets(t, store, topicReviews); !maps.Equal(got, wantOffsets) {
+	if got := storedOffsetsOf(t, store, topicReviews); !maps.Equal(got, wantOffsets) {
 		t.Errorf("stored offsets %v, want %v", got, wantOffsets)
 	}
 	resets(map[string]float64{"0": 1, "1": 1, "2": 1})
@@ -254,7 +254,7 @@ func TestBrokerBudgetKeepsANewLogBelowTheStoredOffset(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := newConsumerStore(pool, group)
-	if a, n := storedOffsets(t, store, topicAppStats), storedOffsets(t, store, topicNetworkMetrics); a[0] != 10 || n[0] != 10 {
+	if a, n := storedOffsetsOf(t, store, topicAppStats), storedOffsetsOf(t, store, topicNetworkMetrics); a[0] != 10 || n[0] != 10 {
 		t.Errorf("stored offsets app-stats %v, network-metrics %v; want 10 each", a, n)
 	}
 	if err := keeper.trim(ctx); err != nil {
