@@ -18,7 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// produceReviewsTo writes n reviews of pkg, named prefix-i, to partition i%3.
+// produceReviewsTo writes n reviews of pkg, named prefix-i, to partitions in turn.
 func produceReviewsTo(t *testing.T, brokers []string, pkg, prefix string, partitions []int32, n int) {
 	t.Helper()
 	var recs []*kgo.Record
