@@ -89,7 +89,7 @@ type partitionUsage struct {
 	partition  int32
 	start, end int64 // log start and end offsets
 	bytes      int64 // what the broker retains of the partition
-	floor      int64 // the first record that must stay: the storage consumer's next offset, or end
+	floor      int64 // the first record that must stay: the storage consumer's next offset, or end; start while that offset may be of another log (measure)
 	limit      int64 // the partition's share of the budget
 }
 
@@ -109,8 +109,9 @@ func (u partitionUsage) unstored() int64 {
 type brokerBudgetKeeper struct {
 	budget brokerBudget
 	adm    *kadm.Client
-	// stored are the storage consumer's next offsets (consumer_offsets).
-	stored func(context.Context) (map[topicPartition]int64, error)
+	// stored has the storage consumer's next offsets (consumer_offsets)
+	// and its group.
+	stored *consumerStore
 	// jobsGroup is the crawl workers' consumer group, whose committed
 	// offsets are crawl-jobs' floor.
 	jobsGroup string
@@ -118,7 +119,7 @@ type brokerBudgetKeeper struct {
 	metrics   *brokerBudgetMetrics
 }
 
-func newBrokerBudgetKeeper(budget brokerBudget, adm *kadm.Client, stored func(context.Context) (map[topicPartition]int64, error),
+func newBrokerBudgetKeeper(budget brokerBudget, adm *kadm.Client, stored *consumerStore,
 	reg prometheus.Registerer, logger *slog.Logger) *brokerBudgetKeeper {
 	k := &brokerBudgetKeeper{budget: budget, adm: adm, stored: stored, logger: logger, metrics: newBrokerBudgetMetrics(reg)}
 	for t, share := range budget.shares {
@@ -130,8 +131,25 @@ func newBrokerBudgetKeeper(budget brokerBudget, adm *kadm.Client, stored func(co
 
 // measure reads every partition's offsets and size from the broker and the
 // storage consumer's offsets from the database.
+//
+// A drained partition's floor is the stored offset only where the storage
+// consumer has committed an offset to this broker and the stored offset is
+// not beyond the log's end: otherwise it may be of a log the broker no
+// longer has (data/broker deleted), and the floor is the log start until
+// the consumer has stored the new log (it moves the offset back). So the
+// group's commits are read first, then the stored offsets (the database
+// commits before Kafka), then the broker's offsets (a stored offset read
+// before can then not pass the end).
 func (k *brokerBudgetKeeper) measure(ctx context.Context) ([]partitionUsage, error) {
 	topics := slices.Sorted(maps.Keys(k.budget.shares))
+	storedCommits, err := fetchGroupOffsets(ctx, k.adm, k.stored.group)
+	if err != nil {
+		return nil, err
+	}
+	stored, err := k.stored.loadOffsets(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("stored offsets: %w", err)
+	}
 	starts, err := k.adm.ListStartOffsets(ctx, topics...)
 	if err != nil {
 		return nil, fmt.Errorf("list start offsets: %w", err)
@@ -143,10 +161,6 @@ func (k *brokerBudgetKeeper) measure(ctx context.Context) ([]partitionUsage, err
 	dirs, err := k.adm.DescribeAllLogDirs(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("describe log dirs: %w", err)
-	}
-	stored, err := k.stored(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("stored offsets: %w", err)
 	}
 	var commits kadm.OffsetResponses
 	if _, ok := k.budget.shares[topicCrawlJobs]; ok {
@@ -173,7 +187,11 @@ func (k *brokerBudgetKeeper) measure(ctx context.Context) ([]partitionUsage, err
 		})
 		if topicShares[o.Topic].drained {
 			// No row yet: the consumer has stored nothing of the partition.
-			u.floor = min(max(stored[topicPartition{o.Topic, o.Partition}], u.start), u.end)
+			next := stored[topicPartition{o.Topic, o.Partition}]
+			u.floor = min(max(next, u.start), u.end)
+			if c, ok := storedCommits.Lookup(o.Topic, o.Partition); next > u.end || !ok || c.At < 0 {
+				u.floor = u.start
+			}
 		}
 		if topicShares[o.Topic].jobs {
 			u.floor = u.start // no commit yet: nothing is done

@@ -242,7 +242,7 @@ func TestBrokerBudgetTrimsOldRecordsOnceStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keeper := newBrokerBudgetKeeper(budget, adm, newConsumerStore(pool, testConsumerOptions().Group).loadOffsets, prometheus.NewRegistry(), logger)
+	keeper := newBrokerBudgetKeeper(budget, adm, newConsumerStore(pool, testConsumerOptions().Group), prometheus.NewRegistry(), logger)
 
 	produceStats(10)
 	time.Sleep(300 * time.Millisecond)

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,7 +66,26 @@ type storageConsumer struct {
 	// hand back the records it holds (BlockRebalanceOnPoll).
 	rebalanceWaiting atomic.Bool
 
+	// positions are where the next records of each partition start: the
+	// stored offset at assignment, then past the last record polled.
+	// Records below it mean the client went back: the broker answered
+	// OFFSET_OUT_OF_RANGE, its log no longer reaching that far, and the
+	// client went on from the log start (ConsumeResetOffset).
+	positionsMu sync.Mutex
+	positions   map[topicPartition]int64
+
+	// resets are the partitions whose stored offset was moved back since
+	// start, for /readyz.
+	resetsMu sync.Mutex
+	resets   map[topicPartition]offsetResetSeen
+
 	pause dbPause
+}
+
+// offsetResetSeen is an offset reset and when it was stored.
+type offsetResetSeen struct {
+	offsetReset
+	at time.Time
 }
 
 // consumerHooks let tests stop the consumer at the two points where a crash
@@ -77,10 +99,12 @@ var errStoppedByHook = errors.New("storage consumer stopped by a hook")
 
 func newStorageConsumer(pool *pgxpool.Pool, opts consumerOptions, reg prometheus.Registerer, logger *slog.Logger) *storageConsumer {
 	return &storageConsumer{
-		store:   newConsumerStore(pool, opts.Group),
-		opts:    opts,
-		metrics: newConsumerMetrics(reg),
-		logger:  logger.With("role", "consumer"),
+		store:     newConsumerStore(pool, opts.Group),
+		opts:      opts,
+		metrics:   newConsumerMetrics(reg),
+		logger:    logger.With("role", "consumer"),
+		positions: map[topicPartition]int64{},
+		resets:    map[topicPartition]offsetResetSeen{},
 	}
 }
 
@@ -224,6 +248,8 @@ func (c *storageConsumer) collect(fs kgo.Fetches, parts *[]partitionBatch, index
 		}
 	})
 	n := 0
+	c.positionsMu.Lock()
+	defer c.positionsMu.Unlock()
 	fs.EachPartition(func(p kgo.FetchTopicPartition) {
 		if len(p.Records) == 0 {
 			return
@@ -231,13 +257,21 @@ func (c *storageConsumer) collect(fs kgo.Fetches, parts *[]partitionBatch, index
 		n += len(p.Records)
 		c.metrics.records.WithLabelValues(p.Topic).Add(float64(len(p.Records)))
 		tp := topicPartition{p.Topic, p.Partition}
+		var rewind *partitionRewind
+		if pos, ok := c.positions[tp]; ok && p.Records[0].Offset < pos {
+			rewind = &partitionRewind{at: p.Records[0].Offset}
+		}
+		c.positions[tp] = p.Records[len(p.Records)-1].Offset + 1
 		if i, ok := index[tp]; ok {
 			(*parts)[i].records = append((*parts)[i].records, p.Records...)
 			(*parts)[i].hwm = p.HighWatermark
+			if rewind != nil {
+				(*parts)[i].rewind = rewind
+			}
 			return
 		}
 		index[tp] = len(*parts)
-		*parts = append(*parts, partitionBatch{topicPartition: tp, records: p.Records, hwm: p.HighWatermark})
+		*parts = append(*parts, partitionBatch{topicPartition: tp, records: p.Records, hwm: p.HighWatermark, rewind: rewind})
 	})
 	return n, closed
 }
@@ -362,6 +396,9 @@ func (c *storageConsumer) storeShare(ctx context.Context, cl groupClient, share 
 			if len(out.dead) > 0 {
 				c.logger.Warn("dead letters written", "count", len(out.dead), "first_reason", out.dead[0].reason)
 			}
+			for _, r := range out.resets {
+				c.noteReset(r)
+			}
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -461,6 +498,16 @@ func retryDelay(attempt int, maxDelay time.Duration) time.Duration {
 // offset stored in consumer_offsets, where there is one; partitions without
 // a row keep Kafka's committed offset (or start at the beginning). It waits
 // for the database rather than start from a possibly older Kafka offset.
+//
+// When the broker has no committed offset of the group for any of the
+// assigned partitions although the database has stored offsets, the broker
+// does not know the group: its data was deleted, or KAFKA_BROKERS is a new
+// cluster (or its commits expired, after a week unused on Apache Kafka).
+// Those partitions start at the log start: a new log that has grown past
+// the old stored offset before this fetch could not be told from the old
+// one by its offsets, and its first records would be skipped. Records
+// stored already are written again without effect (every table's write is
+// idempotent), and the batch moves the stored offset back (rewoundFences).
 func (c *storageConsumer) resumeFromDatabase(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	var stored map[topicPartition]int64
 	for attempt := 1; ; attempt++ {
@@ -474,15 +521,40 @@ func (c *storageConsumer) resumeFromDatabase(ctx context.Context, offsets map[st
 			return nil, err
 		}
 	}
+	known := false // the broker has a committed offset of the group
+	for _, parts := range offsets {
+		for _, o := range parts {
+			known = known || o.EpochOffset().Offset >= 0
+		}
+	}
 	var catchUp []*kgo.Record
+	var fromStart map[string][]int32
+	c.positionsMu.Lock()
+	defer c.positionsMu.Unlock()
 	for topic, parts := range offsets {
 		for p := range parts {
-			if next, ok := stored[topicPartition{topic, p}]; ok {
-				parts[p] = kgo.NewOffset().At(next).WithEpoch(-1)
-				catchUp = append(catchUp, &kgo.Record{Topic: topic, Partition: p, Offset: next - 1, LeaderEpoch: -1})
-				c.logger.Debug("partition resumes at its stored offset", "topic", topic, "partition", p, "offset", next)
+			next, ok := stored[topicPartition{topic, p}]
+			if !ok {
+				continue
 			}
+			c.positions[topicPartition{topic, p}] = next
+			if !known {
+				parts[p] = kgo.NewOffset().AtStart()
+				if fromStart == nil {
+					fromStart = map[string][]int32{}
+				}
+				fromStart[topic] = append(fromStart[topic], p)
+				continue
+			}
+			parts[p] = kgo.NewOffset().At(next).WithEpoch(-1)
+			catchUp = append(catchUp, &kgo.Record{Topic: topic, Partition: p, Offset: next - 1, LeaderEpoch: -1})
+			c.logger.Debug("partition resumes at its stored offset", "topic", topic, "partition", p, "offset", next)
 		}
+	}
+	if len(fromStart) > 0 {
+		c.logger.Warn("the broker has no committed offset of the group although the database has stored offsets: "+
+			"its data was deleted, or KAFKA_BROKERS is a new cluster (or its commits expired); reading these partitions from their log start",
+			"group", c.opts.Group, "partitions", fromStart)
 	}
 	c.catchUpMu.Lock()
 	c.catchUp = append(c.catchUp, catchUp...)
@@ -511,6 +583,7 @@ func (c *storageConsumer) onRevoked(ctx context.Context, cl *kgo.Client, revoked
 	if err := cl.CommitMarkedOffsets(ctx); err != nil {
 		c.logger.Warn("Kafka offset commit at revocation failed; the database has the offsets", "err", err)
 	}
+	c.forgetPositions(revoked)
 	c.metrics.forgetPartitions(revoked)
 }
 
@@ -519,5 +592,55 @@ func (c *storageConsumer) onLost(_ context.Context, _ *kgo.Client, lost map[stri
 		return
 	}
 	c.logger.Warn("partitions lost to the group; another member resumes them from the stored offsets", "partitions", lost)
+	c.forgetPositions(lost)
 	c.metrics.forgetPartitions(lost)
+}
+
+// forgetPositions drops the positions of partitions the member no longer
+// has; a new assignment sets them again.
+func (c *storageConsumer) forgetPositions(ps map[string][]int32) {
+	c.positionsMu.Lock()
+	defer c.positionsMu.Unlock()
+	for topic, parts := range ps {
+		for _, p := range parts {
+			delete(c.positions, topicPartition{topic, p})
+		}
+	}
+}
+
+// noteReset tells of a partition whose stored offset a batch moved back:
+// in the log, in playwatch_consumer_offset_resets_total and on /readyz.
+func (c *storageConsumer) noteReset(r offsetReset) {
+	why := "its stored offset is beyond the broker's log end"
+	if r.logEnd >= r.stored {
+		why = "the broker had no committed offset of the group"
+	}
+	c.logger.Warn("partition reset: "+why+" (the broker's data was deleted, or KAFKA_BROKERS is a new cluster); "+
+		"the partition is stored from the broker's log start and its stored offset moved back",
+		"topic", r.topic, "partition", r.partition, "stored_offset", r.stored, "log_end", r.logEnd, "from_offset", r.from)
+	c.metrics.offsetResets.WithLabelValues(r.topic, strconv.Itoa(int(r.partition))).Inc()
+	c.resetsMu.Lock()
+	defer c.resetsMu.Unlock()
+	c.resets[r.topicPartition] = offsetResetSeen{r, c.opts.Clock.Now()}
+}
+
+// readiness is the consumer's line on /readyz. A reset does not make the
+// process unready: the consumer stores what the broker has, and nothing a
+// restart would change is wrong. The line stays until the process ends.
+func (c *storageConsumer) readiness(context.Context) error {
+	c.resetsMu.Lock()
+	defer c.resetsMu.Unlock()
+	if len(c.resets) == 0 {
+		return nil
+	}
+	var lines []string
+	for _, tp := range slices.SortedFunc(maps.Keys(c.resets), func(a, b topicPartition) int {
+		return cmp.Or(strings.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
+	}) {
+		r := c.resets[tp]
+		lines = append(lines, fmt.Sprintf("%s/%d at %s (stored offset %d, broker log end %d, stored again from offset %d)",
+			tp.topic, tp.partition, r.at.UTC().Format(time.RFC3339), r.stored, r.logEnd, r.from))
+	}
+	return readinessNote("ok; partitions reset, their stored offset being of a log the broker no longer has (its data deleted, or a new cluster): " +
+		strings.Join(lines, "; "))
 }

@@ -20,6 +20,7 @@ type consumerMetrics struct {
 	lag          *prometheus.GaugeVec
 	paused       prometheus.Gauge
 	blockedTotal prometheus.Counter
+	offsetResets *prometheus.CounterVec
 
 	mu     sync.Mutex
 	newest map[string]time.Time // newest stored crawled_at/analyzed_at by topic
@@ -65,6 +66,10 @@ func newConsumerMetrics(reg prometheus.Registerer) *consumerMetrics {
 			Name: "playwatch_consumer_db_blocked_seconds_total",
 			Help: "Time the consumer spent waiting for the database to take a batch (retrying transient errors).",
 		}),
+		offsetResets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "playwatch_consumer_offset_resets_total",
+			Help: "Times a partition's stored offset was beyond the broker's log end (broker data deleted, or a new cluster) and was moved back to store the partition from the log start.",
+		}, []string{"topic", "partition"}),
 		newest: map[string]time.Time{},
 	}
 	for _, t := range allTopics {
@@ -81,7 +86,7 @@ func newConsumerMetrics(reg prometheus.Registerer) *consumerMetrics {
 	for k := range dbBlocked + 1 {
 		m.dbErrors.WithLabelValues(k.String())
 	}
-	reg.MustRegister(m.records, m.rows, m.deadLetters, m.dbErrors, m.batchRecords, m.writeSeconds, m.lag, m.paused, m.blockedTotal,
+	reg.MustRegister(m.records, m.rows, m.deadLetters, m.dbErrors, m.batchRecords, m.writeSeconds, m.lag, m.paused, m.blockedTotal, m.offsetResets,
 		freshnessCollector{m},
 	)
 	return m

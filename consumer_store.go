@@ -42,12 +42,32 @@ type partitionBatch struct {
 	topicPartition
 	records []*kgo.Record
 	hwm     int64 // high watermark at the fetch, for the lag metric
+	// rewind is set when the client went back below the partition's
+	// position in this batch (storageConsumer.collect): the broker's log
+	// no longer reached it, and the client went on from the log start.
+	rewind *partitionRewind
+}
+
+// partitionRewind is where the client went on with a partition, below its
+// position, after the broker answered OFFSET_OUT_OF_RANGE (its data
+// was wiped, or KAFKA_BROKERS is a new cluster) or the log was truncated.
+type partitionRewind struct {
+	at int64 // the first record after going back: the log start
+}
+
+// offsetReset is a partition whose stored offset a batch moved back.
+type offsetReset struct {
+	topicPartition
+	stored int64 // the stored next offset, of a log the broker no longer has
+	logEnd int64 // the broker's log end at the fetch
+	from   int64 // where the partition is stored from again
 }
 
 // storeOutcome is what one committed batch transaction did.
 type storeOutcome struct {
-	rows rowCounts
-	dead []deadLetter // dead letters written, validation and SQL ones
+	rows   rowCounts
+	dead   []deadLetter  // dead letters written, validation and SQL ones
+	resets []offsetReset // partitions whose stored offset went back
 }
 
 // storeBatch writes a poll batch (one writer's share) in one transaction: its
@@ -55,6 +75,10 @@ type storeOutcome struct {
 // offset rows are locked first, and records below a partition's stored
 // offset, written before by this or another member, are skipped: a batch is
 // never stored twice, whatever rebalances or lost acknowledgements did.
+// The one exception is a partition the client went back in
+// (partitionBatch.rewind) below its stored offset: that offset is of a log
+// the broker no longer has, so the batch keeps all its records and moves
+// the offset back to just past them (rewindOffsets).
 //
 // narrow makes each table's write find the rows PostgreSQL refuses, one by
 // one under savepoints, and dead-letter them with the SQL error; it is used
@@ -69,12 +93,16 @@ func (s *consumerStore) storeBatch(ctx context.Context, parts []partitionBatch, 
 		if err != nil {
 			return err
 		}
+		out.resets = rewoundFences(parts, fence)
 		b.dropBelow(parts, fence)
 		if out.rows, out.dead, err = writeRows(ctx, tx, b, narrow); err != nil {
 			return err
 		}
 		out.dead = slices.Concat(b.dead, out.dead)
 		if out.rows[tableDeadLetters], err = insertDeadLetters(ctx, tx, out.dead); err != nil {
+			return err
+		}
+		if err := rewindOffsets(ctx, tx, s.group, out.resets); err != nil {
 			return err
 		}
 		if err := saveOffsets(ctx, tx, s.group, parts); err != nil {
@@ -132,6 +160,48 @@ func lockOffsets(ctx context.Context, tx pgx.Tx, group string, parts []partition
 		return nil, fmt.Errorf("lock offsets: %w", err)
 	}
 	return fence, nil
+}
+
+// rewoundFences finds the partitions of the batch that the client went back
+// in below their stored offset, and lowers their fence so that none of
+// their records is dropped: the stored offset counts records of a log the
+// broker no longer has. A partition whose stored offset is at or below the
+// offset the client went back to was moved back already (by another member).
+func rewoundFences(parts []partitionBatch, fence map[topicPartition]int64) []offsetReset {
+	var resets []offsetReset
+	for _, p := range parts {
+		if p.rewind == nil || fence[p.topicPartition] <= p.rewind.at {
+			continue
+		}
+		resets = append(resets, offsetReset{topicPartition: p.topicPartition, stored: fence[p.topicPartition], logEnd: p.hwm, from: p.rewind.at})
+		lowest := p.records[0].Offset
+		for _, r := range p.records {
+			lowest = min(lowest, r.Offset)
+		}
+		fence[p.topicPartition] = lowest
+	}
+	return resets
+}
+
+// rewindOffsets moves the stored offsets of reset partitions back to where
+// they are stored from again; saveOffsets then moves them forward past the
+// batch. It is the only write that moves consumer_offsets back.
+func rewindOffsets(ctx context.Context, tx pgx.Tx, group string, resets []offsetReset) error {
+	if len(resets) == 0 {
+		return nil
+	}
+	topics, partitions, from := make([]string, len(resets)), make([]int32, len(resets)), make([]int64, len(resets))
+	for i, r := range resets {
+		topics[i], partitions[i], from[i] = r.topic, r.partition, r.from
+	}
+	_, err := tx.Exec(ctx, `
+		UPDATE consumer_offsets o SET next_offset = u.next, updated_at = now()
+		FROM unnest($2::text[], $3::int[], $4::bigint[]) AS u(topic, p, next)
+		WHERE o.consumer_group = $1 AND o.topic = u.topic AND o."partition" = u.p`, group, topics, partitions, from)
+	if err != nil {
+		return fmt.Errorf("move reset offsets back: %w", err)
+	}
+	return nil
 }
 
 // saveOffsets moves each partition's stored next offset forward, never back.

@@ -336,8 +336,10 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		}
 		startRole("sentiment", newSentimentJob(be.pool, model, sentimentJobConfigOf(cfg), reg, logger).Run)
 	}
+	var consumerChecks []readinessCheck // the consumer's offset resets, shown without failing readiness
 	if slices.Contains(roles, "consumer") {
 		sc := newStorageConsumer(be.pool, consumerOptionsFrom(cfg), reg, logger)
+		consumerChecks = append(consumerChecks, readinessCheck{"consumer", sc.readiness})
 		cl, err := kgo.NewClient(append(kafkaClientOptions(cfg.Kafka, be.brokers), sc.clientOptions()...)...)
 		if err != nil {
 			return errors.Join(fmt.Errorf("storage consumer kafka client: %w", err), shutdown())
@@ -397,6 +399,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		{"database", be.pool.Ping},
 		{"broker", be.brokerReady},
 	}
+	checks = append(checks, consumerChecks...)
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return errors.Join(fmt.Errorf("PLAYWATCH_HTTP_ADDR: %w", err), shutdown())
@@ -815,7 +818,7 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 	}
 	if embedded {
 		be.budget = newBrokerBudgetKeeper(budget, kadm.NewClient(be.kafka),
-			newConsumerStore(be.pool, cfg.ConsumerGroup).loadOffsets, opts.metrics, logger)
+			newConsumerStore(be.pool, cfg.ConsumerGroup), opts.metrics, logger)
 		be.budget.jobsGroup = cfg.CrawlJobsGroup
 	}
 	if be.embedded != nil {
