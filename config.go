@@ -645,7 +645,13 @@ func redactChecks(cfg Config, checks []readinessCheck) {
 	for i, c := range checks {
 		check := c.check
 		checks[i].check = func(ctx context.Context) error {
-			if err := check(ctx); err != nil {
+			err := check(ctx)
+			var note readinessNote
+			if errors.As(err, &note) {
+				// A note keeps its type: /readyz shows it and stays 200.
+				return readinessNote(cfg.redact(string(note)))
+			}
+			if err != nil {
 				return errors.New(cfg.redact(err.Error()))
 			}
 			return nil

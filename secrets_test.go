@@ -3,12 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // testSecret is the password or token of the cases below; no output may
@@ -162,4 +168,40 @@ func TestMaskPasswords(t *testing.T) {
 			t.Errorf("maskPasswords(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// /readyz through the redaction run wraps its checks in: a failing check
+// still says why without its password, and a note keeps /readyz at 200.
+func TestReadyzRedactedChecks(t *testing.T) {
+	cfg := Config{secrets: []string{testSecret}}
+	checks := []readinessCheck{
+		{"note", func(context.Context) error { return readinessNote("ok; partitions reset") }},
+	}
+	redactChecks(cfg, checks)
+	reg := prometheus.NewRegistry()
+	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, nil, checks))
+	defer srv.Close()
+	get := func() (int, string) {
+		t.Helper()
+		resp, err := http.Get(srv.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get(); code != http.StatusOK || !strings.Contains(body, "partitions reset") {
+		t.Errorf("a redacted note: %d %s, want 200 with the note", code, body)
+	}
+	checks = append(checks, readinessCheck{"database", func(context.Context) error {
+		return errors.New("dial postgres://writer:" + testSecret + "@db:5432/x: refused")
+	}})
+	redactChecks(cfg, checks[1:])
+	srv.Config.Handler = newHTTPHandler(reg, newHTTPMetrics(prometheus.NewRegistry()), nil, nil, checks)
+	code, body := get()
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "refused") {
+		t.Errorf("a failing check: %d %s, want 503 saying why", code, body)
+	}
+	checkNoSecret(t, "/readyz", body)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -41,7 +42,7 @@ func newHTTPHandler(reg *prometheus.Registry, hm *httpMetrics, api *registryAPI,
 			results[c.name] = "ok"
 			if err := c.check(ctx); err != nil {
 				results[c.name] = err.Error()
-				if _, note := err.(readinessNote); !note {
+				if note := readinessNote(""); !errors.As(err, &note) {
 					code, status = http.StatusServiceUnavailable, "not ready"
 				}
 			}
