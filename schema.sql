@@ -194,3 +194,6 @@ CREATE TABLE app_crawl_outcomes (
     error          TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (application_id, country, lang, path)
 );
+
+-- migration 8: reserved for another branch of issue 20 (this placeholder keeps the numbers without a gap; drop it when merging)
+SELECT 1;
