@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -479,5 +481,87 @@ func TestCrawlWorkerDropsJobsOutsideTheirLeaseEpoch(t *testing.T) {
 		if n := f.replay.requests("details", j.pkg); n != want {
 			t.Errorf("%s (epoch %d, planned %v): %d listing requests, want %d", j.pkg, j.epoch, j.planned.Sub(now), n, want)
 		}
+	}
+}
+
+// Issue 20 item 15: `crawl --once` plans its cycle through the scheduler: it
+// refuses while another instance holds the lease, naming it, and otherwise
+// takes the lease for the cycle, records it in crawl_cycles, crawls its
+// jobs from crawl-jobs, prints the summary and gives the lease up.
+func TestCrawlOncePlansThroughTheScheduler(t *testing.T) {
+	replay := newReplayPlayStore(t)
+	dbURL := newTestDatabase(t)
+	pool := newTestPoolFor(t, dbURL)
+	_, brokers := newTestBroker(t, t.TempDir())
+	registerApps(t, pool, "com.example.one", "com.example.two")
+	env := map[string]string{"DATABASE_URL": dbURL, "KAFKA_BROKERS": strings.Join(brokers, ","), "PLAYWATCH_DATA_DIR": t.TempDir(),
+		"PLAYSTORE_URL": replay.URL, "RATE_LIMIT_REQUESTS": "0", "EGRESS_MIN_GAP": "0s", "REVIEWS_PER_APP": "20", "SCHEDULER_LEASE": "6s"}
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO scheduler_lease (name, holder, epoch, expires_at) VALUES ('crawl', 'elsewhere/42/beef', 1, now() + interval '1 minute')`); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	err := run(ctx, []string{"crawl", "--once"}, envFunc(env), &out, io.Discard)
+	if !errors.Is(err, errLeaseHeld) || !strings.Contains(err.Error(), "elsewhere/42/beef") {
+		t.Fatalf("crawl --once beside a leader: %v, want a refusal naming elsewhere/42/beef", err)
+	}
+	if n := replay.totalRequests(); n != 0 || count(t, pool, `SELECT count(*) FROM crawl_cycles`) != 0 {
+		t.Fatalf("the refused crawl sent %d store requests or planned a cycle", n)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE scheduler_lease SET expires_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(ctx, []string{"crawl", "--once"}, envFunc(env), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out.String(), "app_stats: 2/2, reviews: 2/2 (40 review messages)") {
+		t.Errorf("crawl --once printed %q", out.String())
+	}
+	if n := count(t, pool, `SELECT count(*) FROM crawl_cycles WHERE id = 1 AND apps = 2 AND leader_epoch = 2 AND finished_at IS NOT NULL`); n != 1 {
+		t.Errorf("%d finished cycles of 2 apps under epoch 2, want 1", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM scheduler_lease WHERE expires_at <= now()`); n != 1 {
+		t.Error("crawl --once kept the lease")
+	}
+	for _, pkg := range []string{"com.example.one", "com.example.two"} {
+		if n := replay.requests("details", pkg); n != 1 {
+			t.Errorf("%s: %d listing requests, want 1", pkg, n)
+		}
+	}
+}
+
+// Issue 20 item 15: `crawl` without --once is the crawler role of run: it
+// leads, plans the cycle, runs the new-app watch, and gives the lease up
+// when it stops.
+func TestCrawlCommandIsTheScheduler(t *testing.T) {
+	replay := newReplayPlayStore(t)
+	dbURL := newTestDatabase(t)
+	pool := newTestPoolFor(t, dbURL)
+	_, brokers := newTestBroker(t, t.TempDir())
+	registerApps(t, pool, "com.example.one")
+	env := map[string]string{"DATABASE_URL": dbURL, "KAFKA_BROKERS": strings.Join(brokers, ","), "PLAYWATCH_DATA_DIR": t.TempDir(),
+		"PLAYSTORE_URL": replay.URL, "RATE_LIMIT_REQUESTS": "0", "EGRESS_MIN_GAP": "0s", "REVIEWS_PER_APP": "20",
+		"SCHEDULER_LEASE": "6s", "CRAWL_NEW_APP_CHECK": "200ms"}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"crawl"}, envFunc(env), io.Discard, io.Discard) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("crawl: %v", err)
+		}
+		if n := count(t, pool, `SELECT count(*) FROM scheduler_lease WHERE expires_at <= now()`); n != 1 {
+			t.Error("crawl kept the lease after it stopped")
+		}
+	}()
+	waitFor(t, 30*time.Second, "cycle 1 to finish", func() bool {
+		return count(t, pool, `SELECT count(*) FROM crawl_cycles WHERE id = 1 AND apps = 1 AND finished_at IS NOT NULL`) == 1
+	})
+	registerApps(t, pool, "com.example.two")
+	waitFor(t, 30*time.Second, "the new-app watch's crawl", func() bool {
+		return count(t, pool, `SELECT count(*) FROM crawl_new_app_jobs WHERE cycle_id = 1`) == 1 && replay.requests("reviews", "com.example.two") == 1
+	})
+	if n := replay.requests("details", "com.example.one"); n != 1 {
+		t.Errorf("%d listing requests of the cycle's app, want 1", n)
 	}
 }
