@@ -69,7 +69,7 @@ const usageText = `playwatch watches Google Play apps: a registry, an hourly cra
 Usage:
   playwatch run [--roles registry,crawler,consumer,sentiment] [flags]
                                              run the appliance (all roles unless --roles picks some)
-  playwatch crawl [--once] [flags]           crawl the active apps now (--once: one cycle, then a summary)
+  playwatch crawl [--once] [flags]           the crawler role alone (--once: plan one cycle now, crawl it, print a summary)
   playwatch fetch [--lang L --country C] [--reviews N] [--max-wait D] PACKAGE
                                              read one app from the Play Store and print its messages as JSON lines
   playwatch migrate [flags]                  apply the database migrations and exit
