@@ -325,8 +325,10 @@ func TestSchedulerFirstAppStartsACycle(t *testing.T) {
 	f := newCrawlFixture(t, testCrawlerConfig(2, 10), nil)
 	createTestTopics(t, f.brokers, topicSpec{Partitions: 3, Replication: -1, Retention: time.Hour})
 	m := startFleetMember(t, f, 6*time.Second)
-	waitFor(t, 10*time.Second, "the leader", func() bool { return m.metric(t, "playwatch_scheduler_leader") == 1 })
-	time.Sleep(300 * time.Millisecond)
+	// An empty cycle sets the last-cycle time without a row.
+	waitFor(t, 10*time.Second, "the leader to find no apps", func() bool {
+		return m.metric(t, "playwatch_crawl_last_cycle_timestamp_seconds") > 0
+	})
 	if n := count(t, f.pool, `SELECT count(*) FROM crawl_cycles`); n != 0 {
 		t.Fatalf("%d cycles planned on an empty registry", n)
 	}
