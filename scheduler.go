@@ -472,12 +472,13 @@ func (s *scheduler) planCycle(ctx context.Context, last *crawlCycle) (*crawlCycl
 	}
 	if len(apps) == 0 {
 		// Not a cycle: nothing to record. The leader looks again every
-		// CRAWL_NEW_APP_CHECK, and the first app registered starts a
-		// cycle at once, so that it is crawled, and shown, as one.
+		// CRAWL_NEW_APP_CHECK (at most CRAWL_INTERVAL), and the first app
+		// registered starts a cycle at once, so that it is crawled, and
+		// shown, as one.
 		if s.idleUntil.IsZero() {
 			s.logger.Info("no active apps to crawl; register some with POST /api/v1/apps")
 		}
-		s.idleUntil, s.known = time.Now().Add(s.cfg.NewAppCheck), map[string]bool{}
+		s.idleUntil, s.known = time.Now().Add(min(s.cfg.NewAppCheck, s.cfg.Interval)), map[string]bool{}
 		s.crawl.forgetInactive(s.known)
 		s.crawl.lastCycle.SetToCurrentTime() // an empty cycle is not an overrun
 		return nil, nil
