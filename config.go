@@ -251,7 +251,7 @@ var settings = []setting{
 			c.ReviewsFullSyncInterval, err = parseDurationUpTo(v, 365*24*time.Hour)
 			return
 		}},
-	{"CRAWL_NEW_APP_CHECK", "30s", "how often the crawler looks for apps registered or reactivated since its cycle began, and crawls them at once",
+	{"CRAWL_NEW_APP_CHECK", "30s", "how often the scheduler leader looks for apps registered or reactivated since its cycle was planned, and crawls them at once; with no active apps, for the first one, which starts a cycle",
 		func(c *Config, v string) (err error) { c.CrawlNewAppCheck, err = parsePositiveDuration(v); return }},
 	{"SCHEDULER_LEASE", "30s", "how soon another instance takes over planning the crawl cycles when the leader dies or loses the database (6s to 10m)",
 		func(c *Config, v string) (err error) {

@@ -31,6 +31,10 @@ type crawlJobMessage struct {
 	Lang         string    `json:"lang"`
 	Country      string    `json:"country"`
 	FullResync   bool      `json:"full_resync"`
+	// LeaseEpoch is the scheduler lease epoch the job was planned under: its
+	// cycle's leader_epoch, or that of the leader publishing a new-app job.
+	// 0 (absent): a job of an older playwatch, accepted as it is.
+	LeaseEpoch int64 `json:"lease_epoch,omitempty"`
 }
 
 // decodeCrawlJob reads and validates a job; a job that breaks the contract
@@ -47,6 +51,9 @@ func decodeCrawlJob(v []byte, now time.Time) (crawlJobMessage, *invalidRecord) {
 	c := checks{now: now}
 	if m.CycleID < 0 {
 		c.fail(reasonOutOfRange, "cycle_id is %d, below 0", m.CycleID)
+	}
+	if m.LeaseEpoch < 0 {
+		c.fail(reasonOutOfRange, "lease_epoch is %d, below 0", m.LeaseEpoch)
 	}
 	c.timestamp("planned_at", &m.PlannedAt, true)
 	c.packageName(m.PackageName)

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -21,9 +24,13 @@ import (
 // owner crawls them again at the same crawled_at.
 type crawlWorker struct {
 	crawler *crawler
+	epochs  *leaseEpochs
 	workers int
 	metrics *crawlWorkerMetrics
 	logger  *slog.Logger
+	// done, if set, gets each job crawled to its end (crawl --once sums
+	// up its cycle).
+	done func(crawlJobMessage, appResult)
 
 	runCtx   context.Context // cancels every job at shutdown
 	mu       sync.Mutex
@@ -40,8 +47,8 @@ type partitionJobs struct {
 	done    map[int64]bool
 }
 
-func newCrawlWorker(c *crawler, workers int, reg prometheus.Registerer, logger *slog.Logger) *crawlWorker {
-	return &crawlWorker{crawler: c, workers: workers, metrics: newCrawlWorkerMetrics(reg), logger: logger, parts: map[int32]*partitionJobs{}}
+func newCrawlWorker(c *crawler, epochs *leaseEpochs, workers int, reg prometheus.Registerer, logger *slog.Logger) *crawlWorker {
+	return &crawlWorker{crawler: c, epochs: epochs, workers: workers, metrics: newCrawlWorkerMetrics(reg), logger: logger, parts: map[int32]*partitionJobs{}}
 }
 
 // clientOptions are the consumer settings of the crawl-jobs client. The
@@ -144,11 +151,26 @@ func (w *crawlWorker) runJob(ctx context.Context, r *kgo.Record) {
 			"key", printable(string(r.Key), 100), "reason", string(bad.code)+": "+bad.detail)
 		return
 	}
+	if m.LeaseEpoch != 0 {
+		valid, err := w.epochs.valid(ctx, m.LeaseEpoch, m.PlannedAt, w.logger)
+		if err != nil {
+			return // cancelled: the job is not committed
+		}
+		if !valid {
+			w.metrics.leasePassed.Inc()
+			w.logger.Warn("crawl worker: dropping a job planned when its leader's lease had passed", "package", m.PackageName,
+				"cycle", m.CycleID, "lease_epoch", m.LeaseEpoch, "planned_at", m.PlannedAt, "partition", r.Partition, "offset", r.Offset)
+			return
+		}
+	}
 	w.crawler.metrics.busy.Inc()
 	res := w.crawler.crawlApp(ctx, m.crawlJob())
 	w.crawler.metrics.busy.Dec()
 	if ctx.Err() == nil {
 		w.metrics.done.Inc()
+		if w.done != nil {
+			w.done(m, res)
+		}
 	}
 	w.logger.Debug("crawl job done", "package", m.PackageName, "cycle", m.CycleID, "stats_err", res.statsErr, "reviews_err", res.reviewsErr)
 }
@@ -202,8 +224,9 @@ func (w *crawlWorker) abandon(_ context.Context, _ *kgo.Client, lost map[string]
 }
 
 type crawlWorkerMetrics struct {
-	done    prometheus.Counter
-	invalid prometheus.Counter
+	done        prometheus.Counter
+	invalid     prometheus.Counter
+	leasePassed prometheus.Counter
 }
 
 func newCrawlWorkerMetrics(reg prometheus.Registerer) *crawlWorkerMetrics {
@@ -216,7 +239,59 @@ func newCrawlWorkerMetrics(reg prometheus.Registerer) *crawlWorkerMetrics {
 			Name: "playwatch_crawl_jobs_invalid_total",
 			Help: "Crawl jobs skipped because they break the crawl-jobs contract (logged with partition and offset).",
 		}),
+		leasePassed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "playwatch_crawl_jobs_lease_passed_total",
+			Help: "Crawl jobs dropped because their planned_at is outside their lease epoch: published by a leader whose lease had passed (logged).",
+		}),
 	}
-	reg.MustRegister(m.done, m.invalid)
+	reg.MustRegister(m.done, m.invalid, m.leasePassed)
 	return m
+}
+
+// leaseEpochs judges a job by its lease epoch (docs/design.md "Several
+// servers"): it is valid when its planned_at lies within the epoch's
+// [began_at, ended_at) in scheduler_epochs. Epochs never overlap, so a job
+// planned by a leader whose lease had passed is outside its epoch, while the
+// jobs of a cycle planned under a valid lease stay valid after any takeover.
+// ended_at only moves forward and began_at never, so a job inside a known
+// interval needs no query.
+type leaseEpochs struct {
+	pool  *pgxpool.Pool
+	mu    sync.Mutex
+	known map[int64][2]time.Time
+}
+
+func newLeaseEpochs(pool *pgxpool.Pool) *leaseEpochs {
+	return &leaseEpochs{pool: pool, known: map[int64][2]time.Time{}}
+}
+
+// valid says whether at lies within epoch; an epoch the database never had
+// is not valid. It retries a failing query until ctx ends (its error then):
+// a job is neither crawled nor dropped on a guess.
+func (e *leaseEpochs) valid(ctx context.Context, epoch int64, at time.Time, logger *slog.Logger) (bool, error) {
+	within := func(iv [2]time.Time) bool { return !at.Before(iv[0]) && at.Before(iv[1]) }
+	e.mu.Lock()
+	iv, ok := e.known[epoch]
+	e.mu.Unlock()
+	if ok && (within(iv) || at.Before(iv[0])) {
+		return within(iv), nil
+	}
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 10*time.Second) {
+		err := e.pool.QueryRow(ctx, `SELECT began_at, ended_at FROM scheduler_epochs WHERE epoch = $1`, epoch).Scan(&iv[0], &iv[1])
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil
+		}
+		if err == nil {
+			e.mu.Lock()
+			e.known[epoch] = iv
+			e.mu.Unlock()
+			return within(iv), nil
+		}
+		if ctx.Err() == nil {
+			logger.Warn("crawl worker: cannot read the lease epoch of a job; trying again", "lease_epoch", epoch, "err", err)
+		}
+		if err := sleepOn(ctx, systemClock{}, delay); err != nil {
+			return false, err
+		}
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -49,12 +48,13 @@ type crawlerConfig struct {
 	Workers       int           // CRAWL_WORKERS
 	ReviewsPerApp int           // REVIEWS_PER_APP
 	AppTimeout    time.Duration // CRAWL_APP_TIMEOUT: reading one app, both paths
-	NewAppCheck   time.Duration // CRAWL_NEW_APP_CHECK: between looks for apps new since the cycle began
 	// FullSyncInterval (REVIEWS_FULL_SYNC_INTERVAL) is how often each app's
-	// reviews are read in full; 0: always.
+	// reviews are read in full; 0: always. The scheduler decides it per job
+	// (schedulerConfig.FullResyncEvery); the tests' in-process cycle reads
+	// it here.
 	FullSyncInterval time.Duration
 	Locales          localeDefaults
-	Clock            clock // the crawl times (crawlJob.CrawledAt)
+	Clock            clock // the tests' in-process cycle: its crawl time
 }
 
 // crawlJob is one app's crawl in one cycle.
@@ -90,26 +90,19 @@ func fullResyncDue(pkg string, at, prev time.Time, every time.Duration) bool {
 	return pos < int64(min(at.Sub(prev), every))
 }
 
-// crawler runs cycles: each reads the active apps and crawls them in a
-// bounded worker pool. Per app, the stats path (details → one app-stats
-// message) and the reviews path (newest reviews → one message each) fail
-// independently, and a failing app never stops the cycle.
+// crawler crawls one app per crawl job (crawlApp); the scheduler plans the
+// cycles and the crawl worker hands it their jobs. Per app, the stats path
+// (details → one app-stats message) and the reviews path (newest reviews →
+// one message each) fail independently, and a failing app never stops the
+// cycle.
 type crawler struct {
 	cfg     crawlerConfig
-	apps    activeAppLister
+	apps    activeAppLister // the tests' in-process cycle (crawl_cycle_test.go)
 	store   storeReader
 	known   crawlState
 	pub     crawlPublisher
 	metrics *crawlMetrics
 	logger  *slog.Logger
-
-	// crawled are the apps of the current cycle, and those crawled early
-	// since it began; nil until the first cycle has listed its apps. early
-	// is the app the new-app watch is crawling: a cycle that begins
-	// meanwhile counts that crawl as its own.
-	crawledMu sync.Mutex
-	crawled   map[string]bool
-	early     string
 }
 
 func newCrawler(cfg crawlerConfig, apps activeAppLister, store storeReader, known crawlState, pub crawlPublisher, reg prometheus.Registerer, logger *slog.Logger) *crawler {
@@ -122,7 +115,8 @@ const (
 	pathReviews = "reviews"
 )
 
-// cycleSummary is the outcome of one cycle.
+// cycleSummary is the outcome of one cycle (crawl --once: of the jobs this
+// process crawled).
 type cycleSummary struct {
 	Apps      int
 	StatsOK   int
@@ -151,161 +145,6 @@ func (s cycleSummary) String() string {
 	}
 	return fmt.Sprintf("app_stats: %d/%d, reviews: %d/%d (%d review messages), failures: %s, requests: %d, reviews pages skipped: %d, full reviews reads: %d, took %s",
 		s.StatsOK, s.Apps, s.ReviewsOK, s.Apps, s.Reviews, f, s.Requests, s.Skipped, s.FullReads, s.Duration.Round(time.Millisecond))
-}
-
-// Run runs a cycle now and then one every Interval until ctx ends. Cycles
-// never overlap: one that outlasts the interval is followed at once by the
-// next, and the overrun is logged and counted.
-//
-// Between the cycles' starts, every NewAppCheck it crawls the apps that
-// became active since the cycle began (registered or reactivated), so that
-// a new app has data within a minute, not within the hour; the next cycle
-// crawls it with all the others.
-func (c *crawler) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	wg.Go(func() {
-		for sleepOn(ctx, systemClock{}, c.cfg.NewAppCheck) == nil {
-			if err := c.crawlNewApps(ctx); err != nil && ctx.Err() == nil {
-				c.logger.Warn("cannot look for newly registered apps", "err", err)
-			}
-		}
-	})
-	return runEvery(ctx, c.cfg.Interval, func(ctx context.Context) {
-		if _, err := c.RunCycle(ctx); err != nil && ctx.Err() == nil {
-			c.logger.Error("crawl cycle failed", "err", err)
-		}
-	}, c.metrics.overruns, c.logger)
-}
-
-// crawlNewApps crawls, one after the other, the active apps that neither
-// the current cycle nor an earlier look has crawled.
-func (c *crawler) crawlNewApps(ctx context.Context) error {
-	apps, err := c.apps.ListActive(ctx)
-	if err != nil {
-		return fmt.Errorf("list active apps: %w", err)
-	}
-	for _, a := range apps {
-		c.crawledMu.Lock()
-		fresh := c.crawled != nil && !c.crawled[a.PackageName]
-		if fresh {
-			c.crawled[a.PackageName], c.early = true, a.PackageName
-		}
-		c.crawledMu.Unlock()
-		if !fresh {
-			continue
-		}
-		c.logger.Info("crawling a newly active app now; the next cycle crawls it with the others", "package", a.PackageName)
-		c.metrics.newApps.Inc()
-		// A full read: a new app has nothing stored, a reactivated one
-		// missed the resyncs of its inactive days.
-		c.crawlApp(ctx, crawlJob{App: a, CrawledAt: messageTime(c.cfg.Clock.Now()), FullResync: true, Locale: c.cfg.Locales.forApp(a.IsIranianApp)})
-		c.crawledMu.Lock()
-		c.early = ""
-		c.crawledMu.Unlock()
-	}
-	return nil
-}
-
-// runEvery calls cycle at once, then every interval, one call at a time.
-func runEvery(ctx context.Context, interval time.Duration, cycle func(context.Context), overruns prometheus.Counter, logger *slog.Logger) error {
-	for {
-		start := time.Now()
-		cycle(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		elapsed := time.Since(start)
-		if elapsed >= interval {
-			overruns.Inc()
-			logger.Warn("crawl cycle took longer than CRAWL_INTERVAL; starting the next one now",
-				"took", elapsed.Round(time.Millisecond), "interval", interval)
-			continue
-		}
-		t := time.NewTimer(interval - elapsed)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-	}
-}
-
-// RunCycle crawls every active app once.
-func (c *crawler) RunCycle(ctx context.Context) (cycleSummary, error) {
-	start := time.Now()
-	crawledAt := messageTime(c.cfg.Clock.Now())
-	sum := cycleSummary{Failures: map[string]int{}}
-	apps, err := c.apps.ListActive(ctx)
-	if err != nil {
-		return sum, fmt.Errorf("list active apps: %w", err)
-	}
-	crawled := make(map[string]bool, len(apps))
-	c.crawledMu.Lock()
-	apps = slices.DeleteFunc(apps, func(a app) bool { return a.PackageName == c.early })
-	for _, a := range apps {
-		crawled[a.PackageName] = true
-	}
-	if c.early != "" {
-		crawled[c.early] = true
-	}
-	c.crawled = crawled
-	c.crawledMu.Unlock()
-	c.metrics.forgetInactive(crawled)
-	sum.Apps = len(apps)
-	if len(apps) == 0 {
-		c.metrics.lastCycle.SetToCurrentTime()
-		c.logger.Info("no active apps to crawl; register some with POST /api/v1/apps")
-		return sum, nil
-	}
-	c.logger.Info("crawl cycle started", "apps", len(apps), "workers", c.cfg.Workers)
-	c.metrics.queueDepth.Set(float64(len(apps)))
-
-	var mu sync.Mutex
-	queue := make(chan crawlJob, c.cfg.Workers)
-	var wg sync.WaitGroup
-	for range c.cfg.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range queue {
-				c.metrics.queueDepth.Dec()
-				c.metrics.busy.Inc()
-				r := c.crawlApp(ctx, j)
-				c.metrics.busy.Dec()
-				mu.Lock()
-				sum.add(r)
-				mu.Unlock()
-			}
-		}()
-	}
-feed:
-	for _, a := range apps {
-		// This path keeps no record of the last cycle: taken as an interval
-		// ago, a cycle that starts late may skip an app's full read.
-		j := crawlJob{App: a, CrawledAt: crawledAt, FullResync: fullResyncDue(a.PackageName, crawledAt, crawledAt.Add(-c.cfg.Interval), c.cfg.FullSyncInterval),
-			Locale: c.cfg.Locales.forApp(a.IsIranianApp)}
-		select {
-		case queue <- j:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(queue)
-	wg.Wait()
-	c.metrics.queueDepth.Set(0)
-
-	sum.Duration = time.Since(start)
-	c.metrics.cycleDuration.Observe(sum.Duration.Seconds())
-	if ctx.Err() != nil {
-		c.logger.Warn("crawl cycle cut short by shutdown", "summary", sum.String())
-		return sum, ctx.Err()
-	}
-	c.metrics.cycles.Inc()
-	c.metrics.lastCycle.SetToCurrentTime()
-	c.logger.Info("crawl cycle finished", "summary", sum.String())
-	return sum, nil
 }
 
 // appResult is what crawling one app gave, per path.
@@ -576,7 +415,6 @@ func (c appSeriesCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 type crawlMetrics struct {
-	queueDepth    prometheus.Gauge
 	busy          prometheus.Gauge
 	apps          *prometheus.CounterVec
 	cycleDuration prometheus.Histogram
@@ -609,10 +447,6 @@ func newCrawlMetrics(reg prometheus.Registerer, interval time.Duration) *crawlMe
 	m := &crawlMetrics{
 		known:       map[string]time.Time{},
 		forgetAfter: 2 * interval,
-		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "playwatch_crawl_queue_depth",
-			Help: "Apps of the running in-process cycle (playwatch crawl) not yet taken by a worker; in run the queue is playwatch_crawl_jobs_lag_records.",
-		}),
 		busy: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "playwatch_crawl_workers_busy",
 			Help: "Workers crawling an app right now (at most CRAWL_WORKERS).",
@@ -684,7 +518,7 @@ func newCrawlMetrics(reg prometheus.Registerer, interval time.Duration) *crawlMe
 			m.apps.WithLabelValues(path, outcome)
 		}
 	}
-	reg.MustRegister(m.queueDepth, m.busy, m.apps, m.cycleDuration, m.cycles, m.overruns, m.lastCycle, appSeriesCollector{m}, m.interval, m.newApps,
+	reg.MustRegister(m.busy, m.apps, m.cycleDuration, m.cycles, m.overruns, m.lastCycle, appSeriesCollector{m}, m.interval, m.newApps,
 		m.requests, m.pagesSkipped, m.fullResyncs, m.knownFailures, m.stateWriteFailures)
 	for _, what := range []string{"read_mark", "outcome"} {
 		m.stateWriteFailures.WithLabelValues(what)

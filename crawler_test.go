@@ -337,63 +337,6 @@ func TestCrawlBoundedWorkersShareTheRateLimit(t *testing.T) {
 	}
 }
 
-// The loop runs a cycle at once and then one per interval, never two at a
-// time; a cycle longer than the interval is counted as an overrun and the
-// next one starts when it ends; cancelling stops the loop promptly.
-func TestCrawlLoop(t *testing.T) {
-	overruns := prometheus.NewCounter(prometheus.CounterOpts{Name: "overruns"})
-	var running, maxRunning, calls atomic.Int32
-	ctx, cancel := context.WithCancel(context.Background())
-	var starts []time.Time
-	var mu sync.Mutex
-	done := make(chan error)
-	go func() {
-		done <- runEvery(ctx, 100*time.Millisecond, func(ctx context.Context) {
-			n := running.Add(1)
-			if n > maxRunning.Load() {
-				maxRunning.Store(n)
-			}
-			mu.Lock()
-			starts = append(starts, time.Now())
-			mu.Unlock()
-			if calls.Add(1) == 2 {
-				time.Sleep(250 * time.Millisecond) // overruns the 100ms interval
-			}
-			running.Add(-1)
-		}, overruns, testLogger(t))
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for calls.Load() < 5 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(time.Second):
-		t.Fatal("the loop did not stop within a second of cancel")
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if maxRunning.Load() != 1 {
-		t.Errorf("%d cycles ran at once", maxRunning.Load())
-	}
-	if got := testutil.ToFloat64(overruns); got != 1 {
-		t.Errorf("overruns = %v, want 1", got)
-	}
-	if len(starts) < 5 {
-		t.Fatalf("%d cycles", len(starts))
-	}
-	if gap := starts[1].Sub(starts[0]); gap < 90*time.Millisecond {
-		t.Errorf("second cycle %v after the first, want the interval", gap)
-	}
-	if gap := starts[2].Sub(starts[1]); gap < 240*time.Millisecond || gap > 300*time.Millisecond {
-		t.Errorf("the cycle after an overrun started %v after the overrun's start, want right when it ended (~250ms)", gap)
-	}
-}
-
 // `playwatch crawl --once` runs one cycle over the registry and prints its
 // summary; `playwatch fetch` prints one app's messages.
 func TestCrawlAndFetchCommands(t *testing.T) {
@@ -464,44 +407,6 @@ func TestCrawlOnceOutlastingShutdownTimeout(t *testing.T) {
 	}
 	if n := endOffsets(t, brokers, topicAppStats); n != 2 {
 		t.Errorf("%d app-stats records on the topic, want 2", n)
-	}
-}
-
-// An app registered after its cycle began is crawled within a check
-// interval, once, without starting a cycle; an app the cycle crawled is not
-// crawled again until the next one.
-func TestCrawlNewAppWithoutWaitingForTheCycle(t *testing.T) {
-	cfg := testCrawlerConfig(2, 10)
-	cfg.NewAppCheck = 50 * time.Millisecond
-	f := newCrawlFixture(t, cfg, nil)
-	f.register(t, "com.example.early", false)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- f.crawler.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	waitFor(t, 20*time.Second, "the first cycle", func() bool {
-		return metricValue(t, f.reg, "playwatch_crawl_cycles_total", nil) == 1
-	})
-	f.register(t, "com.example.late", false)
-	waitFor(t, 20*time.Second, "the late app's crawl", func() bool {
-		return metricValue(t, f.reg, "playwatch_crawl_new_apps_total", nil) == 1
-	})
-	recs := consumeAll(t, f.brokers, topicAppStats, 2)
-	keys := map[string]int{}
-	for _, r := range recs {
-		keys[string(r.Key)]++
-	}
-	time.Sleep(5 * cfg.NewAppCheck) // more looks find nothing new
-	if n := metricValue(t, f.reg, "playwatch_crawl_new_apps_total", nil); n != 1 || keys["com.example.early"] != 1 || keys["com.example.late"] != 1 {
-		t.Errorf("new-app crawls %v, app-stats by app %v; want one each", n, keys)
-	}
-	if n := metricValue(t, f.reg, "playwatch_crawl_cycles_total", nil); n != 1 {
-		t.Errorf("%v cycles, want 1: the hourly rhythm is kept", n)
 	}
 }
 

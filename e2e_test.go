@@ -23,6 +23,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -260,6 +261,15 @@ func runEndToEnd(t *testing.T, engine map[string]string) {
 	for _, n := range stats {
 		statRows += n
 	}
+	// A one-off cycle is refused while the appliance's scheduler leads,
+	// naming it; the appliance runs on without its crawler role for it.
+	var refused syncBuffer
+	if err := run(context.Background(), []string{"crawl", "--once"}, envFunc(a.env), io.Discard, &refused); err == nil ||
+		!strings.Contains(err.Error(), "plans the crawl cycles") || !strings.Contains(err.Error(), fmt.Sprintf("/%d/", os.Getpid())) {
+		t.Errorf("crawl --once beside the leading appliance: %v, want a refusal naming the leader", err)
+	}
+	a.args = []string{"--roles", "registry,consumer,sentiment"}
+	a.restart()
 	secondStart := time.Now()
 	want := fmt.Sprintf("app_stats: %d/%d, reviews: %d/%d (%d review messages), failures: none", active, active, active, active, resynced)
 	if out := a.command("crawl", "--once"); !strings.HasPrefix(out, want) {
@@ -281,11 +291,11 @@ func runEndToEnd(t *testing.T, engine map[string]string) {
 		}
 	}
 	a.expectCounts(map[string]int{"app_stats": statRows, "reviews": reviews, "network_metrics": 2, "dead_letter_events": 0})
+	// Since the restart: each newer version is a row written.
 	a.expectMetrics(map[string]float64{
-		`playwatch_consumer_rows_written_total{table="app_stats"}`: float64(statRows),
-		// Each newer version is a row written; the stale one was not.
-		`playwatch_consumer_rows_written_total{table="reviews"}`:            float64(reviews + resynced),
-		`playwatch_consumer_rows_written_total{table="network_metrics"}`:    2,
+		`playwatch_consumer_rows_written_total{table="app_stats"}`:          float64(active),
+		`playwatch_consumer_rows_written_total{table="reviews"}`:            float64(resynced),
+		`playwatch_consumer_rows_written_total{table="network_metrics"}`:    0,
 		`playwatch_consumer_rows_written_total{table="dead_letter_events"}`: 0,
 	})
 	lap("delete two apps, second cycle with crawl --once")
@@ -525,7 +535,8 @@ func readNetworkMetrics(t *testing.T, pool *pgxpool.Pool) []networkMetricsMessag
 type e2eAppliance struct {
 	t       *testing.T
 	env     map[string]string
-	base    string // http://addr of the registry API and /metrics
+	args    []string // of run: its roles
+	base    string   // http://addr of the registry API and /metrics
 	stopRun func() error
 	logs    *syncBuffer
 	group   string
@@ -535,10 +546,11 @@ type e2eAppliance struct {
 	pool    *pgxpool.Pool
 }
 
-// startE2EAppliance starts `playwatch run` with every role on env.
-func startE2EAppliance(t *testing.T, env map[string]string) *e2eAppliance {
+// startE2EAppliance starts `playwatch run args...` on env: every role
+// unless args pick some.
+func startE2EAppliance(t *testing.T, env map[string]string, args ...string) *e2eAppliance {
 	t.Helper()
-	a := &e2eAppliance{t: t, env: env}
+	a := &e2eAppliance{t: t, env: env, args: args}
 	a.start()
 	// The checks reach the database and broker the way a one-off command
 	// does: the appliance's own unless env names others.
@@ -566,7 +578,7 @@ func startE2EAppliance(t *testing.T, env map[string]string) *e2eAppliance {
 
 func (a *e2eAppliance) start() {
 	a.t.Helper()
-	a.base, a.stopRun, a.logs = startRun(a.t, a.env)
+	a.base, a.stopRun, a.logs = startRun(a.t, a.env, a.args...)
 }
 
 // stop stops the appliance and returns what run returned.

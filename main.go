@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -86,7 +87,7 @@ const usageText = `playwatch watches Google Play apps: a registry, an hourly cra
 Usage:
   playwatch run [--roles registry,crawler,consumer,sentiment] [flags]
                                              run the appliance (all roles unless --roles picks some)
-  playwatch crawl [--once] [flags]           crawl the active apps now (--once: one cycle, then a summary)
+  playwatch crawl [--once] [flags]           the crawler role alone (--once: plan one cycle now, crawl it, print a summary)
   playwatch fetch [--lang L --country C] [--reviews N] [--max-wait D] PACKAGE
                                              read one app from the Play Store and print its messages as JSON lines
   playwatch migrate [flags]                  apply the database migrations and exit
@@ -348,37 +349,11 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		startRole("consumer", func(ctx context.Context) error { return sc.Run(ctx, cl) })
 	}
 	if slices.Contains(roles, "crawler") {
-		archiver, err := be.newArchiver(cfg, reg, logger)
+		cr, err := newCrawlerRole(cfg, be, reg, logger)
 		if err != nil {
 			return errors.Join(err, shutdown())
 		}
-		store, err := newPlayStore(cfg, 0, archiver, reg, logger)
-		if err != nil {
-			return errors.Join(err, shutdown())
-		}
-		producer, err := newProducer(cfg, be.brokers)
-		if err != nil {
-			return errors.Join(err, shutdown())
-		}
-		be.onClose(flushAndClose(producer))
-		pub := newPublisher(producer, cfg.Producer, reg, logger)
-		pub.gate = be.publishGate()
-		cr := newCrawler(crawlerConfigOf(cfg), newAppStore(be.pool), store, newPGKnownReviews(be.pool), pub, reg, logger)
-		// One path with any broker, the embedded one included: the leader
-		// among the instances plans cycles into crawl-jobs, and every
-		// instance's worker crawls what it is given (scheduler.go).
-		sched := newScheduler(schedulerConfigOf(cfg), be.pool, newAppStore(be.pool), producer, kadm.NewClient(be.kafka), cr.metrics, reg, logger)
-		worker := newCrawlWorker(cr, cfg.CrawlWorkers, reg, logger)
-		jobs, err := kgo.NewClient(append(kafkaClientOptions(cfg.Kafka, be.brokers), worker.clientOptions(cfg.CrawlJobsGroup, cfg.SchedulerLease)...)...)
-		if err != nil {
-			return errors.Join(fmt.Errorf("crawl-jobs kafka client: %w", err), shutdown())
-		}
-		be.onClose(func(context.Context) error { jobs.Close(); return nil })
-		startRole("crawler", func(ctx context.Context) error {
-			done := make(chan error, 1)
-			go func() { done <- sched.Run(ctx) }()
-			return errors.Join(worker.Run(ctx, jobs), <-done)
-		})
+		startRole("crawler", cr.run)
 	}
 
 	var api *registryAPI
@@ -509,7 +484,7 @@ func flushAndClose(cl *kgo.Client) func(context.Context) error {
 
 func crawlerConfigOf(cfg Config) crawlerConfig {
 	return crawlerConfig{Interval: cfg.CrawlInterval, Workers: cfg.CrawlWorkers, ReviewsPerApp: cfg.ReviewsPerApp,
-		AppTimeout: cfg.CrawlAppTimeout, NewAppCheck: cfg.CrawlNewAppCheck, FullSyncInterval: cfg.ReviewsFullSyncInterval,
+		AppTimeout: cfg.CrawlAppTimeout, FullSyncInterval: cfg.ReviewsFullSyncInterval,
 		Locales: cfg.Locales, Clock: systemClock{}}
 }
 
@@ -521,7 +496,8 @@ func schedulerConfigOf(cfg Config) schedulerConfig {
 func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	var once bool
 	cl, err := parseCommandLine("crawl", "crawl [--once] [flags]", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
-		fs.BoolVar(&once, "once", false, "run one cycle, print its summary and exit (default: a cycle every CRAWL_INTERVAL)")
+		fs.BoolVar(&once, "once", false, "plan one cycle now, crawl it, print its summary and exit; refused while another playwatch leads "+
+			"(default: the crawler role of run: the scheduler and the crawl workers)")
 	})
 	if err != nil {
 		return err
@@ -535,29 +511,87 @@ func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer func() { err = errors.Join(err, be.shutdown(ctx, cfg.ShutdownTimeout)) }()
-	reg := prometheus.NewRegistry()
-	archiver, err := be.newArchiver(cfg, reg, logger)
+	cr, err := newCrawlerRole(cfg, be, prometheus.NewRegistry(), logger)
 	if err != nil {
 		return err
+	}
+	if !once {
+		return cr.run(ctx)
+	}
+	start := time.Now()
+	var mu sync.Mutex
+	sums := map[int64]*cycleSummary{}
+	cr.worker.done = func(m crawlJobMessage, r appResult) {
+		mu.Lock()
+		defer mu.Unlock()
+		if sums[m.CycleID] == nil {
+			sums[m.CycleID] = &cycleSummary{Failures: map[string]int{}}
+		}
+		sums[m.CycleID].Apps++
+		sums[m.CycleID].add(r)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	worked := make(chan error, 1)
+	go func() { worked <- cr.worker.Run(wctx, cr.jobs) }()
+	c, err := cr.sched.RunOnce(ctx)
+	stop()
+	err = errors.Join(err, <-worked)
+	if err != nil {
+		return err
+	}
+	sum := cycleSummary{Failures: map[string]int{}}
+	if c != nil && sums[c.ID] != nil {
+		sum = *sums[c.ID]
+	}
+	sum.Duration = time.Since(start)
+	fmt.Fprintln(stdout, sum)
+	return nil
+}
+
+// crawlerRole is the crawler role of run and of crawl: the scheduler, which
+// plans the cycles into crawl-jobs while it holds the lease, and the crawl
+// worker, which crawls the jobs it is given. One path with any broker, the
+// embedded one included (scheduler.go).
+type crawlerRole struct {
+	sched  *scheduler
+	worker *crawlWorker
+	jobs   *kgo.Client // the worker's crawl-jobs consumer
+}
+
+func newCrawlerRole(cfg Config, be *backends, reg prometheus.Registerer, logger *slog.Logger) (*crawlerRole, error) {
+	archiver, err := be.newArchiver(cfg, reg, logger)
+	if err != nil {
+		return nil, err
 	}
 	store, err := newPlayStore(cfg, 0, archiver, reg, logger)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	producer, err := newProducer(cfg, be.brokers)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	be.onClose(flushAndClose(producer))
 	pub := newPublisher(producer, cfg.Producer, reg, logger)
 	pub.gate = be.publishGate()
 	cr := newCrawler(crawlerConfigOf(cfg), newAppStore(be.pool), store, newPGKnownReviews(be.pool), pub, reg, logger)
-	if !once {
-		return cr.Run(ctx)
+	r := &crawlerRole{
+		sched:  newScheduler(schedulerConfigOf(cfg), be.pool, newAppStore(be.pool), producer, kadm.NewClient(be.kafka), cr.metrics, reg, logger),
+		worker: newCrawlWorker(cr, newLeaseEpochs(be.pool), cfg.CrawlWorkers, reg, logger),
 	}
-	sum, err := cr.RunCycle(ctx)
-	fmt.Fprintln(stdout, sum)
-	return err
+	r.jobs, err = kgo.NewClient(append(kafkaClientOptions(cfg.Kafka, be.brokers), r.worker.clientOptions(cfg.CrawlJobsGroup, cfg.SchedulerLease)...)...)
+	if err != nil {
+		return nil, fmt.Errorf("crawl-jobs kafka client: %w", err)
+	}
+	be.onClose(func(context.Context) error { r.jobs.Close(); return nil })
+	return r, nil
+}
+
+// run takes part in the election and crawls jobs until ctx ends.
+func (r *crawlerRole) run(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- r.sched.Run(ctx) }()
+	return errors.Join(r.worker.Run(ctx, r.jobs), <-done)
 }
 
 func cmdFetch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {

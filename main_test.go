@@ -149,7 +149,7 @@ func TestRunCommandLine(t *testing.T) {
 		want string
 	}{
 		{[]string{"run", "--help"}, "--roles\tcomma-separated roles"},
-		{[]string{"crawl", "-h"}, "--once\trun one cycle, print its summary and exit (default: a cycle every CRAWL_INTERVAL)\n"},
+		{[]string{"crawl", "-h"}, "--once\tplan one cycle now, crawl it, print its summary and exit; refused while another playwatch leads (default: the crawler role of run: the scheduler and the crawl workers)\n"},
 		{[]string{"fetch", "--help"}, "--reviews\tnewest reviews to read; default REVIEWS_PER_APP\n"},
 		{[]string{"migrate", "--help"}, "Usage: playwatch migrate"},
 		{[]string{"pcap", "--help"}, "--dry-run\tprint the messages as JSON lines instead of publishing them\n"},

@@ -51,11 +51,16 @@ type schedulerConfig struct {
 // The lease's timing, as parts of SCHEDULER_LEASE: the row is valid for
 // leaseTTL and renewed every leaseRenew, and a follower looks at most every
 // leaseTick, so a dead leader is replaced within leaseTTL + leaseTick <
-// SCHEDULER_LEASE of its last renewal.
+// SCHEDULER_LEASE of its last renewal. The leader produces to crawl-jobs
+// only until leaseMargin before its deadline: the deadline is counted from
+// when the renewal was sent, before the database stamped it, and the margin
+// leaves room for a produce request in flight and for clocks that run at
+// slightly different rates.
 const (
-	leaseTTL   = 0.8
-	leaseRenew = 0.25
-	leaseTick  = 0.1
+	leaseTTL    = 0.8
+	leaseRenew  = 0.25
+	leaseTick   = 0.1
+	leaseMargin = 0.1
 )
 
 // jobProducer is what the scheduler needs of the Kafka producer.
@@ -133,6 +138,72 @@ func (s *scheduler) Run(ctx context.Context) error {
 	}
 }
 
+// errLeaseHeld: another instance leads.
+var errLeaseHeld = errors.New("another playwatch holds the scheduler lease")
+
+// RunOnce is `playwatch crawl --once`: it takes the lease (refusing, with
+// the leader's name, when another instance holds it), finishes what the
+// last cycle left, plans one cycle now through planCycle and returns it
+// once the crawl workers (this process's, run beside) have done its jobs;
+// nil when there are no active apps. It gives the lease up at the end.
+func (s *scheduler) RunOnce(ctx context.Context) (*crawlCycle, error) {
+	if err := s.acquire(ctx); err != nil {
+		return nil, err
+	}
+	epoch := s.currentEpoch()
+	if epoch == 0 {
+		var holder string
+		var epoch int64
+		var until time.Time
+		if err := s.pool.QueryRow(ctx, `SELECT holder, epoch, expires_at FROM scheduler_lease WHERE name = 'crawl'`).Scan(&holder, &epoch, &until); err != nil {
+			return nil, fmt.Errorf("read the scheduler lease: %w", err)
+		}
+		return nil, fmt.Errorf("%w: %s (epoch %d, renewed until %s) plans the crawl cycles; its crawl workers do the jobs, so crawl --once plans none beside it",
+			errLeaseHeld, holder, epoch, until.Format(time.RFC3339))
+	}
+	lctx, stop := context.WithCancel(ctx)
+	kept := make(chan struct{})
+	go func() {
+		defer close(kept)
+		for sleepOn(lctx, systemClock{}, min(s.part(leaseTick), time.Second)) == nil {
+			s.keepLease(lctx)
+		}
+	}()
+	defer func() { stop(); <-kept; s.resign() }()
+	s.ledEpoch = epoch
+	var planned *crawlCycle
+	for {
+		if s.currentEpoch() != epoch {
+			return nil, errors.New("the scheduler lease was lost before the cycle finished")
+		}
+		last, _, err := s.lastCycle(ctx)
+		switch {
+		case err != nil:
+		case last != nil && last.EndOffsets == nil:
+			err = s.publishCycle(ctx, *last)
+		case last != nil && last.FinishedAt == nil:
+			var offs jobOffsets
+			if offs, err = s.jobOffsets(ctx); err == nil && offs.reached(last.EndOffsets) {
+				if last, err = s.finishCycle(ctx, *last); err == nil && planned != nil && last.ID == planned.ID {
+					return last, nil
+				}
+			}
+		case planned == nil:
+			if planned, err = s.planCycle(ctx, last); err == nil && planned == nil {
+				return nil, nil // no active apps
+			}
+		default:
+			return last, nil
+		}
+		if err != nil && ctx.Err() == nil {
+			s.logger.Warn("scheduler: crawl --once: trying again", "err", err)
+		}
+		if sleepOn(ctx, systemClock{}, min(s.part(leaseTick), time.Second)) != nil {
+			return nil, ctx.Err()
+		}
+	}
+}
+
 // currentEpoch is the lease's epoch while this instance leads, else 0.
 func (s *scheduler) currentEpoch() int64 {
 	s.leaseMu.Lock()
@@ -180,17 +251,26 @@ func (s *scheduler) step(ctx context.Context) {
 	}
 }
 
-// acquire takes the lease if it is free or has expired.
+// acquire takes the lease if it is free or has expired, and records the
+// new epoch's interval in scheduler_epochs in the same statement.
 func (s *scheduler) acquire(ctx context.Context) error {
 	sent := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, s.part(leaseRenew))
 	defer cancel()
 	var epoch int64
+	// The epoch taken over ends where its lease row said, whoever last
+	// wrote that row: renewals and resignations move both together.
 	err := s.pool.QueryRow(ctx, `
-		INSERT INTO scheduler_lease AS l (name, holder, epoch, expires_at)
-		VALUES ('crawl', $1, 1, now() + make_interval(secs => $2))
-		ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, epoch = l.epoch + 1, expires_at = EXCLUDED.expires_at
-		WHERE l.expires_at <= now()
+		WITH old AS (SELECT epoch, expires_at FROM scheduler_lease WHERE name = 'crawl'),
+		l AS (
+			INSERT INTO scheduler_lease AS l (name, holder, epoch, expires_at)
+			VALUES ('crawl', $1, (SELECT coalesce(max(epoch), 0) + 1 FROM scheduler_epochs), now() + make_interval(secs => $2))
+			ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, epoch = l.epoch + 1, expires_at = EXCLUDED.expires_at
+			WHERE l.expires_at <= now()
+			RETURNING epoch, holder, expires_at),
+		prev AS (UPDATE scheduler_epochs e SET ended_at = least(e.ended_at, old.expires_at) FROM old, l WHERE e.epoch = old.epoch)
+		INSERT INTO scheduler_epochs AS e (epoch, holder, began_at, ended_at) SELECT epoch, holder, now(), expires_at FROM l
+		ON CONFLICT (epoch) DO UPDATE SET holder = EXCLUDED.holder, began_at = EXCLUDED.began_at, ended_at = EXCLUDED.ended_at
 		RETURNING epoch`, s.holder, s.part(leaseTTL).Seconds()).Scan(&epoch)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
@@ -211,8 +291,11 @@ func (s *scheduler) renew(ctx context.Context, epoch int64) error {
 	sent := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, s.part(leaseRenew))
 	defer cancel()
-	tag, err := s.pool.Exec(ctx, `UPDATE scheduler_lease SET expires_at = now() + make_interval(secs => $3)
-		WHERE name = 'crawl' AND holder = $1 AND epoch = $2`, s.holder, epoch, s.part(leaseTTL).Seconds())
+	tag, err := s.pool.Exec(ctx, `WITH l AS (
+			UPDATE scheduler_lease SET expires_at = now() + make_interval(secs => $3)
+			WHERE name = 'crawl' AND holder = $1 AND epoch = $2 RETURNING epoch, holder, expires_at)
+		INSERT INTO scheduler_epochs (epoch, holder, began_at, ended_at) SELECT epoch, holder, now(), expires_at FROM l
+		ON CONFLICT (epoch) DO UPDATE SET ended_at = EXCLUDED.ended_at`, s.holder, epoch, s.part(leaseTTL).Seconds())
 	if err != nil {
 		return fmt.Errorf("renew the scheduler lease: %w", err)
 	}
@@ -240,6 +323,27 @@ func (s *scheduler) demote(epoch int64, why string) {
 	s.metrics.leader.Set(0)
 }
 
+// errLeaseDeadline: the lease's deadline is too near to produce under it.
+var errLeaseDeadline = errors.New("the scheduler lease is no longer this instance's, or its deadline is too near to publish jobs under it")
+
+// produceContext bounds a produce to crawl-jobs by the lease: it fails
+// once the renewal deadline minus leaseMargin has passed (counted from when
+// the last successful renewal was sent, which precedes the database's
+// stamp), and it ends at that moment, so that no record still buffered is
+// sent later. A produce request already in flight may still land: that is
+// what the workers' epoch rule is for (crawl_worker.go, leaseEpochs).
+func (s *scheduler) produceContext(ctx context.Context, epoch int64) (context.Context, context.CancelFunc, error) {
+	s.leaseMu.Lock()
+	cur, renewed := s.epoch, s.renewedAt
+	s.leaseMu.Unlock()
+	deadline := renewed.Add(s.part(leaseTTL - leaseMargin))
+	if cur == 0 || cur != epoch || !time.Now().Before(deadline) {
+		return nil, nil, errLeaseDeadline
+	}
+	pctx, cancel := context.WithDeadline(ctx, deadline)
+	return pctx, cancel, nil
+}
+
 // resign gives the lease up at shutdown.
 func (s *scheduler) resign() {
 	epoch := s.currentEpoch()
@@ -248,7 +352,9 @@ func (s *scheduler) resign() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.part(leaseRenew))
 	defer cancel()
-	if _, err := s.pool.Exec(ctx, `UPDATE scheduler_lease SET expires_at = now() WHERE name = 'crawl' AND holder = $1 AND epoch = $2`,
+	if _, err := s.pool.Exec(ctx, `WITH l AS (
+			UPDATE scheduler_lease SET expires_at = now() WHERE name = 'crawl' AND holder = $1 AND epoch = $2 RETURNING epoch, expires_at)
+		UPDATE scheduler_epochs e SET ended_at = l.expires_at FROM l WHERE e.epoch = l.epoch`,
 		s.holder, epoch); err != nil {
 		s.logger.Warn("scheduler: cannot give the lease up; another instance takes over once it expires", "err", err)
 	}
@@ -263,6 +369,7 @@ type crawlCycle struct {
 	ID         int64
 	PlannedAt  time.Time
 	Prev       time.Time // the planned time of the cycle before; zero for the first
+	Epoch      int64     // leader_epoch: the lease epoch it was planned under
 	Apps       *int
 	EndOffsets map[int32]int64 // nil until the jobs are published
 	FinishedAt *time.Time
@@ -297,10 +404,14 @@ func (s *scheduler) lead(ctx context.Context, offs jobOffsets, offsErr error) er
 			due = *last.FinishedAt
 		}
 	}
-	if now.Before(due) || time.Now().Before(s.idleUntil) {
+	if time.Now().Before(s.idleUntil) {
+		return nil
+	}
+	if now.Before(due) {
 		return s.watchNewApps(ctx, last, now)
 	}
-	return s.planCycle(ctx, last)
+	_, err = s.planCycle(ctx, last)
+	return err
 }
 
 func (s *scheduler) lastCycle(ctx context.Context) (*crawlCycle, time.Time, error) {
@@ -311,10 +422,10 @@ func (s *scheduler) lastCycle(ctx context.Context) (*crawlCycle, time.Time, erro
 	var c crawlCycle
 	var ends []byte
 	var prev *time.Time
-	err := s.pool.QueryRow(ctx, `SELECT id, planned_at, apps, job_end_offsets, finished_at,
+	err := s.pool.QueryRow(ctx, `SELECT id, planned_at, leader_epoch, apps, job_end_offsets, finished_at,
 			(SELECT p.planned_at FROM crawl_cycles p WHERE p.id < c.id ORDER BY p.id DESC LIMIT 1)
 		FROM crawl_cycles c ORDER BY id DESC LIMIT 1`).
-		Scan(&c.ID, &c.PlannedAt, &c.Apps, &ends, &c.FinishedAt, &prev)
+		Scan(&c.ID, &c.PlannedAt, &c.Epoch, &c.Apps, &ends, &c.FinishedAt, &prev)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, now, nil
 	}
@@ -353,22 +464,27 @@ func (s *scheduler) inLease(ctx context.Context, fn func(pgx.Tx) error) error {
 }
 
 // planCycle inserts the cycle after last (nil: the first) and publishes its
-// jobs.
-func (s *scheduler) planCycle(ctx context.Context, last *crawlCycle) error {
+// jobs; it returns the cycle, nil when there are no active apps.
+func (s *scheduler) planCycle(ctx context.Context, last *crawlCycle) (*crawlCycle, error) {
 	apps, err := s.apps.ListActive(ctx)
 	if err != nil {
-		return fmt.Errorf("list active apps: %w", err)
+		return nil, fmt.Errorf("list active apps: %w", err)
 	}
 	if len(apps) == 0 {
-		// Not a cycle: nothing to record, and the new-app watch crawls
-		// what gets registered meanwhile.
-		s.logger.Info("no active apps to crawl; register some with POST /api/v1/apps")
-		s.idleUntil, s.known = time.Now().Add(s.cfg.Interval), map[string]bool{}
+		// Not a cycle: nothing to record. The leader looks again every
+		// CRAWL_NEW_APP_CHECK (at most CRAWL_INTERVAL), and the first app
+		// registered starts a cycle at once, so that it is crawled, and
+		// shown, as one.
+		if s.idleUntil.IsZero() {
+			s.logger.Info("no active apps to crawl; register some with POST /api/v1/apps")
+		}
+		s.idleUntil, s.known = time.Now().Add(min(s.cfg.NewAppCheck, s.cfg.Interval)), map[string]bool{}
 		s.crawl.forgetInactive(s.known)
 		s.crawl.lastCycle.SetToCurrentTime() // an empty cycle is not an overrun
-		return nil
+		return nil, nil
 	}
-	var c crawlCycle
+	s.idleUntil = time.Time{}
+	c := crawlCycle{Epoch: s.ledEpoch}
 	if last != nil {
 		c.Prev = last.PlannedAt
 	}
@@ -378,10 +494,10 @@ func (s *scheduler) planCycle(ctx context.Context, last *crawlCycle) error {
 			RETURNING id, planned_at`, s.holder, s.ledEpoch).Scan(&c.ID, &c.PlannedAt)
 	})
 	if err != nil {
-		return fmt.Errorf("plan a crawl cycle: %w", err)
+		return nil, fmt.Errorf("plan a crawl cycle: %w", err)
 	}
 	s.logger.Info("crawl cycle planned", "cycle", c.ID, "planned_at", c.PlannedAt, "apps", len(apps))
-	return s.publish(ctx, c, apps)
+	return &c, s.publish(ctx, c, apps)
 }
 
 // publishCycle publishes the jobs of a cycle planned by a leader that
@@ -410,7 +526,10 @@ func (s *scheduler) publish(ctx context.Context, c crawlCycle, apps []app) error
 	// The per-app series of this process's crawls: an app no longer
 	// active would otherwise look like one that stopped succeeding.
 	s.crawl.forgetInactive(known)
-	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+	pctx, cancel, err := s.produceContext(ctx, s.ledEpoch)
+	if err != nil {
+		return fmt.Errorf("publish the jobs of crawl cycle %d: %w", c.ID, err)
+	}
 	defer cancel()
 	if err := s.producer.ProduceSync(pctx, recs...).FirstErr(); err != nil {
 		return fmt.Errorf("publish the jobs of crawl cycle %d: %w", c.ID, err)
@@ -418,7 +537,6 @@ func (s *scheduler) publish(ctx context.Context, c crawlCycle, apps []app) error
 	s.metrics.published.Add(float64(len(recs)))
 	// The jobs are out: recording their end offsets is retried on its own
 	// for a lease's time rather than publishing them all again.
-	var err error
 	for deadline := time.Now().Add(s.cfg.Lease); ; {
 		var ends map[int32]int64
 		if ends, err = s.jobEnds(ctx); err == nil {
@@ -440,7 +558,8 @@ func (s *scheduler) publish(ctx context.Context, c crawlCycle, apps []app) error
 }
 
 // jobRecord is the job of a in cycle c (ID 0: the new-app watch's, a full
-// read: a new app has nothing stored, a reactivated one missed its resyncs).
+// read: a new app has nothing stored, a reactivated one missed its resyncs),
+// planned under the lease epoch c.Epoch.
 func (s *scheduler) jobRecord(c crawlCycle, a app) (*kgo.Record, error) {
 	loc := s.cfg.Locales.forApp(a.IsIranianApp)
 	prev := c.Prev
@@ -448,7 +567,8 @@ func (s *scheduler) jobRecord(c crawlCycle, a app) (*kgo.Record, error) {
 		prev = c.PlannedAt.Add(-s.cfg.Interval)
 	}
 	b, err := crawlJobMessage{CycleID: c.ID, PlannedAt: messageTime(c.PlannedAt), PackageName: a.PackageName, IsIranianApp: a.IsIranianApp,
-		Lang: loc.Lang, Country: loc.Country, FullResync: c.ID == 0 || fullResyncDue(a.PackageName, c.PlannedAt, prev, s.cfg.FullResyncEvery)}.encode()
+		Lang: loc.Lang, Country: loc.Country, FullResync: c.ID == 0 || fullResyncDue(a.PackageName, c.PlannedAt, prev, s.cfg.FullResyncEvery),
+		LeaseEpoch: c.Epoch}.encode()
 	if err != nil {
 		return nil, err
 	}
@@ -483,11 +603,13 @@ func (s *scheduler) finishCycle(ctx context.Context, c crawlCycle) (*crawlCycle,
 }
 
 // watchNewApps publishes, every NewAppCheck, a job for each active app that
-// neither the current cycle (cur, nil before the first) nor an earlier look
-// has seen, crawled at now, the database's time; the next cycle crawls it
-// with the others. Only the leader looks, so no app is crawled early twice.
+// neither the current cycle cur nor an earlier look has seen, crawled at
+// now, the database's time; the next cycle crawls it with the others. Only
+// the leader looks, and each job it publishes is recorded in
+// crawl_new_app_jobs, so no app is crawled early twice in a cycle, also
+// across a restart or a takeover.
 func (s *scheduler) watchNewApps(ctx context.Context, cur *crawlCycle, now time.Time) error {
-	if time.Now().Before(s.nextNewCheck) {
+	if cur == nil || time.Now().Before(s.nextNewCheck) {
 		return nil
 	}
 	s.nextNewCheck = time.Now().Add(s.cfg.NewAppCheck)
@@ -495,20 +617,22 @@ func (s *scheduler) watchNewApps(ctx context.Context, cur *crawlCycle, now time.
 	if err != nil {
 		return fmt.Errorf("list active apps: %w", err)
 	}
-	cycle := int64(0)
-	if cur != nil {
-		cycle = cur.ID
-	}
 	if s.known == nil {
 		// Started or taken over after the cycle was planned: its jobs hold
-		// the apps registered before it. One registered later gets a job
-		// now. created_at, not updated_at: the crawl's own name fill and
-		// any edit move updated_at, and such an app would be crawled
-		// twice in the cycle; an app reactivated meanwhile waits for the
+		// the apps registered before it, and crawl_new_app_jobs those the
+		// watch crawled since, in the storefront it would read now. One
+		// registered later and not crawled yet gets a job now. created_at,
+		// not updated_at: the crawl's own name fill and any edit move
+		// updated_at, and such an app would be crawled twice in the cycle;
+		// an app reactivated meanwhile and not crawled yet waits for the
 		// next cycle instead.
+		crawled, err := s.newAppJobs(ctx, cur.ID)
+		if err != nil {
+			return err
+		}
 		s.known = make(map[string]bool, len(apps))
 		for _, a := range apps {
-			if cur != nil && !a.CreatedAt.After(cur.PlannedAt) {
+			if !a.CreatedAt.After(cur.PlannedAt) || crawled[newAppKey{a.ID, s.cfg.Locales.forApp(a.IsIranianApp)}] {
 				s.known[a.PackageName] = true
 			}
 		}
@@ -517,17 +641,63 @@ func (s *scheduler) watchNewApps(ctx context.Context, cur *crawlCycle, now time.
 		if s.known[a.PackageName] {
 			continue
 		}
-		r, err := s.jobRecord(crawlCycle{PlannedAt: now}, a)
-		if err != nil {
+		if err := s.publishNewApp(ctx, cur.ID, a, now); err != nil {
 			return err
-		}
-		if err := s.producer.ProduceSync(ctx, r).FirstErr(); err != nil {
-			return fmt.Errorf("publish a job for new app %s: %w", a.PackageName, err)
 		}
 		s.known[a.PackageName] = true
 		s.metrics.published.Inc()
 		s.crawl.newApps.Inc()
-		s.logger.Info("crawling a newly active app now; the next cycle crawls it with the others", "package", a.PackageName, "cycle", cycle)
+		s.logger.Info("crawling a newly active app now; the next cycle crawls it with the others", "package", a.PackageName, "cycle", cur.ID)
+	}
+	return nil
+}
+
+// newAppKey is an app in one storefront.
+type newAppKey struct {
+	app int64
+	loc locale
+}
+
+// newAppJobs are the apps and storefronts the new-app watch published a job
+// for in cycle.
+func (s *scheduler) newAppJobs(ctx context.Context, cycle int64) (map[newAppKey]bool, error) {
+	rows, err := s.pool.Query(ctx, `SELECT application_id, country, lang FROM crawl_new_app_jobs WHERE cycle_id = $1`, cycle)
+	if err != nil {
+		return nil, fmt.Errorf("read the new-app jobs of crawl cycle %d: %w", cycle, err)
+	}
+	out := map[newAppKey]bool{}
+	var k newAppKey
+	_, err = pgx.ForEachRow(rows, []any{&k.app, &k.loc.Country, &k.loc.Lang}, func() error { out[k] = true; return nil })
+	if err != nil {
+		return nil, fmt.Errorf("read the new-app jobs of crawl cycle %d: %w", cycle, err)
+	}
+	return out, nil
+}
+
+// publishNewApp publishes the new-app watch's job for a, then records it.
+// Published first: a leader that dies in between leaves an app crawled
+// twice, never one not crawled.
+func (s *scheduler) publishNewApp(ctx context.Context, cycle int64, a app, now time.Time) error {
+	r, err := s.jobRecord(crawlCycle{PlannedAt: now, Epoch: s.ledEpoch}, a)
+	if err != nil {
+		return err
+	}
+	pctx, cancel, err := s.produceContext(ctx, s.ledEpoch)
+	if err != nil {
+		return fmt.Errorf("publish a job for new app %s: %w", a.PackageName, err)
+	}
+	defer cancel()
+	if err := s.producer.ProduceSync(pctx, r).FirstErr(); err != nil {
+		return fmt.Errorf("publish a job for new app %s: %w", a.PackageName, err)
+	}
+	loc := s.cfg.Locales.forApp(a.IsIranianApp)
+	err = s.inLease(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO crawl_new_app_jobs (cycle_id, application_id, country, lang, planned_at, lease_epoch)
+			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`, cycle, a.ID, loc.Country, loc.Lang, messageTime(now), s.ledEpoch)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("record the job for new app %s: %w", a.PackageName, err)
 	}
 	return nil
 }

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,7 +41,7 @@ func startFleetMember(t *testing.T, f *crawlFixture, lease time.Duration) *fleet
 	t.Cleanup(adm.Close)
 	cfg := schedulerConfig{Interval: time.Hour, Lease: lease, NewAppCheck: 100 * time.Millisecond, JobsGroup: "crawl-test", Locales: testLocales}
 	m.sched = newScheduler(cfg, f.apps.pool, f.apps, producer, kadm.NewClient(adm), cr.metrics, m.reg, testLogger(t))
-	m.worker = newCrawlWorker(cr, f.crawler.cfg.Workers, m.reg, testLogger(t))
+	m.worker = newCrawlWorker(cr, newLeaseEpochs(f.pool), f.crawler.cfg.Workers, m.reg, testLogger(t))
 	jobs, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(f.brokers...)}, m.worker.clientOptions(cfg.JobsGroup, lease)...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +208,7 @@ func TestSchedulerLeaseOneLeader(t *testing.T) {
 	// a still believes it leads; what it would write is refused.
 	registerApps(t, pool, "com.example.one")
 	a.ledEpoch = a.epoch
-	if err := a.planCycle(ctx, nil); err == nil || a.epoch != 0 {
+	if _, err := a.planCycle(ctx, nil); err == nil || a.epoch != 0 {
 		t.Errorf("the old leader planned a cycle (err %v), epoch %d", err, a.epoch)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM crawl_cycles`); n != 0 {
@@ -242,6 +245,10 @@ func TestSchedulerRestartCrawlsAppsTheCycleMissed(t *testing.T) {
 	defer producer.Close()
 	cfg := schedulerConfig{Interval: time.Hour, Lease: 10 * time.Second, NewAppCheck: time.Hour, JobsGroup: "g", Locales: testLocales}
 	s := newScheduler(cfg, pool, newAppStore(pool), producer, nil, newCrawlMetrics(prometheus.NewRegistry(), time.Hour), prometheus.NewRegistry(), testLogger(t))
+	if err := s.acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.ledEpoch = s.currentEpoch()
 	if err := s.lead(ctx, jobOffsets{}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +263,7 @@ func TestSchedulerRestartCrawlsAppsTheCycleMissed(t *testing.T) {
 	if bad != nil {
 		t.Fatalf("the job: %v", bad)
 	}
-	if job.PackageName != "com.example.meanwhile" || job.CycleID != 0 || !job.FullResync {
+	if job.PackageName != "com.example.meanwhile" || job.CycleID != 0 || !job.FullResync || job.LeaseEpoch != s.ledEpoch {
 		t.Errorf("job %+v, want a full read of com.example.meanwhile by the new-app watch", job)
 	}
 	if job.PlannedAt.Before(messageTime(registered)) || job.PlannedAt.After(dbNow) {
@@ -264,5 +271,299 @@ func TestSchedulerRestartCrawlsAppsTheCycleMissed(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT count(*) FROM crawl_cycles`); n != 1 {
 		t.Errorf("%d cycles, want 1 (the next is due in an hour)", n)
+	}
+}
+
+// Issue 20 item 3: what the new-app watch crawled is in the database, per
+// cycle, app and storefront, so that a leader started after it (a restart,
+// a takeover) does not crawl the app again in the same cycle: until the next
+// planned cycle the store sees one listing request for it.
+func TestSchedulerNewAppCrawledOnceAcrossRestart(t *testing.T) {
+	f := newCrawlFixture(t, testCrawlerConfig(2, 10), nil)
+	createTestTopics(t, f.brokers, topicSpec{Partitions: 3, Replication: -1, Retention: time.Hour})
+	const planned, late = "com.example.planned", "ir.example.late"
+	f.replay.setApp(planned, replayApp{Reviews: 5})
+	f.replay.setApp(late, replayApp{Reviews: 5})
+	f.register(t, planned, false)
+	m := startFleetMember(t, f, 6*time.Second)
+	waitFor(t, 20*time.Second, "cycle 1 to finish", func() bool {
+		return count(t, f.pool, `SELECT count(*) FROM crawl_cycles WHERE id = 1 AND finished_at IS NOT NULL`) == 1
+	})
+	f.register(t, late, true)
+	waitFor(t, 20*time.Second, "the new-app watch's crawl", func() bool {
+		return m.metric(t, "playwatch_crawl_jobs_done_total") == 2
+	})
+	var country, lang string
+	var epoch int64
+	if err := f.pool.QueryRow(context.Background(), `SELECT j.country, j.lang, j.lease_epoch FROM crawl_new_app_jobs j
+		JOIN apps_registry_application a ON a.id = j.application_id WHERE j.cycle_id = 1 AND a.package_name = $1`, late).Scan(&country, &lang, &epoch); err != nil {
+		t.Fatalf("the watch's job in crawl_new_app_jobs: %v", err)
+	}
+	if country != "ir" || lang != "fa" || epoch != 1 {
+		t.Errorf("recorded storefront %s/%s under epoch %d, want ir/fa under 1", country, lang, epoch)
+	}
+	m.stop()
+	// The next leader (this process restarted) looks for new apps every
+	// 100 ms; a second of looks finds none.
+	m = startFleetMember(t, f, 6*time.Second)
+	waitFor(t, 10*time.Second, "the new leader", func() bool { return m.metric(t, "playwatch_scheduler_leader") == 1 })
+	time.Sleep(time.Second)
+	for pkg, want := range map[string]int{planned: 1, late: 1} {
+		if n := f.replay.requests("details", pkg); n != want {
+			t.Errorf("%s: %d listing requests before the next cycle, want %d", pkg, n, want)
+		}
+	}
+	if n := m.metric(t, "playwatch_crawl_jobs_published_total"); n != 0 {
+		t.Errorf("the new leader published %v jobs, want none before the next cycle", n)
+	}
+}
+
+// Issue 20 item 10: a leader that started on an empty registry plans a
+// cycle as soon as the first app is registered, rather than crawling it
+// with the new-app watch and showing "none planned yet" for an interval.
+func TestSchedulerFirstAppStartsACycle(t *testing.T) {
+	f := newCrawlFixture(t, testCrawlerConfig(2, 10), nil)
+	createTestTopics(t, f.brokers, topicSpec{Partitions: 3, Replication: -1, Retention: time.Hour})
+	m := startFleetMember(t, f, 6*time.Second)
+	// An empty cycle sets the last-cycle time without a row.
+	waitFor(t, 10*time.Second, "the leader to find no apps", func() bool {
+		return m.metric(t, "playwatch_crawl_last_cycle_timestamp_seconds") > 0
+	})
+	if n := count(t, f.pool, `SELECT count(*) FROM crawl_cycles`); n != 0 {
+		t.Fatalf("%d cycles planned on an empty registry", n)
+	}
+	const first = "com.example.first"
+	f.replay.setApp(first, replayApp{Reviews: 5})
+	f.register(t, first, false)
+	waitFor(t, 10*time.Second, "a cycle with the first app to finish", func() bool {
+		return count(t, f.pool, `SELECT count(*) FROM crawl_cycles WHERE apps = 1 AND finished_at IS NOT NULL`) == 1
+	})
+	if n := f.replay.requests("details", first); n != 1 {
+		t.Errorf("%d listing requests, want 1", n)
+	}
+	if n := m.metric(t, "playwatch_crawl_new_apps_total"); n != 0 {
+		t.Errorf("%v new-app watch jobs, want none: the cycle crawled the app", n)
+	}
+}
+
+// Issue 20 item 4, the leader's side: it produces only until its renewal
+// deadline minus the margin, and every job carries the epoch it was planned
+// under, also the jobs another leader publishes again for a cycle planned
+// under an earlier epoch.
+func TestSchedulerStopsProducingPastItsLeaseDeadline(t *testing.T) {
+	pool := newTestPool(t)
+	_, brokers := newTestBroker(t, t.TempDir())
+	ctx := context.Background()
+	registerApps(t, pool, "com.example.one")
+	producer, err := kgo.NewClient(append(producerOptions(testProducerSettings), kgo.SeedBrokers(brokers...))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	admCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admCl.Close()
+	cfg := schedulerConfig{Interval: time.Hour, Lease: 10 * time.Second, NewAppCheck: time.Hour, JobsGroup: "g", Locales: testLocales}
+	newSched := func() *scheduler {
+		s := newScheduler(cfg, pool, newAppStore(pool), producer, kadm.NewClient(admCl), newCrawlMetrics(prometheus.NewRegistry(), time.Hour), prometheus.NewRegistry(), testLogger(t))
+		if err := s.acquire(ctx); err != nil || s.currentEpoch() == 0 {
+			t.Fatalf("acquire: %v, epoch %d", err, s.currentEpoch())
+		}
+		s.ledEpoch = s.currentEpoch()
+		return s
+	}
+	a := newSched()
+	// The last renewal was sent 7.5 s ago: the database still counts the
+	// lease as a's (8 s), but it is past a's deadline minus the margin.
+	a.leaseMu.Lock()
+	a.renewedAt = time.Now().Add(-a.part(0.75))
+	a.leaseMu.Unlock()
+	if c, err := a.planCycle(ctx, nil); c == nil || !errors.Is(err, errLeaseDeadline) {
+		t.Fatalf("planning past the deadline: cycle %v, %v; want the cycle recorded and its publishing refused", c, err)
+	}
+	if n := endOffsets(t, brokers, topicCrawlJobs); n != 0 {
+		t.Fatalf("%d jobs published past the lease deadline", n)
+	}
+	// The lease passes to b, which publishes the jobs of a's cycle under
+	// a's epoch: they were planned under it.
+	if _, err := pool.Exec(ctx, `UPDATE scheduler_lease SET expires_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	b := newSched()
+	if err := b.lead(ctx, jobOffsets{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	recs := consumeAll(t, brokers, topicCrawlJobs, 1)
+	job, bad := decodeCrawlJob(recs[0].Value, time.Now().Add(time.Minute))
+	if bad != nil {
+		t.Fatal(bad)
+	}
+	if job.CycleID != 1 || job.LeaseEpoch != a.ledEpoch || b.ledEpoch == a.ledEpoch {
+		t.Errorf("the republished job: cycle %d, lease epoch %d; want cycle 1 under a's epoch %d (b leads under %d)", job.CycleID, job.LeaseEpoch, a.ledEpoch, b.ledEpoch)
+	}
+	var aBegan, aEnded, bBegan time.Time
+	if err := pool.QueryRow(ctx, `SELECT (SELECT began_at FROM scheduler_epochs WHERE epoch = $1), (SELECT ended_at FROM scheduler_epochs WHERE epoch = $1),
+		(SELECT began_at FROM scheduler_epochs WHERE epoch = $2)`, a.ledEpoch, b.ledEpoch).Scan(&aBegan, &aEnded, &bBegan); err != nil {
+		t.Fatal(err)
+	}
+	if !aBegan.Before(job.PlannedAt) || !job.PlannedAt.Before(aEnded) || bBegan.Before(aEnded) {
+		t.Errorf("epochs: a [%v, %v), b from %v; the cycle planned at %v", aBegan, aEnded, bBegan, job.PlannedAt)
+	}
+}
+
+// Issue 20 item 4, the workers' side: a job is crawled when its planned_at
+// lies within its lease epoch, also after a takeover, and when it has no
+// epoch (an older playwatch); one planned when its epoch had ended, or
+// under an epoch the database never had, is dropped, counted and committed.
+func TestCrawlWorkerDropsJobsOutsideTheirLeaseEpoch(t *testing.T) {
+	f := newCrawlFixture(t, testCrawlerConfig(2, 5), nil)
+	createTestTopics(t, f.brokers, topicSpec{Partitions: 1, Replication: -1, Retention: time.Hour})
+	ctx := context.Background()
+	var now time.Time
+	if err := f.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	now = messageTime(now)
+	// Epoch 1 led for half an hour until an hour ago, epoch 2 since.
+	if _, err := f.pool.Exec(ctx, `INSERT INTO scheduler_epochs (epoch, holder, began_at, ended_at) VALUES
+		(1, 'old', $1::timestamptz - interval '90 minutes', $1::timestamptz - interval '60 minutes'),
+		(2, 'new', $1::timestamptz - interval '60 minutes', $1::timestamptz + interval '1 minute')`, now); err != nil {
+		t.Fatal(err)
+	}
+	jobs := []struct {
+		pkg     string
+		epoch   int64
+		planned time.Time
+		crawled bool
+	}{
+		{"com.example.queued", 1, now.Add(-80 * time.Minute), true}, // a cycle planned under epoch 1, queued over the takeover
+		{"com.example.deposed", 1, now.Add(-time.Minute), false},    // epoch 1's leader after its lease had passed
+		{"com.example.current", 2, now, true},                       // the leader now
+		{"com.example.older", 0, now, true},                         // an older playwatch: no epoch
+		{"com.example.unknown", 7, now, false},                      // no such epoch
+		{"com.example.early", 2, now.Add(-61 * time.Minute), false}, // before epoch 2 began
+		{"com.example.renewed", 2, now.Add(30 * time.Second), true}, // within epoch 2's renewed lease
+	}
+	var recs []*kgo.Record
+	for _, j := range jobs {
+		f.replay.setApp(j.pkg, replayApp{Reviews: 1})
+		f.register(t, j.pkg, false)
+		b, err := crawlJobMessage{CycleID: 1, PlannedAt: j.planned, PackageName: j.pkg, Lang: "en", Country: "us", LeaseEpoch: j.epoch}.encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, rec(topicCrawlJobs, j.pkg, b))
+	}
+	produce(t, f.brokers, recs...)
+	reg := prometheus.NewRegistry()
+	cr := newCrawler(f.crawler.cfg, f.apps, f.store.client, newPGKnownReviews(f.pool), f.pub, reg, testLogger(t))
+	w := newCrawlWorker(cr, newLeaseEpochs(f.pool), 2, reg, testLogger(t))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(f.brokers...)}, w.clientOptions("crawl-test", 6*time.Second)...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx, cl) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, 20*time.Second, "every job done or dropped", func() bool {
+		return metricValue(t, reg, "playwatch_crawl_jobs_done_total", nil)+metricValue(t, reg, "playwatch_crawl_jobs_lease_passed_total", nil) == float64(len(jobs))
+	})
+	if n := metricValue(t, reg, "playwatch_crawl_jobs_lease_passed_total", nil); n != 3 {
+		t.Errorf("playwatch_crawl_jobs_lease_passed_total = %v, want 3", n)
+	}
+	for _, j := range jobs {
+		want := 0
+		if j.crawled {
+			want = 1
+		}
+		if n := f.replay.requests("details", j.pkg); n != want {
+			t.Errorf("%s (epoch %d, planned %v): %d listing requests, want %d", j.pkg, j.epoch, j.planned.Sub(now), n, want)
+		}
+	}
+}
+
+// Issue 20 item 15: `crawl --once` plans its cycle through the scheduler: it
+// refuses while another instance holds the lease, naming it, and otherwise
+// takes the lease for the cycle, records it in crawl_cycles, crawls its
+// jobs from crawl-jobs, prints the summary and gives the lease up.
+func TestCrawlOncePlansThroughTheScheduler(t *testing.T) {
+	replay := newReplayPlayStore(t)
+	dbURL := newTestDatabase(t)
+	pool := newTestPoolFor(t, dbURL)
+	_, brokers := newTestBroker(t, t.TempDir())
+	registerApps(t, pool, "com.example.one", "com.example.two")
+	env := map[string]string{"DATABASE_URL": dbURL, "KAFKA_BROKERS": strings.Join(brokers, ","), "PLAYWATCH_DATA_DIR": t.TempDir(),
+		"PLAYSTORE_URL": replay.URL, "RATE_LIMIT_REQUESTS": "0", "EGRESS_MIN_GAP": "0s", "REVIEWS_PER_APP": "20", "SCHEDULER_LEASE": "6s"}
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO scheduler_lease (name, holder, epoch, expires_at) VALUES ('crawl', 'elsewhere/42/beef', 1, now() + interval '1 minute')`); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	err := run(ctx, []string{"crawl", "--once"}, envFunc(env), &out, io.Discard)
+	if !errors.Is(err, errLeaseHeld) || !strings.Contains(err.Error(), "elsewhere/42/beef") {
+		t.Fatalf("crawl --once beside a leader: %v, want a refusal naming elsewhere/42/beef", err)
+	}
+	if n := replay.totalRequests(); n != 0 || count(t, pool, `SELECT count(*) FROM crawl_cycles`) != 0 {
+		t.Fatalf("the refused crawl sent %d store requests or planned a cycle", n)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE scheduler_lease SET expires_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(ctx, []string{"crawl", "--once"}, envFunc(env), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out.String(), "app_stats: 2/2, reviews: 2/2 (40 review messages)") {
+		t.Errorf("crawl --once printed %q", out.String())
+	}
+	if n := count(t, pool, `SELECT count(*) FROM crawl_cycles WHERE id = 1 AND apps = 2 AND leader_epoch = 2 AND finished_at IS NOT NULL`); n != 1 {
+		t.Errorf("%d finished cycles of 2 apps under epoch 2, want 1", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM scheduler_lease WHERE expires_at <= now()`); n != 1 {
+		t.Error("crawl --once kept the lease")
+	}
+	for _, pkg := range []string{"com.example.one", "com.example.two"} {
+		if n := replay.requests("details", pkg); n != 1 {
+			t.Errorf("%s: %d listing requests, want 1", pkg, n)
+		}
+	}
+}
+
+// Issue 20 item 15: `crawl` without --once is the crawler role of run: it
+// leads, plans the cycle, runs the new-app watch, and gives the lease up
+// when it stops.
+func TestCrawlCommandIsTheScheduler(t *testing.T) {
+	replay := newReplayPlayStore(t)
+	dbURL := newTestDatabase(t)
+	pool := newTestPoolFor(t, dbURL)
+	_, brokers := newTestBroker(t, t.TempDir())
+	registerApps(t, pool, "com.example.one")
+	env := map[string]string{"DATABASE_URL": dbURL, "KAFKA_BROKERS": strings.Join(brokers, ","), "PLAYWATCH_DATA_DIR": t.TempDir(),
+		"PLAYSTORE_URL": replay.URL, "RATE_LIMIT_REQUESTS": "0", "EGRESS_MIN_GAP": "0s", "REVIEWS_PER_APP": "20",
+		"SCHEDULER_LEASE": "6s", "CRAWL_NEW_APP_CHECK": "200ms"}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"crawl"}, envFunc(env), io.Discard, io.Discard) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("crawl: %v", err)
+		}
+		if n := count(t, pool, `SELECT count(*) FROM scheduler_lease WHERE expires_at <= now()`); n != 1 {
+			t.Error("crawl kept the lease after it stopped")
+		}
+	}()
+	waitFor(t, 30*time.Second, "cycle 1 to finish", func() bool {
+		return count(t, pool, `SELECT count(*) FROM crawl_cycles WHERE id = 1 AND apps = 1 AND finished_at IS NOT NULL`) == 1
+	})
+	registerApps(t, pool, "com.example.two")
+	waitFor(t, 30*time.Second, "the new-app watch's crawl", func() bool {
+		return count(t, pool, `SELECT count(*) FROM crawl_new_app_jobs WHERE cycle_id = 1`) == 1 && replay.requests("reviews", "com.example.two") == 1
+	})
+	if n := replay.requests("details", "com.example.one"); n != 1 {
+		t.Errorf("%d listing requests of the cycle's app, want 1", n)
 	}
 }

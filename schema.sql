@@ -212,6 +212,33 @@ CREATE TABLE review_read_marks (
     PRIMARY KEY (application_id, country, lang)
 );
 
+-- migration 9: scheduler epochs and new-app crawls
+-- One row per scheduler lease epoch: when it began and when its lease ends
+-- (moved forward by each renewal, set to the resignation; final once the
+-- next epoch began). Epochs never overlap on the database's clock. A crawl
+-- worker accepts a job whose planned_at lies within its lease_epoch's
+-- [began_at, ended_at): jobs planned by a leader whose lease had passed are
+-- dropped, the queued jobs of a cycle planned under a valid lease stay valid.
+CREATE TABLE scheduler_epochs (
+    epoch    BIGINT PRIMARY KEY CHECK (epoch > 0),
+    holder   VARCHAR(255) NOT NULL,
+    began_at TIMESTAMPTZ NOT NULL,
+    ended_at TIMESTAMPTZ NOT NULL
+);
+
+-- What the new-app watch published, per cycle, app and storefront: a new
+-- leader (or the same server restarted) counts these apps as crawled in the
+-- cycle, so none is read twice in it.
+CREATE TABLE crawl_new_app_jobs (
+    cycle_id       BIGINT NOT NULL REFERENCES crawl_cycles(id),
+    application_id BIGINT NOT NULL REFERENCES apps_registry_application(id) ON DELETE CASCADE,
+    country        VARCHAR(8) NOT NULL,
+    lang           VARCHAR(16) NOT NULL,
+    planned_at     TIMESTAMPTZ NOT NULL,
+    lease_epoch    BIGINT NOT NULL,
+    PRIMARY KEY (cycle_id, application_id, country, lang)
+);
+
 -- migration 10: discarded dead letters
 -- `playwatch dlq discard` marks a dead letter that can never be stored: kept
 -- for audit, skipped by dlq list and replay, the status page and the

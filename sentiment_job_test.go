@@ -539,12 +539,17 @@ func TestSentimentRoleScoresWhatTheCrawlerStored(t *testing.T) {
 		"SENTIMENT_INTERVAL":    "200ms",
 		"LOG_LEVEL":             "warn",
 	}
-	base, stop, logs := startRun(t, env)
+	// No crawler role: the crawls are one-off cycles, which plan only while
+	// no scheduler leads.
+	base, stop, logs := startRun(t, env, "--roles", "registry,consumer,sentiment")
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("playwatch run:\n%s", logs)
 		}
 	})
+	if err := run(context.Background(), []string{"crawl", "--once"}, envFunc(env), io.Discard, io.Discard); err != nil {
+		t.Fatalf("crawl --once: %v", err)
+	}
 	scored := func() float64 {
 		var sum float64
 		for k, v := range scrapeMetrics(t, base) {
