@@ -8,7 +8,8 @@ package main
 //     and the embedded broker;
 //   - TestEndToEndApacheKafka: real Apache Kafka and the tests' PostgreSQL;
 //   - TestEndToEndRedpanda: Redpanda and PostgreSQL in containers
-//     (testcontainers-go; skipped without a Docker daemon);
+//     (testcontainers-go; skipped without a Docker daemon, except under
+//     CI=true);
 //   - TestApacheKafkaSecured (kafka_secured_test.go): Apache Kafka over
 //     SASL_SSL with SCRAM-SHA-512.
 //
@@ -64,12 +65,9 @@ func TestEndToEndApacheKafka(t *testing.T) {
 
 func TestEndToEndRedpanda(t *testing.T) {
 	t.Parallel()
-	defer func() {
-		if t.Skipped() {
-			t.Log("the Redpanda and PostgreSQL containers of this test need a Docker daemon (DOCKER_HOST or /var/run/docker.sock)")
-		}
-	}()
-	testcontainers.SkipIfProviderIsNotHealthy(t)
+	if err := dockerHealth(); err != nil {
+		skipOrFailUnderCI(t, "the Redpanda and PostgreSQL containers of this test need a Docker daemon (DOCKER_HOST or /var/run/docker.sock): %v", err)
+	}
 	ctx := t.Context()
 	rp, err := redpanda.Run(ctx, "docker.redpanda.com/redpandadata/redpanda:v25.2.4")
 	testcontainers.CleanupContainer(t, rp)
@@ -97,6 +95,22 @@ func TestEndToEndRedpanda(t *testing.T) {
 		// broker's default is configured.
 		"KAFKA_TOPIC_REPLICATION": "1",
 	})
+}
+
+// dockerHealth says why testcontainers cannot reach a Docker daemon: the
+// check of testcontainers.SkipIfProviderIsNotHealthy, which can only skip.
+func dockerHealth() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("testcontainers: %v", r)
+		}
+	}()
+	provider, err := testcontainers.ProviderDocker.GetProvider()
+	if err != nil {
+		return err
+	}
+	defer provider.Close()
+	return provider.Health(context.Background())
 }
 
 // e2eApp is one app of the scenario: how it is registered and what the
