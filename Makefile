@@ -15,10 +15,12 @@ run: build
 # The offline demo (demo_test.go): the appliance in a temporary directory
 # against a replay Play Store built from testdata; prints what landed in
 # PostgreSQL and ends with the URL of the status page, which stays up until
-# Ctrl-C when make runs in a terminal. Local directory mode (no package
-# argument) streams its output.
+# Ctrl-C (or SIGTERM) when make runs in a terminal or PLAYWATCH_DEMO_WAIT=1.
+# PLAYWATCH_HTTP_ADDR and PLAYWATCH_BROKER_ADDR are honoured. Local
+# directory mode (no package argument) streams its output; exec makes go
+# test make's child, so that a SIGTERM make forwards reaches it.
 demo:
-	PLAYWATCH_DEMO=1 PLAYWATCH_DEMO_WAIT=$$([ -t 0 ] && echo 1) $(GO) test -timeout 0 -run '^TestDemo$$'
+	PLAYWATCH_DEMO=1 PLAYWATCH_DEMO_WAIT=$${PLAYWATCH_DEMO_WAIT-$$([ -t 0 ] && echo 1)} exec $(GO) test -timeout 0 -run '^TestDemo$$'
 
 test: vet
 	@scripts/kafka.sh check || true

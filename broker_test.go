@@ -112,11 +112,11 @@ func numbered(prefix string, n int) []string {
 // root ignores permissions); disk full: a 1 MiB tmpfs filled up.
 func TestEmbeddedBrokerWriteFailureMakesItUnready(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: chattr and mount")
+		skipOrFailUnderCI(t, "needs root: chattr and mount")
 	}
 	t.Run("read-only", func(t *testing.T) {
 		if _, err := exec.LookPath("chattr"); err != nil {
-			t.Skip("no chattr")
+			skipOrFailUnderCI(t, "chattr is not on PATH (Debian: apt-get install e2fsprogs)")
 		}
 		chattr := func(flag, dir string) error {
 			if out, err := exec.Command("chattr", "-R", flag, dir).CombinedOutput(); err != nil {
@@ -126,7 +126,7 @@ func TestEmbeddedBrokerWriteFailureMakesItUnready(t *testing.T) {
 		}
 		probe := t.TempDir()
 		if err := chattr("+i", probe); err != nil {
-			t.Skipf("the file system of the temp dir has no immutable flag: %v", err)
+			skipOrFailUnderCI(t, "the file system of the temp dir has no immutable flag: %v", err)
 		}
 		if err := chattr("-i", probe); err != nil {
 			t.Fatal(err)
@@ -142,7 +142,7 @@ func TestEmbeddedBrokerWriteFailureMakesItUnready(t *testing.T) {
 				t.Fatal(err)
 			}
 			if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", dir).CombinedOutput(); err != nil {
-				t.Skipf("mount a tmpfs: %v %s", err, out)
+				skipOrFailUnderCI(t, "mount a tmpfs: %v %s", err, out)
 			}
 			t.Cleanup(func() { exec.Command("umount", dir).Run() })
 			filler := filepath.Join(dir, "filler")

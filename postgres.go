@@ -37,6 +37,9 @@ type managedPostgresOptions struct {
 	WriterFrom []netip.Prefix
 	// NoFsync trades crash safety for speed; for throwaway test clusters only.
 	NoFsync bool
+	// initdbStarted, set by a test, is called with each initdb process
+	// once it runs (before it is waited for): the test interrupts it there.
+	initdbStarted func(*os.Process)
 }
 
 // managedPostgres is a PostgreSQL server playwatch started from the
@@ -349,8 +352,17 @@ func (m *managedPostgres) initdb(ctx context.Context, binDir string, cred *sysca
 	// Interrupted, initdb removes what it wrote and ends its server.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
 	cmd.WaitDelay = 30 * time.Second
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("initdb %s: %w\n%s", tmp, err, bytes.TrimSpace(out))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Start()
+	if err == nil {
+		if m.opts.initdbStarted != nil {
+			m.opts.initdbStarted(cmd.Process)
+		}
+		err = cmd.Wait()
+	}
+	if err != nil {
+		return fmt.Errorf("initdb %s: %w\n%s", tmp, err, bytes.TrimSpace(out.Bytes()))
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		return fmt.Errorf("move the new cluster into place: %w", err)

@@ -114,16 +114,43 @@ func TestPostgresSocketDirStaysShort(t *testing.T) {
 	}
 }
 
-// A first start interrupted during initdb leaves no half-made cluster: the
-// next start initialises the directory and runs.
+// A first start interrupted during initdb, once initdb has begun writing
+// the cluster, leaves no half-made cluster: the next start initialises the
+// directory and runs.
 func TestManagedPostgresInterruptedInitdb(t *testing.T) {
 	opts := managedPostgresOptions{DataDir: filepath.Join(tempDataDir(t), "pg"), Database: "playwatch", OSUser: "postgres", NoFsync: true}
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(300*time.Millisecond, cancel)
+	defer cancel()
+	interrupted := false
+	opts.initdbStarted = func(p *os.Process) {
+		// initdb is stopped while the test looks at what it wrote, so it
+		// cannot finish between the look and the interrupt, however fast
+		// it is: the SIGINT is pending when it runs again.
+		for {
+			if err := p.Signal(syscall.SIGSTOP); err != nil {
+				t.Errorf("stop initdb: %v", err)
+				return
+			}
+			if _, err := os.Stat(filepath.Join(opts.DataDir+"-initdb", "PG_VERSION")); err == nil {
+				break
+			}
+			p.Signal(syscall.SIGCONT)
+			time.Sleep(5 * time.Millisecond)
+		}
+		p.Signal(syscall.SIGINT)
+		cancel()
+		interrupted = p.Signal(syscall.SIGCONT) == nil
+	}
 	if pg, err := startManagedPostgres(ctx, opts, testLogger(t)); err == nil {
 		pg.Stop(context.Background())
-		t.Skip("initdb finished within 300ms; nothing was interrupted")
+		t.Fatal("the start whose initdb was interrupted succeeded")
+	} else if !interrupted {
+		t.Fatalf("initdb was not interrupted: %v", err)
 	}
+	if _, err := os.Stat(filepath.Join(opts.DataDir, "PG_VERSION")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("after the interrupted initdb, %s/PG_VERSION: %v; want no cluster", opts.DataDir, err)
+	}
+	opts.initdbStarted = nil
 	pg, err := startManagedPostgres(context.Background(), opts, testLogger(t))
 	if err != nil {
 		t.Fatalf("start after an interrupted initdb: %v", err)

@@ -96,6 +96,10 @@ type replayPlayStore struct {
 	proxied       int                 // requests that came through a proxy (Via header)
 	vias          map[string][]string // "details pkg" / "reviews pkg" -> Via of each request ("" direct)
 	sorryHits     int                 // requests that reached the captcha page
+	// shiftTo, when set (shiftTimesTo), is where each app's newest recorded
+	// review or listing time is moved; shifts memoizes each app's shift.
+	shiftTo time.Time
+	shifts  map[string]time.Duration
 }
 
 const (
@@ -117,6 +121,7 @@ func newReplayPlayStore(t testing.TB) *replayPlayStore {
 		counts:      make(map[string]int),
 		locales:     make(map[string]string),
 		vias:        make(map[string][]string),
+		shifts:      make(map[string]time.Duration),
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /store/apps/details", s.serveDetails)
@@ -140,6 +145,19 @@ func (s *replayPlayStore) setApp(pkg string, app replayApp) {
 	delete(s.pages, pkg)
 	delete(s.faultsUsed, "details "+pkg)
 	delete(s.faultsUsed, "reviews "+pkg)
+	delete(s.shifts, pkg)
+}
+
+// shiftTimesTo makes the store serve every app's recorded times (reviews,
+// developer replies, the listing's update and release) moved forward by
+// one shift per app, so that the app's newest one is at newest, give or take
+// a second: the demo's reviews are then of the last hours, not months old.
+// Tests that check the recorded times leave it unset.
+func (s *replayPlayStore) shiftTimesTo(newest time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shiftTo = newest
+	clear(s.shifts)
 }
 
 // useFixtureReviews makes pkg answer with the two recorded UsvDTd pages: the
@@ -330,6 +348,9 @@ func (s *replayPlayStore) serveDetails(w http.ResponseWriter, r *http.Request) {
 	s.nid(w, r)
 	app, fault := s.countAndFault("details", pkg, r)
 	page := s.detailsPage(pkg, app)
+	if d := s.timeShift(pkg, app); d != 0 {
+		page = shiftListingTimes(s.t, page, d)
+	}
 	if s.writeFault(w, r, fault, app, page) {
 		return
 	}
@@ -477,7 +498,7 @@ func (s *replayPlayStore) serveReviews(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			page = replayErrorFrames(req.rpc)
 		}
-		_, _ = w.Write(page)
+		_, _ = w.Write(s.shiftReviews(req, app, page))
 		return
 	}
 	if req.sort != sortNewest {
@@ -499,7 +520,163 @@ func (s *replayPlayStore) serveReviews(w http.ResponseWriter, r *http.Request) {
 		}
 		offset = tokOffset
 	}
-	_, _ = w.Write(s.generatedReviews(req, app, offset, nid))
+	_, _ = w.Write(s.shiftReviews(req, app, s.generatedReviews(req, app, offset, nid)))
+}
+
+// timeShift is how far pkg's recorded times move under shiftTimesTo (0
+// without it): from the newest of its reviews, their replies and its
+// listing's update to s.shiftTo, in whole seconds so that the listing's
+// stamps stay whole.
+func (s *replayPlayStore) timeShift(pkg string, app replayApp) time.Duration {
+	s.mu.Lock()
+	to, fixture := s.shiftTo, s.fixturePages
+	d, known := s.shifts[pkg]
+	s.mu.Unlock()
+	if to.IsZero() || known {
+		return d
+	}
+	var newest time.Time
+	if fixture != nil && pkg == "com.google.android.apps.translate" {
+		for _, body := range fixture {
+			page, _ := parseReviewsAnswer(body, "UsvDTd")
+			for _, r := range page.Reviews {
+				newest = laterTime(newest, r.At)
+				if r.RepliedAt != nil {
+					newest = laterTime(newest, *r.RepliedAt)
+				}
+			}
+		}
+	} else {
+		// A reply comes an hour after its review, so the newest reply (of
+		// the first review with one, among the first every-th) may be
+		// newer than the newest review.
+		for i := -app.New; i < -app.New+max(app.Replies, 5); i++ {
+			newest = laterTime(newest, replayReviewAt(i))
+			if replied, ok := replayReviewReply(app, i); ok {
+				newest = laterTime(newest, replied)
+			}
+		}
+	}
+	if details, err := parseDetailsPage(s.detailsPage(pkg, app)); err == nil && details.UpdatedAt != nil {
+		newest = laterTime(newest, *details.UpdatedAt)
+	}
+	d = to.Sub(newest).Truncate(time.Second)
+	s.mu.Lock()
+	s.shifts[pkg] = d
+	s.mu.Unlock()
+	return d
+}
+
+func laterTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// shiftReviews moves the review and reply times of a reviews answer by
+// pkg's timeShift.
+func (s *replayPlayStore) shiftReviews(req reviewsRequest, app replayApp, body []byte) []byte {
+	d := s.timeShift(req.pkg, app)
+	if d == 0 {
+		return body
+	}
+	frames, err := decodeJSONNumbers(bytes.TrimPrefix(body, []byte(")]}'\n\n")))
+	if err != nil {
+		s.t.Errorf("replay server: shift %s reviews: %v", req.pkg, err)
+		return body
+	}
+	list, _ := frames.([]any)
+	for _, f := range list {
+		frame, _ := f.([]any)
+		if len(frame) < 3 || frame[0] != "wrb.fr" {
+			continue
+		}
+		text, ok := frame[2].(string)
+		if !ok {
+			continue
+		}
+		payload, err := decodeJSONNumbers([]byte(text))
+		if err != nil {
+			s.t.Errorf("replay server: shift %s reviews: %v", req.pkg, err)
+			return body
+		}
+		if p, ok := payload.([]any); ok && len(p) > 0 {
+			records, _ := p[0].([]any)
+			for _, rec := range records {
+				r, _ := rec.([]any)
+				if len(r) > 7 {
+					shiftStamp(r[5], d) // [seconds, nanos] written
+					if reply, ok := r[7].([]any); ok && len(reply) > 2 {
+						shiftStamp(reply[2], d) // replied
+					}
+				}
+			}
+		}
+		frame[2] = string(encodeJSON(s.t, payload))
+	}
+	return append([]byte(")]}'\n\n"), encodeJSON(s.t, frames)...)
+}
+
+// shiftListingTimes moves the update and release times of a details page
+// by d, their texts ("Jul 6, 2026") with them.
+func shiftListingTimes(t testing.TB, page []byte, d time.Duration) []byte {
+	return editDetailsBlock(t, page, func(r []any) {
+		for _, slot := range []int{10, 145} {
+			if slot >= len(r) {
+				continue
+			}
+			stamp, _ := r[slot].([]any) // released: [text, [seconds, nanos]]
+			if slot == 145 && len(stamp) > 0 {
+				stamp, _ = stamp[0].([]any) // updated: [[text, [seconds, nanos]]]
+			}
+			if len(stamp) < 2 {
+				continue
+			}
+			if at, ok := shiftStamp(stamp[1], d); ok {
+				if _, isText := stamp[0].(string); isText {
+					stamp[0] = at.UTC().Format("Jan 2, 2006")
+				}
+			}
+		}
+	})
+}
+
+// shiftStamp moves the [seconds, nanos] stamp v (decoded with json.Number)
+// by d in place and returns the new time.
+func shiftStamp(v any, d time.Duration) (time.Time, bool) {
+	stamp, _ := v.([]any)
+	if len(stamp) < 1 {
+		return time.Time{}, false
+	}
+	n, _ := stamp[0].(json.Number)
+	sec, err := n.Int64()
+	if err != nil {
+		return time.Time{}, false
+	}
+	at := time.Unix(sec, 0).Add(d)
+	stamp[0] = json.Number(strconv.FormatInt(at.Unix(), 10))
+	return at, true
+}
+
+// decodeJSONNumbers decodes b keeping numbers exact (json.Number).
+func decodeJSONNumbers(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	err := dec.Decode(&v)
+	return v, err
+}
+
+// encodeJSON encodes v as Google does: no HTML escaping.
+func encodeJSON(t testing.TB, v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		t.Errorf("replay server: %v", err)
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 
 // generatedReviews builds (once: benchmarks replay the same pages) the
