@@ -390,7 +390,13 @@ func (s *scheduler) lead(ctx context.Context, offs jobOffsets, offsErr error) er
 		if offsErr != nil {
 			return offsErr
 		}
-		if !offs.reached(last.EndOffsets) {
+		if lost := offs.lost(last.EndOffsets); lost != nil {
+			// The jobs are of a log the broker no longer has (its data
+			// deleted, a new cluster): no worker will ever commit past
+			// them, so the cycle ends here and the next is planned.
+			s.logger.Warn("crawl-jobs ends below the recorded end of the cycle's jobs: the broker lost them; finishing the cycle",
+				"cycle", last.ID, "partitions", lost)
+		} else if !offs.reached(last.EndOffsets) {
 			return s.watchNewApps(ctx, last, now)
 		}
 		if last, err = s.finishCycle(ctx, *last); err != nil {
@@ -725,6 +731,21 @@ func (o jobOffsets) reached(ends map[int32]int64) bool {
 		}
 	}
 	return true
+}
+
+// lost names the partitions whose log ends below ends: the broker no
+// longer has the jobs a cycle published there.
+func (o jobOffsets) lost(ends map[int32]int64) map[int32]string {
+	var out map[int32]string
+	for p, e := range ends {
+		if end, ok := o.end[p]; ok && end < e {
+			if out == nil {
+				out = map[int32]string{}
+			}
+			out[p] = fmt.Sprintf("log end %d, cycle's jobs end %d", end, e)
+		}
+	}
+	return out
 }
 
 // jobEnds are crawl-jobs' end offsets by partition.

@@ -567,3 +567,49 @@ func TestCrawlCommandIsTheScheduler(t *testing.T) {
 		t.Errorf("%d listing requests of the cycle's app, want 1", n)
 	}
 }
+
+// A cycle whose jobs the broker lost (data/broker deleted, a new cluster)
+// would wait forever for commits past offsets the new log never reaches:
+// the leader finishes it and plans the next one.
+func TestSchedulerFinishesACycleWhoseJobsTheBrokerLost(t *testing.T) {
+	pool := newTestPool(t)
+	_, brokers := newTestBroker(t, t.TempDir())
+	createTestTopics(t, brokers, topicSpec{Partitions: 3, Replication: -1, Retention: time.Hour})
+	ctx := context.Background()
+	registerApps(t, pool, "com.example.lost")
+	if _, err := pool.Exec(ctx, `INSERT INTO crawl_cycles (id, planned_at, leader, leader_epoch, apps, job_end_offsets, published_at)
+		VALUES (1, now() - interval '2 hours', 'gone', 1, 1, '{"0": 40, "1": 0, "2": 7}', now() - interval '2 hours')`); err != nil {
+		t.Fatal(err)
+	}
+	producer, err := kgo.NewClient(append(producerOptions(testProducerSettings), kgo.SeedBrokers(brokers...))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	adm, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	cfg := schedulerConfig{Interval: time.Hour, Lease: 10 * time.Second, NewAppCheck: time.Hour, JobsGroup: "g", Locales: testLocales}
+	s := newScheduler(cfg, pool, newAppStore(pool), producer, kadm.NewClient(adm), newCrawlMetrics(prometheus.NewRegistry(), time.Hour), prometheus.NewRegistry(), testLogger(t))
+	if err := s.acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.ledEpoch = s.currentEpoch()
+	lead := func() {
+		t.Helper()
+		offs, offsErr := s.jobOffsets(ctx)
+		if err := s.lead(ctx, offs, offsErr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lead()
+	if n := count(t, pool, `SELECT count(*) FROM crawl_cycles WHERE id = 1 AND finished_at IS NOT NULL`); n != 1 {
+		t.Error("the cycle whose jobs the broker lost is not finished")
+	}
+	lead() // the next step plans: the finished cycle is overdue
+	if n := count(t, pool, `SELECT count(*) FROM crawl_cycles WHERE id = 2`); n != 1 {
+		t.Error("no next cycle planned after the lost one")
+	}
+}
