@@ -117,6 +117,8 @@ func TestSchemaColumnsMatchContract(t *testing.T) {
 		"dead_letter_events.raw_payload":                "bytea NULL",
 		"dead_letter_events.error_reason":               "text NOT NULL",
 		"dead_letter_events.occurred_at":                "timestamp with time zone NOT NULL now",
+		"dead_letter_events.discarded_at":               "timestamp with time zone NULL",
+		"dead_letter_events.discarded_by":               "text NULL",
 	}
 	rows, err := pool.Query(context.Background(), `
 		SELECT c.relname || '.' || a.attname,
