@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -665,6 +666,7 @@ func redactChecks(cfg Config, checks []readinessCheck) {
 func commandSecrets(args []string, getenv func(string) string) Config {
 	var c Config
 	byFlag := map[string]string{}
+	passwordFiles := []string{getenv("KAFKA_SASL_PASSWORD_FILE")}
 	for _, s := range settings {
 		byFlag[s.flagName()] = s.env
 		c.secrets = append(c.secrets, settingSecrets(s.env, getenv(s.env))...)
@@ -683,6 +685,19 @@ func commandSecrets(args []string, getenv func(string) string) Config {
 			v = args[i+1]
 		}
 		c.secrets = append(c.secrets, settingSecrets(env, v)...)
+		if env == "KAFKA_SASL_PASSWORD_FILE" {
+			passwordFiles = append(passwordFiles, v)
+		}
+	}
+	// The password a file holds, as valueOrFile reads it, when it is a file
+	// that can be read (one that cannot holds no password to show).
+	for _, f := range passwordFiles {
+		if fi, err := os.Stat(f); f == "" || err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if b, err := os.ReadFile(f); err == nil {
+			c.secrets = append(c.secrets, strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"))
+		}
 	}
 	c.secrets = redactable(c.secrets)
 	return c

@@ -417,7 +417,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		unpublish = up
 	}
 	redactChecks(cfg, checks)
-	srv := newHTTPServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, status, checks))
+	srv := newHTTPServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, status, checks, logger))
 	startRole("http", func(ctx context.Context) error {
 		go func() {
 			<-ctx.Done()

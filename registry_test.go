@@ -26,7 +26,7 @@ func newRegistryFixture(t *testing.T, token string) *registryFixture {
 	pool := newTestPool(t)
 	reg := newMetricsRegistry("test")
 	api := &registryAPI{store: newAppStore(pool), token: token, logger: testLogger(t)}
-	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, nil, []readinessCheck{{"database", pool.Ping}}))
+	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, nil, []readinessCheck{{"database", pool.Ping}}, testLogger(t)))
 	t.Cleanup(srv.Close)
 	return &registryFixture{srv: srv, pool: pool}
 }
@@ -434,7 +434,7 @@ func TestRegistrySlowBodyIs408(t *testing.T) {
 	pool := newTestPool(t)
 	reg := newMetricsRegistry("test")
 	api := &registryAPI{store: newAppStore(pool), logger: testLogger(t)}
-	srv := newHTTPServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, nil, nil))
+	srv := newHTTPServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, nil, nil, testLogger(t)))
 	srv.ReadTimeout = time.Second
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
