@@ -126,7 +126,7 @@ var settings = []setting{
 			}
 			return
 		}},
-	{"READ_STATEMENT_TIMEOUT", "5s", "longest a statement of the status page's reads may run (on their own PostgreSQL connections, apart from the lease, consumer and crawler); 100ms to 10m",
+	{"READ_STATEMENT_TIMEOUT", "5s", "longest a statement of the status page's and the registry API's reads may run (on their own PostgreSQL connections, apart from the lease, consumer and crawler); 100ms to 10m",
 		func(c *Config, v string) (err error) {
 			c.ReadStatementTimeout, err = parsePositiveDuration(v)
 			if err == nil && (c.ReadStatementTimeout < 100*time.Millisecond || c.ReadStatementTimeout > 10*time.Minute) {
@@ -134,7 +134,7 @@ var settings = []setting{
 			}
 			return
 		}},
-	{"STATUS_PAGE_MAX_RENDERS", "4", "status pages drawn at once (1 to 64); past it a page request answers 503 with Retry-After",
+	{"STATUS_PAGE_MAX_RENDERS", "4", "status pages drawn at once (1 to 64); past it a page request answers 503 with Retry-After. The reads have this + 1 connections, at most 16",
 		func(c *Config, v string) (err error) { c.StatusPageMaxRenders, err = parseInt(v, 1, 64); return }},
 	{"PLAYWATCH_PG_LISTEN", "", "host:port where the managed PostgreSQL also listens on TCP, with passwords and TLS, which clients beyond loopback must use (playwatch db-url prints a URL); empty: unix socket only",
 		func(c *Config, v string) (err error) {

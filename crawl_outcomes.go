@@ -149,7 +149,7 @@ type lastCrawl struct {
 
 // LastCrawl reads the app's last outcome per path in the storefront loc.
 func (s *appStore) LastCrawl(ctx context.Context, appID int64, loc locale) (lastCrawl, error) {
-	rows, err := s.pool.Query(ctx, `
+	rows, err := s.reads.Query(ctx, `
 SELECT path, at, outcome, http_status, error FROM app_crawl_outcomes
 WHERE application_id = $1 AND country = $2 AND lang = $3`, appID, loc.Country, loc.Lang)
 	if err != nil {
