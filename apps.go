@@ -39,9 +39,20 @@ func (e *appExistsError) Unwrap() error { return errAppExists }
 // appStore reads and writes the registry table.
 type appStore struct {
 	pool *pgxpool.Pool
+	// reads serves Get, List and LastCrawl: in `run` the registry API's
+	// store reads on the status page's pool (openReadPool), whose
+	// statements end at READ_STATEMENT_TIMEOUT, so that open GETs never
+	// take the connections of the lease and the consumer. Writes, and the
+	// read a create does after a conflict, stay on pool.
+	reads *pgxpool.Pool
 }
 
-func newAppStore(pool *pgxpool.Pool) *appStore { return &appStore{pool: pool} }
+func newAppStore(pool *pgxpool.Pool) *appStore { return &appStore{pool: pool, reads: pool} }
+
+// newRegistryStore is the registry API's store: writes on pool, GETs on reads.
+func newRegistryStore(pool, reads *pgxpool.Pool) *appStore {
+	return &appStore{pool: pool, reads: reads}
+}
 
 const appColumns = `id, package_name, display_name, category, is_messaging_app, is_iranian_app, is_active, created_at, updated_at`
 
@@ -69,7 +80,7 @@ func (s *appStore) Create(ctx context.Context, n newApp) (app, error) {
 		RETURNING `+appColumns,
 		n.PackageName, n.DisplayName, n.Category, n.IsMessagingApp, n.IsIranianApp))
 	if errors.Is(err, pgx.ErrNoRows) {
-		existing, gerr := s.Get(ctx, n.PackageName)
+		existing, gerr := getApp(ctx, s.pool, n.PackageName)
 		if gerr != nil {
 			return app{}, fmt.Errorf("create %s: %w", n.PackageName, gerr)
 		}
@@ -82,7 +93,11 @@ func (s *appStore) Create(ctx context.Context, n newApp) (app, error) {
 }
 
 func (s *appStore) Get(ctx context.Context, pkg string) (app, error) {
-	a, err := scanApp(s.pool.QueryRow(ctx, `SELECT `+appColumns+` FROM apps_registry_application WHERE package_name = $1`, pkg))
+	return getApp(ctx, s.reads, pkg)
+}
+
+func getApp(ctx context.Context, pool *pgxpool.Pool, pkg string) (app, error) {
+	a, err := scanApp(pool.QueryRow(ctx, `SELECT `+appColumns+` FROM apps_registry_application WHERE package_name = $1`, pkg))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return app{}, errAppNotFound
 	}
@@ -127,7 +142,7 @@ func (s *appStore) List(ctx context.Context, f appFilter) ([]app, error) {
 	}
 	args = append(args, f.Limit)
 	q += fmt.Sprintf(" ORDER BY package_name LIMIT $%d", len(args))
-	rows, err := s.pool.Query(ctx, q, args...)
+	rows, err := s.reads.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list apps: %w", err)
 	}

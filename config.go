@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -125,7 +126,7 @@ var settings = []setting{
 			}
 			return
 		}},
-	{"READ_STATEMENT_TIMEOUT", "5s", "longest a statement of the status page's reads may run (on their own PostgreSQL connections, apart from the lease, consumer and crawler); 100ms to 10m",
+	{"READ_STATEMENT_TIMEOUT", "5s", "longest a statement of the status page's and the registry API's reads may run (on their own PostgreSQL connections, apart from the lease, consumer and crawler); 100ms to 10m",
 		func(c *Config, v string) (err error) {
 			c.ReadStatementTimeout, err = parsePositiveDuration(v)
 			if err == nil && (c.ReadStatementTimeout < 100*time.Millisecond || c.ReadStatementTimeout > 10*time.Minute) {
@@ -133,7 +134,7 @@ var settings = []setting{
 			}
 			return
 		}},
-	{"STATUS_PAGE_MAX_RENDERS", "4", "status pages drawn at once (1 to 64); past it a page request answers 503 with Retry-After",
+	{"STATUS_PAGE_MAX_RENDERS", "4", "status pages drawn at once (1 to 64); past it a page request answers 503 with Retry-After. The reads have this + 1 connections, at most 16",
 		func(c *Config, v string) (err error) { c.StatusPageMaxRenders, err = parseInt(v, 1, 64); return }},
 	{"PLAYWATCH_PG_LISTEN", "", "host:port where the managed PostgreSQL also listens on TCP, with passwords and TLS, which clients beyond loopback must use (playwatch db-url prints a URL); empty: unix socket only",
 		func(c *Config, v string) (err error) {
@@ -665,6 +666,7 @@ func redactChecks(cfg Config, checks []readinessCheck) {
 func commandSecrets(args []string, getenv func(string) string) Config {
 	var c Config
 	byFlag := map[string]string{}
+	passwordFiles := []string{getenv("KAFKA_SASL_PASSWORD_FILE")}
 	for _, s := range settings {
 		byFlag[s.flagName()] = s.env
 		c.secrets = append(c.secrets, settingSecrets(s.env, getenv(s.env))...)
@@ -683,6 +685,19 @@ func commandSecrets(args []string, getenv func(string) string) Config {
 			v = args[i+1]
 		}
 		c.secrets = append(c.secrets, settingSecrets(env, v)...)
+		if env == "KAFKA_SASL_PASSWORD_FILE" {
+			passwordFiles = append(passwordFiles, v)
+		}
+	}
+	// The password a file holds, as valueOrFile reads it, when it is a file
+	// that can be read (one that cannot holds no password to show).
+	for _, f := range passwordFiles {
+		if fi, err := os.Stat(f); f == "" || err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if b, err := os.ReadFile(f); err == nil {
+			c.secrets = append(c.secrets, strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"))
+		}
 	}
 	c.secrets = redactable(c.secrets)
 	return c

@@ -135,7 +135,7 @@ func checkNewLogAfterBrokerDataDeleted(t *testing.T, commits bool, newRecs map[i
 
 	// /readyz answers 200 with a line naming each reset partition.
 	srv := httptest.NewServer(newHTTPHandler(prometheus.NewRegistry(), newHTTPMetrics(prometheus.NewRegistry()), nil, nil,
-		[]readinessCheck{{"database", pool.Ping}, {"consumer", second.sc.readiness}}))
+		[]readinessCheck{{"database", pool.Ping}, {"consumer", second.sc.readiness}}, testLogger(t)))
 	defer srv.Close()
 	code, body := httpDo(t, "GET", srv.URL+"/readyz", "")
 	var ready struct {

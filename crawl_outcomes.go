@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"regexp"
 	"strings"
 	"time"
 )
@@ -102,17 +101,15 @@ func crawlOutcomeOf(ctx context.Context, err error) crawlOutcome {
 	return o
 }
 
-// urlPassword matches the password of a URL's user info.
-var urlPassword = regexp.MustCompile(`(://[^/\s:@]*):[^/\s@]*@`)
-
 // maxOutcomeError bounds the kept error text.
 const maxOutcomeError = 500
 
-// outcomeErrorText is err on one line, without URL passwords (a proxy's),
-// at most maxOutcomeError bytes.
+// outcomeErrorText is err on one line, at most maxOutcomeError bytes, with
+// what stands as a password masked as everywhere else (maskPasswords: a
+// proxy's user:password@, with or without a scheme, password=): it is
+// stored, and shown on the status page and by the API.
 func outcomeErrorText(err error) string {
-	s := strings.Join(strings.Fields(err.Error()), " ")
-	s = urlPassword.ReplaceAllString(s, "${1}:xxxxx@")
+	s := maskPasswords(strings.Join(strings.Fields(err.Error()), " "))
 	if len(s) > maxOutcomeError {
 		s = strings.ToValidUTF8(s[:maxOutcomeError], "") + "…"
 	}
@@ -152,7 +149,7 @@ type lastCrawl struct {
 
 // LastCrawl reads the app's last outcome per path in the storefront loc.
 func (s *appStore) LastCrawl(ctx context.Context, appID int64, loc locale) (lastCrawl, error) {
-	rows, err := s.pool.Query(ctx, `
+	rows, err := s.reads.Query(ctx, `
 SELECT path, at, outcome, http_status, error FROM app_crawl_outcomes
 WHERE application_id = $1 AND country = $2 AND lang = $3`, appID, loc.Country, loc.Lang)
 	if err != nil {

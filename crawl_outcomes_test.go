@@ -88,7 +88,7 @@ WHERE o.at >= $1 ORDER BY 1, 4`, before)
 	api := &registryAPI{store: f.apps, locales: testLocales, logger: testLogger(t)}
 	reg := newMetricsRegistry("test")
 	fx := &registryFixture{pool: f.pool}
-	fx.srv = httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, nil, nil))
+	fx.srv = httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, nil, nil, testLogger(t)))
 	t.Cleanup(fx.srv.Close)
 	for pkg, want := range map[string][2]string{
 		missing: {`"not_found" 404`, `"not_found" 404`},

@@ -359,14 +359,15 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	var api *registryAPI
 	var status *statusPage
 	if slices.Contains(roles, "registry") {
-		api = &registryAPI{store: newAppStore(be.pool), token: cfg.RegistryToken, locales: cfg.Locales, logger: logger}
-		// The page and the gauges read on their own connections: the
-		// lease, the consumer and the crawler never wait behind them.
+		// The page, the gauges and the registry API's GETs read on their
+		// own connections: the lease, the consumer and the crawler never
+		// wait behind them. The API's writes stay on the appliance's pool.
 		reads, err := openReadPool(ctx, be.databaseURL, cfg.ReadStatementTimeout, cfg.StatusPageMaxRenders)
 		if err != nil {
 			return errors.Join(err, shutdown())
 		}
 		be.onClose(func(context.Context) error { reads.Close(); return nil })
+		api = &registryAPI{store: newRegistryStore(be.pool, reads), token: cfg.RegistryToken, locales: cfg.Locales, logger: logger}
 		status = newStatusPage(statusDB{reads}, reg, cfg.StatusPageToken, cfg.CrawlInterval, cfg.AppGaugesInterval, cfg.StatusPageMaxRenders, logger)
 		startRole("app gauges", status.appGauges.run)
 	}
@@ -392,7 +393,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		unpublish = up
 	}
 	redactChecks(cfg, checks)
-	srv := newHTTPServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, status, checks))
+	srv := newHTTPServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, status, checks, logger))
 	startRole("http", func(ctx context.Context) error {
 		go func() {
 			<-ctx.Done()
@@ -947,6 +948,8 @@ func openDatabase(ctx context.Context, cfg Config, logger *slog.Logger, be *back
 			OSUser:     cfg.PGUser,
 			Listen:     cfg.PGListen,
 			WriterFrom: cfg.PGWriterFrom,
+			// Room for this server's pools, however many pages are drawn.
+			MaxConnections: managedMaxConnections(controlPoolConns(), readPoolConns(cfg.StatusPageMaxRenders)),
 		}, logger)
 		if err != nil {
 			return nil, fmt.Errorf("managed postgres: %w", err)

@@ -111,7 +111,7 @@ func TestOpenAPIServed(t *testing.T) {
 		t.Fatal("the embedded document differs from api/openapi.json")
 	}
 	reg := newMetricsRegistry("test")
-	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), &registryAPI{}, nil, nil))
+	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), &registryAPI{}, nil, nil, testLogger(t)))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/api/v1/openapi.json")
 	if err != nil {

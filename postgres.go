@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,6 +41,26 @@ type managedPostgresOptions struct {
 	// initdbStarted, set by a test, is called with each initdb process
 	// once it runs (before it is waited for): the test interrupts it there.
 	initdbStarted func(*os.Process)
+	// MaxConnections is the server's max_connections
+	// (managedMaxConnections); 0 leaves PostgreSQL's default of 100.
+	MaxConnections int
+}
+
+// connReserve is what the managed cluster admits beyond one server's own
+// pools: the one-off commands, psql and Grafana, and other servers.
+const connReserve = 50
+
+// controlPoolConns is the size of the appliance's pool (the lease, the
+// consumer, the crawler, the sentiment job, the API's writes): pgxpool's
+// default, max(4, CPUs), which openDatabase keeps.
+func controlPoolConns() int { return max(4, runtime.NumCPU()) }
+
+// managedMaxConnections is the managed cluster's max_connections: one
+// server's control and read pools and connReserve, and never less than
+// PostgreSQL's default. Then a crowd of page or API readers cannot take the
+// connections the lease and the consumer need.
+func managedMaxConnections(controlConns, readConns int) int {
+	return max(100, controlConns+readConns+connReserve)
 }
 
 // managedPostgres is a PostgreSQL server playwatch started from the
@@ -512,6 +533,9 @@ func (m *managedPostgres) startServer(binDir string, cred *syscall.Credential) e
 	}
 	if m.tlsCert != "" {
 		args = append(args, "-c", "ssl=on", "-c", "ssl_cert_file="+m.tlsCert, "-c", "ssl_key_file="+m.tlsKey)
+	}
+	if m.opts.MaxConnections > 0 {
+		args = append(args, "-c", "max_connections="+strconv.Itoa(m.opts.MaxConnections))
 	}
 	if m.opts.NoFsync {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")

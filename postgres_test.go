@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func queryInt(t *testing.T, dsn, sql string) int {
@@ -357,5 +358,49 @@ func TestManagedPostgresReportsHalfMadeCluster(t *testing.T) {
 	}
 	if took := time.Since(began); took > 30*time.Second {
 		t.Errorf("the report took %s", took)
+	}
+}
+
+// The connection budget (docs/design.md §Status page): the read pool stays
+// within maxReadPoolConns whatever STATUS_PAGE_MAX_RENDERS says, and the
+// managed cluster admits a server's control and read pools with room to
+// spare, also where the control pool is large (many CPUs).
+func TestManagedPostgresConnectionBudget(t *testing.T) {
+	dbURL := newTestDatabase(t)
+	for renders, want := range map[int]int32{1: 2, 4: 5, 15: 16, 64: 16} {
+		reads, err := openReadPool(t.Context(), dbURL, time.Second, renders)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := reads.Config().MaxConns; n != want || int(n) != readPoolConns(renders) {
+			t.Errorf("STATUS_PAGE_MAX_RENDERS=%d: a read pool of %d connections, want %d", renders, n, want)
+		}
+		reads.Close()
+	}
+	// openDatabase keeps pgxpool's default size, which the budget counts.
+	pcfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int(pcfg.MaxConns) != controlPoolConns() {
+		t.Errorf("pgxpool's default pool is %d connections, the budget counts %d", pcfg.MaxConns, controlPoolConns())
+	}
+	if n := managedMaxConnections(controlPoolConns(), readPoolConns(4)); n < 100 || n < controlPoolConns()+readPoolConns(4)+connReserve {
+		t.Errorf("max_connections %d on this machine: less than PostgreSQL's default or the budget", n)
+	}
+	// 64 CPUs and 64 pages: 64 + 16 + 50.
+	const many = 130
+	if n := managedMaxConnections(64, readPoolConns(64)); n != many {
+		t.Errorf("max_connections for 64 CPUs and 64 pages: %d, want %d", n, many)
+	}
+	opts := managedPostgresOptions{DataDir: filepath.Join(tempDataDir(t), "pg"), Database: "playwatch", OSUser: "postgres", NoFsync: true,
+		MaxConnections: managedMaxConnections(64, readPoolConns(64))}
+	pg, err := startManagedPostgres(t.Context(), opts, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Stop(context.Background())
+	if n := queryInt(t, pg.DSN(), "SELECT current_setting('max_connections')::int"); n != many {
+		t.Errorf("the managed cluster's max_connections is %d, want %d", n, many)
 	}
 }

@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,7 +28,7 @@ func newRegistryFixture(t *testing.T, token string) *registryFixture {
 	pool := newTestPool(t)
 	reg := newMetricsRegistry("test")
 	api := &registryAPI{store: newAppStore(pool), token: token, logger: testLogger(t)}
-	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, nil, []readinessCheck{{"database", pool.Ping}}))
+	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, nil, []readinessCheck{{"database", pool.Ping}}, testLogger(t)))
 	t.Cleanup(srv.Close)
 	return &registryFixture{srv: srv, pool: pool}
 }
@@ -434,7 +436,7 @@ func TestRegistrySlowBodyIs408(t *testing.T) {
 	pool := newTestPool(t)
 	reg := newMetricsRegistry("test")
 	api := &registryAPI{store: newAppStore(pool), logger: testLogger(t)}
-	srv := newHTTPServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, nil, nil))
+	srv := newHTTPServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, nil, nil, testLogger(t)))
 	srv.ReadTimeout = time.Second
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -459,4 +461,101 @@ func TestRegistrySlowBodyIs408(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), "the body arrived too slowly") || strings.Contains(string(body), "127.0.0.1") {
 		t.Fatalf("%d %s, want 408 without socket addresses", resp.StatusCode, body)
 	}
+}
+
+// The registry API's GETs, as `run` wires them, read on the read pool: a
+// GET against a locked table answers 503 with Retry-After and a JSON error
+// in about READ_STATEMENT_TIMEOUT, while a POST, on the appliance's own
+// pool, still registers the app (and, when it waits for a lock itself, is
+// not cut at READ_STATEMENT_TIMEOUT).
+func TestRegistryReadsStatementTimeout(t *testing.T) {
+	dbURL := newTestDatabase(t)
+	pool := newTestPoolFor(t, dbURL)
+	env := map[string]string{"PLAYWATCH_DATA_DIR": filepath.Join(t.TempDir(), "data"), "PLAYWATCH_HTTP_ADDR": freeAddr(t),
+		"PLAYWATCH_BROKER_ADDR": freeAddr(t), "DATABASE_URL": dbURL, "READ_STATEMENT_TIMEOUT": "300ms"}
+	base, stop, logs := startRun(t, env, "--roles", "registry")
+	post := func(pkg string) testResponse {
+		return registryDoWithin(t, "POST", base+"/api/v1/apps", `{"package_name":"`+pkg+`"}`, 20*time.Second)
+	}
+	if r := post("com.example.first"); r.code != http.StatusCreated {
+		t.Fatalf("POST: %d %s", r.code, r.body)
+	}
+	wantTimeout := func(path string) {
+		t.Helper()
+		start := time.Now()
+		r := registryDoWithin(t, "GET", base+path, "", 10*time.Second)
+		var e errorResponse
+		if d := time.Since(start); r.code != http.StatusServiceUnavailable || r.header.Get("Retry-After") != "2" || d > 3*time.Second ||
+			json.Unmarshal([]byte(r.body), &e) != nil || !strings.Contains(e.Error, "READ_STATEMENT_TIMEOUT") {
+			t.Errorf("GET %s with its table locked: %d after %v, Retry-After %q, %s", path, r.code, d, r.header.Get("Retry-After"), r.body)
+		}
+	}
+
+	// GET /api/v1/apps/{package_name} reads app_crawl_outcomes too.
+	release := holdTableLock(t, pool, "app_crawl_outcomes")
+	wantTimeout("/api/v1/apps/com.example.first")
+	if r := post("com.example.second"); r.code != http.StatusCreated {
+		t.Errorf("POST while app_crawl_outcomes is locked: %d %s", r.code, r.body)
+	}
+	release()
+
+	release = holdTableLock(t, pool, "apps_registry_application")
+	wantTimeout("/api/v1/apps")
+	wantTimeout("/api/v1/apps/com.example.first")
+	posted := make(chan testResponse, 1)
+	go func() { posted <- post("com.example.third") }()
+	time.Sleep(time.Second) // past READ_STATEMENT_TIMEOUT, waiting for the lock
+	release()
+	if r := <-posted; r.code != http.StatusCreated {
+		t.Errorf("POST that waited for the lock: %d %s", r.code, r.body)
+	}
+
+	r := registryDoWithin(t, "GET", base+"/api/v1/apps", "", 10*time.Second)
+	var list listAppsResponse
+	if err := json.Unmarshal([]byte(r.body), &list); r.code != http.StatusOK || err != nil || len(list.Apps) != 3 {
+		t.Errorf("GET /api/v1/apps after the locks: %d %s, want the 3 apps", r.code, r.body)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "registry read ran past READ_STATEMENT_TIMEOUT") {
+		t.Errorf("the timeouts are not logged:\n%s", logs)
+	}
+}
+
+// holdTableLock holds table locked against every reader until the returned
+// function (or the test's end) releases it.
+func holdTableLock(t *testing.T, pool *pgxpool.Pool, table string) func() {
+	t.Helper()
+	tx, err := pool.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(context.Background(), `LOCK TABLE `+table+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release := func() { once.Do(func() { _ = tx.Rollback(context.Background()) }) }
+	t.Cleanup(release)
+	return release
+}
+
+// registryDoWithin is one request that gives up after timeout (code 0).
+func registryDoWithin(t *testing.T, method, url, body string, timeout time.Duration) testResponse {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := (&http.Client{Timeout: timeout}).Do(req)
+	if err != nil {
+		t.Logf("%s %s: %v", method, url, err)
+		return testResponse{}
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return testResponse{resp.StatusCode, resp.Header, string(b)}
 }

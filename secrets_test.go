@@ -179,7 +179,7 @@ func TestReadyzRedactedChecks(t *testing.T) {
 	}
 	redactChecks(cfg, checks)
 	reg := prometheus.NewRegistry()
-	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, nil, checks))
+	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, nil, checks, testLogger(t)))
 	defer srv.Close()
 	get := func() (int, string) {
 		t.Helper()
@@ -198,10 +198,76 @@ func TestReadyzRedactedChecks(t *testing.T) {
 		return errors.New("dial postgres://writer:" + testSecret + "@db:5432/x: refused")
 	}})
 	redactChecks(cfg, checks[1:])
-	srv.Config.Handler = newHTTPHandler(reg, newHTTPMetrics(prometheus.NewRegistry()), nil, nil, checks)
+	srv.Config.Handler = newHTTPHandler(reg, newHTTPMetrics(prometheus.NewRegistry()), nil, nil, checks, testLogger(t))
 	code, body := get()
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "refused") {
 		t.Errorf("a failing check: %d %s, want 503 saying why", code, body)
 	}
 	checkNoSecret(t, "/readyz", body)
+}
+
+// A crawl's error text, which is stored and shown on the status page and by
+// the API, is masked as every other message is: also a proxy's user info
+// without a scheme or with a slash in its password, and password=.
+func TestCrawlOutcomeErrorMasked(t *testing.T) {
+	for _, text := range []string{
+		`proxyconnect tcp: dial http://u:` + testSecret + `@proxy.example:3128: refused`,
+		`proxy u:` + testSecret + `@proxy.example:3128 refused the tunnel`,
+		`Get "https://play.example/store": proxy http://u:` + testSecret + `/x@proxy.example:3128: refused`,
+		`socks connect tcp u:` + testSecret + `@10.0.0.1:1080->play.google.com:443: refused`,
+		`Get "https://play.example/store?password=` + testSecret + `": timeout`,
+	} {
+		o := crawlOutcomeOf(context.Background(), errors.New(text))
+		checkNoSecret(t, "the outcome of "+text, o.Error)
+		if !strings.Contains(o.Error, "xxxxx") {
+			t.Errorf("the outcome of %q: %q masks nothing", text, o.Error)
+		}
+	}
+}
+
+// The secrets run redacts a command's error with include the password
+// KAFKA_SASL_PASSWORD_FILE holds, named by the environment or a flag.
+func TestCommandSecretsPasswordFile(t *testing.T) {
+	pwFile := filepath.Join(t.TempDir(), "sasl-password")
+	if err := os.WriteFile(pwFile, []byte(testSecret+"\r\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	text := "SASL authentication of alice with " + testSecret + " failed"
+	for _, c := range []struct {
+		name string
+		args []string
+		env  map[string]string
+	}{
+		{"environment", []string{"run"}, map[string]string{"KAFKA_SASL_PASSWORD_FILE": pwFile}},
+		{"flag", []string{"run", "--kafka-sasl-password-file", pwFile}, nil},
+		{"flag=", []string{"run", "--kafka-sasl-password-file=" + pwFile}, nil},
+	} {
+		checkNoSecret(t, c.name, commandSecrets(c.args, envFunc(c.env)).redact(text))
+	}
+	// A file that cannot be read adds nothing, and fails nothing.
+	got := commandSecrets([]string{"run"}, envFunc(map[string]string{"KAFKA_SASL_PASSWORD_FILE": pwFile + ".missing"})).redact(text)
+	if got != text {
+		t.Errorf("with an unreadable file: %q", got)
+	}
+}
+
+// A panic of a handler is logged on the logger run gives the HTTP handler,
+// which redacts, also when neither the registry nor the status page runs
+// (before, such a server logged on slog's unredacted default).
+func TestHTTPHandlerPanicLogRedacted(t *testing.T) {
+	var logs syncBuffer
+	logger := newLogger(Config{secrets: []string{testSecret}}, &logs)
+	checks := []readinessCheck{{"database", func(context.Context) error {
+		panic("dial postgres://writer:" + testSecret + "@db:5432/x with token " + testSecret)
+	}}}
+	reg := prometheus.NewRegistry()
+	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, nil, checks, logger))
+	defer srv.Close()
+	if code, body := httpDo(t, "GET", srv.URL+"/readyz", ""); code != http.StatusInternalServerError {
+		t.Errorf("/readyz that panics: %d %s", code, body)
+	}
+	if !strings.Contains(logs.String(), "HTTP handler panicked") || !strings.Contains(logs.String(), "writer:xxxxx@db") {
+		t.Errorf("the panic is not logged on the given logger:\n%s", logs.String())
+	}
+	checkNoSecret(t, "the log", logs.String())
 }

@@ -28,8 +28,9 @@ func (n readinessNote) Error() string { return string(n) }
 
 // newHTTPHandler serves /healthz, /readyz, /metrics and, when the registry
 // role runs, the registry API and the status page with its per-app gauges,
-// all instrumented.
-func newHTTPHandler(reg *prometheus.Registry, hm *httpMetrics, api *registryAPI, status *statusPage, checks []readinessCheck) http.Handler {
+// all instrumented. A handler's panic is logged on logger (run's, which
+// redacts).
+func newHTTPHandler(reg *prometheus.Registry, hm *httpMetrics, api *registryAPI, status *statusPage, checks []readinessCheck, logger *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -67,13 +68,6 @@ func newHTTPHandler(reg *prometheus.Registry, hm *httpMetrics, api *registryAPI,
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
 	})
-	logger := slog.Default()
-	switch {
-	case status != nil:
-		logger = status.logger
-	case api != nil && api.logger != nil:
-		logger = api.logger
-	}
 	return recoverPanics(hm, hm.wrap(mux), logger)
 }
 

@@ -20,7 +20,7 @@ func BenchmarkStatusPage(b *testing.B) {
 	seedStatusVolume(b, pool, 50, 20000, 90*24)
 	page := newStatusPage(statusDB{pool}, newMetricsRegistry("bench"), "", time.Hour, 30*time.Second, 4, testLogger(b))
 	page.now = func() time.Time { return statusNow }
-	srv := httptest.NewServer(newHTTPHandler(newMetricsRegistry("bench"), newHTTPMetrics(newMetricsRegistry("bench")), nil, page, nil))
+	srv := httptest.NewServer(newHTTPHandler(newMetricsRegistry("bench"), newHTTPMetrics(newMetricsRegistry("bench")), nil, page, nil, page.logger))
 	b.Cleanup(srv.Close)
 	b.Run("gauges refresh", func(b *testing.B) {
 		for b.Loop() {

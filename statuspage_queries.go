@@ -23,18 +23,29 @@ import (
 // its pool is openReadPool's.
 type statusDB struct{ pool *pgxpool.Pool }
 
+// maxReadPoolConns bounds the read pool, whatever STATUS_PAGE_MAX_RENDERS
+// says: the connections of a server stay within the budget of
+// docs/design.md §Status page (past 15 pages drawn at once, the others wait
+// for a connection).
+const maxReadPoolConns = 16
+
+// readPoolConns is the size of openReadPool's pool: one connection per page
+// drawn at once and one for the gauges' background read, at most
+// maxReadPoolConns.
+func readPoolConns(maxRenders int) int { return min(maxRenders+1, maxReadPoolConns) }
+
 // openReadPool opens the status page's own connections (docs/design.md
-// §Status page): the pages and the per-app gauges read on them, never on the
-// pool of the scheduler lease, the consumer and the crawler, so that a page
-// reloaded by many clients makes none of those wait. One connection per
-// page drawn at once and one for the gauges' background read; every
-// statement on them ends after statementTimeout (READ_STATEMENT_TIMEOUT).
+// §Status page): the pages, the per-app gauges and the registry API's GETs
+// read on them, never on the pool of the scheduler lease, the consumer and
+// the crawler, so that a page reloaded by many clients makes none of those
+// wait. Every statement on them ends after statementTimeout
+// (READ_STATEMENT_TIMEOUT).
 func openReadPool(ctx context.Context, dsn string, statementTimeout time.Duration, maxRenders int) (*pgxpool.Pool, error) {
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("status page connections: %w", err)
 	}
-	pcfg.MaxConns = int32(maxRenders) + 1
+	pcfg.MaxConns = int32(readPoolConns(maxRenders))
 	pcfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(statementTimeout.Milliseconds(), 10)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {

@@ -102,7 +102,7 @@ func statusPageServer(t *testing.T, pool *pgxpool.Pool, token string, reg *prome
 	t.Helper()
 	page := newStatusPage(statusDB{pool}, reg, token, time.Hour, 30*time.Second, 4, testLogger(t))
 	page.now = func() time.Time { return statusNow }
-	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil))
+	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil, page.logger))
 	t.Cleanup(srv.Close)
 	return srv, page
 }
@@ -751,7 +751,7 @@ func TestStatusPageMaxRenders(t *testing.T) {
 	reg := newMetricsRegistry("test")
 	page := newStatusPage(statusDB{pool}, reg, "", time.Hour, 30*time.Second, 1, testLogger(t))
 	page.now = func() time.Time { return statusNow }
-	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil))
+	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil, page.logger))
 	t.Cleanup(srv.Close)
 
 	release := lockAppStats(t, pool)
@@ -805,7 +805,7 @@ func TestStatusPageStatementTimeout(t *testing.T) {
 	reg := newMetricsRegistry("test")
 	page := newStatusPage(statusDB{reads}, reg, "", time.Hour, 30*time.Second, 4, testLogger(t))
 	page.now = func() time.Time { return statusNow }
-	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil))
+	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil, page.logger))
 	t.Cleanup(srv.Close)
 
 	release := lockAppStats(t, pool)
@@ -836,7 +836,7 @@ func TestHTTPHandlerPanic(t *testing.T) {
 	var logs syncBuffer
 	page := newStatusPage(statusDB{pool}, reg, "", time.Hour, 30*time.Second, 1, slog.New(slog.NewTextHandler(&logs, nil)))
 	page.now = func() time.Time { panic("a bad input") }
-	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil))
+	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil, page.logger))
 	t.Cleanup(srv.Close)
 
 	for range 2 { // the render slot was given back: still 500, not 503
