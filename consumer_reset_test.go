@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -264,3 +265,69 @@ func TestBrokerBudgetKeepsANewLogBelowTheStoredOffset(t *testing.T) {
 		t.Errorf("log starts %v after the consumer stored the new logs, want 10 each", s)
 	}
 }
+
+// After a reset, a bad record of the new log at the offset of a dead letter
+// of the old log that is still kept gets its own dead-letter row: the rows
+// carry the log generation, which the reset counted up.
+func TestConsumerDeadLettersOfANewLogAtAnOldDeadLettersOffset(t *testing.T) {
+	pool := newTestPool(t)
+	dir := t.TempDir()
+	b1, brokers := newTestBroker(t, dir)
+	const pkg = "org.telegram.messenger"
+	group := testConsumerOptions().Group
+	registerApps(t, pool, pkg)
+	// produceWithBadAt writes n records to reviews/0, the one at offset bad not JSON.
+	produceWithBadAt := func(brokers []string, prefix string, n, bad int) {
+		var recs []*kgo.Record
+		for i := range n {
+			v := msgJSON(reviewFields(pkg, fmt.Sprintf("%s-%d", prefix, i), testCrawl))
+			if i == bad {
+				v = []byte("not JSON of " + prefix)
+			}
+			recs = append(recs, &kgo.Record{Topic: topicReviews, Key: []byte(pkg), Partition: 0, Value: v})
+		}
+		produceToPartitions(t, brokers, recs...)
+	}
+	deadLetters := func() int { return count(t, pool, `SELECT count(*) FROM dead_letter_events`) }
+
+	produceWithBadAt(brokers, "old", 6, 2)
+	first := startTestConsumer(t, pool, brokers, testConsumerOptions(), consumerHooks{})
+	waitFor(t, 20*time.Second, "the old log stored", func() bool { return deadLetters() == 1 && storedOffsetsOf(t, first.sc.store, topicReviews)[0] == 6 })
+	if err := first.stop(); err != nil {
+		t.Fatal(err)
+	}
+	b1.Close()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	_, brokers = newTestBroker(t, dir)
+	produceWithBadAt(brokers, "new", 4, 2)
+	second := startTestConsumer(t, pool, brokers, testConsumerOptions(), consumerHooks{})
+	waitFor(t, 20*time.Second, "the new log stored", func() bool { return count(t, pool, `SELECT count(*) FROM reviews`) == 5+3 })
+	waitFor(t, 10*time.Second, "the new log's dead letter", func() bool { return deadLetters() == 2 })
+	if err := second.stop(); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(context.Background(), `SELECT kafka_offset, generation, convert_from(raw_payload, 'UTF8') FROM dead_letter_events ORDER BY generation`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var off int64
+		var gen int32
+		var payload string
+		if err := rows.Scan(&off, &gen, &payload); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%d/%d %s", off, gen, payload))
+	}
+	if want := []string{"2/0 not JSON of old", "2/1 not JSON of new"}; !slices.Equal(got, want) {
+		t.Errorf("dead letters (offset/generation payload) %q, want %q", got, want)
+	}
+	var gen int32
+	if err := pool.QueryRow(context.Background(), `SELECT generation FROM consumer_offsets WHERE consumer_group = $1 AND topic = $2 AND "partition" = 0`, group, topicReviews).Scan(&gen); err != nil || gen != 1 {
+		t.Errorf("generation of reviews/0: %d (%v), want 1", gen, err)
+	}
+}
+
