@@ -322,21 +322,11 @@ func (s *consumerStore) replayDeadLetters(ctx context.Context, ids []int64, f de
 		where, args := f.where([]any{after})
 		sel := `SELECT ` + deadLetterColumns + ` FROM dead_letter_events WHERE id > $1 AND ` + where +
 			fmt.Sprintf(` ORDER BY id LIMIT %d FOR UPDATE`, replayChunk)
-		// A short or even empty chunk does not mean the end: rows discarded
-		// meanwhile drop out of FOR UPDATE's recheck after LIMIT took them.
+		// Only an empty chunk is the end: a short one may have lost rows
+		// that a concurrent discard took out under FOR UPDATE's recheck.
 		rows, err := s.replayChunk(ctx, sel, args, maxRecordBytes, &res)
-		if err != nil {
+		if err != nil || len(rows) == 0 {
 			return res, err
-		}
-		if len(rows) == 0 {
-			var more bool
-			if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM dead_letter_events WHERE id > $1 AND `+where+`)`, args...).Scan(&more); err != nil {
-				return res, fmt.Errorf("replay dead letters: %w", err)
-			}
-			if !more {
-				return res, nil
-			}
-			continue
 		}
 		after = rows[len(rows)-1].ID
 	}
