@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -80,6 +81,11 @@ type storageConsumer struct {
 	resets   map[topicPartition]offsetResetSeen
 
 	pause dbPause
+
+	// admin reads the group's commits on the broker (resumeFromDatabase);
+	// Run sets it from its client and closes adminSet.
+	admin    *kadm.Client
+	adminSet chan struct{}
 }
 
 // offsetResetSeen is an offset reset and when it was stored.
@@ -105,6 +111,7 @@ func newStorageConsumer(pool *pgxpool.Pool, opts consumerOptions, reg prometheus
 		logger:    logger.With("role", "consumer"),
 		positions: map[topicPartition]int64{},
 		resets:    map[topicPartition]offsetResetSeen{},
+		adminSet:  make(chan struct{}),
 	}
 }
 
@@ -154,6 +161,10 @@ const idlePollWait = time.Second
 func (c *storageConsumer) Run(ctx context.Context, cl groupClient) error {
 	c.logger.Info("storage consumer started", "group", c.opts.Group, "topics", allTopics,
 		"max_poll_records", c.opts.MaxPollRecords, "linger", c.opts.Linger, "writers", c.opts.Writers)
+	if kc, ok := cl.(*kgo.Client); ok && c.admin == nil {
+		c.admin = kadm.NewClient(kc)
+		close(c.adminSet)
+	}
 	var inflight chan error // the result of the batch being stored; nil when none is
 	finish := func() error {
 		if inflight == nil {
@@ -499,15 +510,21 @@ func retryDelay(attempt int, maxDelay time.Duration) time.Duration {
 // a row keep Kafka's committed offset (or start at the beginning). It waits
 // for the database rather than start from a possibly older Kafka offset.
 //
-// When the broker has no committed offset of the group for any of the
-// assigned partitions although the database has stored offsets, the broker
-// does not know the group: its data was deleted, or KAFKA_BROKERS is a new
-// cluster (or its commits expired, after a week unused on Apache Kafka).
-// Those partitions start at the log start: a new log that has grown past
-// the old stored offset before this fetch could not be told from the old
-// one by its offsets, and its first records would be skipped. Records
-// stored already are written again without effect (every table's write is
-// idempotent), and the batch moves the stored offset back (rewoundFences).
+// A partition starts at its log start instead, its stored offset suspected
+// to be of a log the broker no longer has, only when the broker has no
+// committed offset of the group for it nor for any other partition of its
+// topic: the broker does not know the group's work on the topic, its data
+// was deleted, or KAFKA_BROKERS is a new cluster (or every commit expired,
+// after a week unused on Apache Kafka, or the topic's first batch was
+// stored just before a crash). A new log that has grown past the old stored
+// offset could not be told from the old one by its offsets, and its first
+// records would be skipped; the other cases read again what is stored,
+// without effect (every table's write is idempotent), and the batch moves
+// the stored offset back (rewoundFences). A partition whose own commit is
+// missing while others of its topic have one (a crash between the database
+// commit and the Kafka commit, a commit expired) resumes at its stored
+// offset: should the broker's log end be below it, the client's
+// OFFSET_OUT_OF_RANGE tells (collect).
 func (c *storageConsumer) resumeFromDatabase(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	var stored map[topicPartition]int64
 	for attempt := 1; ; attempt++ {
@@ -521,10 +538,19 @@ func (c *storageConsumer) resumeFromDatabase(ctx context.Context, offsets map[st
 			return nil, err
 		}
 	}
-	known := false // the broker has a committed offset of the group
-	for _, parts := range offsets {
-		for _, o := range parts {
-			known = known || o.EpochOffset().Offset >= 0
+	uncommitted := false // a stored partition without the group's commit
+	for topic, parts := range offsets {
+		for p, o := range parts {
+			if _, ok := stored[topicPartition{topic, p}]; ok && o.EpochOffset().Offset < 0 {
+				uncommitted = true
+			}
+		}
+	}
+	var committed map[string]bool
+	if uncommitted {
+		var err error
+		if committed, err = c.committedTopics(ctx); err != nil {
+			return nil, err
 		}
 	}
 	var catchUp []*kgo.Record
@@ -532,13 +558,13 @@ func (c *storageConsumer) resumeFromDatabase(ctx context.Context, offsets map[st
 	c.positionsMu.Lock()
 	defer c.positionsMu.Unlock()
 	for topic, parts := range offsets {
-		for p := range parts {
+		for p, o := range parts {
 			next, ok := stored[topicPartition{topic, p}]
 			if !ok {
 				continue
 			}
 			c.positions[topicPartition{topic, p}] = next
-			if !known {
+			if o.EpochOffset().Offset < 0 && !committed[topic] {
 				parts[p] = kgo.NewOffset().AtStart()
 				if fromStart == nil {
 					fromStart = map[string][]int32{}
@@ -552,7 +578,7 @@ func (c *storageConsumer) resumeFromDatabase(ctx context.Context, offsets map[st
 		}
 	}
 	if len(fromStart) > 0 {
-		c.logger.Warn("the broker has no committed offset of the group although the database has stored offsets: "+
+		c.logger.Warn("the broker has no committed offset of the group for any partition of these topics although the database has stored offsets: "+
 			"its data was deleted, or KAFKA_BROKERS is a new cluster (or its commits expired); reading these partitions from their log start",
 			"group", c.opts.Group, "partitions", fromStart)
 	}
@@ -560,6 +586,34 @@ func (c *storageConsumer) resumeFromDatabase(ctx context.Context, offsets map[st
 	c.catchUp = append(c.catchUp, catchUp...)
 	c.catchUpMu.Unlock()
 	return offsets, nil
+}
+
+// committedTopics are the topics of which the group has a committed offset
+// of some partition on the broker. It waits for Run's client and retries
+// until the broker answers or ctx ends.
+func (c *storageConsumer) committedTopics(ctx context.Context) (map[string]bool, error) {
+	select {
+	case <-c.adminSet:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	for attempt := 1; ; attempt++ {
+		commits, err := fetchGroupOffsets(ctx, c.admin, c.opts.Group)
+		if err == nil {
+			out := map[string]bool{}
+			commits.Each(func(o kadm.OffsetResponse) {
+				if o.Err == nil && o.At >= 0 {
+					out[o.Topic] = true
+				}
+			})
+			return out, nil
+		}
+		delay := retryDelay(attempt, c.opts.RetryMaxBackoff)
+		c.logger.Warn("cannot read the group's committed offsets for newly assigned partitions; retrying", "retry_in", delay.Round(time.Millisecond), "err", err)
+		if err := sleepOn(ctx, c.opts.Clock, delay); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // commitCatchUp commits the stored offsets of newly assigned partitions to
@@ -613,7 +667,7 @@ func (c *storageConsumer) forgetPositions(ps map[string][]int32) {
 func (c *storageConsumer) noteReset(r offsetReset) {
 	why := "its stored offset is beyond the broker's log end"
 	if r.logEnd >= r.stored {
-		why = "the broker had no committed offset of the group"
+		why = "the broker had no committed offset of the group for any partition of the topic"
 	}
 	c.logger.Warn("partition reset: "+why+" (the broker's data was deleted, or KAFKA_BROKERS is a new cluster); "+
 		"the partition is stored from the broker's log start and its stored offset moved back",

@@ -68,7 +68,7 @@ func newConsumerMetrics(reg prometheus.Registerer) *consumerMetrics {
 		}),
 		offsetResets: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "playwatch_consumer_offset_resets_total",
-			Help: "Times a partition's stored offset was beyond the broker's log end (broker data deleted, or a new cluster) and was moved back to store the partition from the log start.",
+			Help: "Times a partition's stored offset was of a log the broker no longer has (beyond its log end, or no commit of the group for any partition of the topic: broker data deleted, or a new cluster) and was moved back to store the partition from the log start.",
 		}, []string{"topic", "partition"}),
 		newest: map[string]time.Time{},
 	}

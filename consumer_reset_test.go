@@ -9,6 +9,8 @@ import (
 	"maps"
 	"net/http/httptest"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -262,5 +264,159 @@ func TestBrokerBudgetKeepsANewLogBelowTheStoredOffset(t *testing.T) {
 	}
 	if s := starts(); s[topicAppStats] != 10 || s[topicNetworkMetrics] != 10 {
 		t.Errorf("log starts %v after the consumer stored the new logs, want 10 each", s)
+	}
+}
+
+// After a reset, a bad record of the new log at the offset of a dead letter
+// of the old log that is still kept gets its own dead-letter row: the rows
+// carry the log generation, which the reset counted up.
+func TestConsumerDeadLettersOfANewLogAtAnOldDeadLettersOffset(t *testing.T) {
+	pool := newTestPool(t)
+	dir := t.TempDir()
+	b1, brokers := newTestBroker(t, dir)
+	const pkg = "org.telegram.messenger"
+	group := testConsumerOptions().Group
+	registerApps(t, pool, pkg)
+	// produceWithBadAt writes n records to reviews/0, the one at offset bad not JSON.
+	produceWithBadAt := func(brokers []string, prefix string, n, bad int) {
+		var recs []*kgo.Record
+		for i := range n {
+			v := msgJSON(reviewFields(pkg, fmt.Sprintf("%s-%d", prefix, i), testCrawl))
+			if i == bad {
+				v = []byte("not JSON of " + prefix)
+			}
+			recs = append(recs, &kgo.Record{Topic: topicReviews, Key: []byte(pkg), Partition: 0, Value: v})
+		}
+		produceToPartitions(t, brokers, recs...)
+	}
+	deadLetters := func() int { return count(t, pool, `SELECT count(*) FROM dead_letter_events`) }
+
+	produceWithBadAt(brokers, "old", 6, 2)
+	first := startTestConsumer(t, pool, brokers, testConsumerOptions(), consumerHooks{})
+	waitFor(t, 20*time.Second, "the old log stored", func() bool { return deadLetters() == 1 && storedOffsetsOf(t, first.sc.store, topicReviews)[0] == 6 })
+	if err := first.stop(); err != nil {
+		t.Fatal(err)
+	}
+	b1.Close()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	_, brokers = newTestBroker(t, dir)
+	produceWithBadAt(brokers, "new", 4, 2)
+	second := startTestConsumer(t, pool, brokers, testConsumerOptions(), consumerHooks{})
+	waitFor(t, 20*time.Second, "the new log stored", func() bool { return count(t, pool, `SELECT count(*) FROM reviews`) == 5+3 })
+	waitFor(t, 10*time.Second, "the new log's dead letter", func() bool { return deadLetters() == 2 })
+	if err := second.stop(); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(context.Background(), `SELECT kafka_offset, generation, convert_from(raw_payload, 'UTF8') FROM dead_letter_events ORDER BY generation`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var off int64
+		var gen int32
+		var payload string
+		if err := rows.Scan(&off, &gen, &payload); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%d/%d %s", off, gen, payload))
+	}
+	if want := []string{"2/0 not JSON of old", "2/1 not JSON of new"}; !slices.Equal(got, want) {
+		t.Errorf("dead letters (offset/generation payload) %q, want %q", got, want)
+	}
+	var gen int32
+	if err := pool.QueryRow(context.Background(), `SELECT generation FROM consumer_offsets WHERE consumer_group = $1 AND topic = $2 AND "partition" = 0`, group, topicReviews).Scan(&gen); err != nil || gen != 1 {
+		t.Errorf("generation of reviews/0: %d (%v), want 1", gen, err)
+	}
+}
+
+// A member handed only partitions the group never committed to this broker
+// (cooperative-sticky adds partitions one assignment at a time) is not
+// facing a wiped broker when other partitions of the topic are committed:
+// the Kafka commit of a stored batch was lost (a kill between the database
+// commit and Kafka's) or expired. With the log end at or beyond the stored
+// offset, the partition resumes at its stored offset: nothing stored is
+// read again, no reset is counted, the stored offsets stay. A topic of
+// which the broker has no commit at all still starts at the log start.
+func TestConsumerTrustsTheStoredOffsetOfAPartitionWithoutItsKafkaCommit(t *testing.T) {
+	ctx := context.Background()
+	pool := newTestPool(t)
+	_, brokers := newTestBroker(t, t.TempDir())
+	const pkg = "org.telegram.messenger"
+	group := testConsumerOptions().Group
+	registerApps(t, pool, pkg)
+	// The log as stored before the kill: 30 reviews per partition, all
+	// stored, Kafka commits for partitions 1 and 2 only; 5 reviews of
+	// app-stats' partition 0 stored, none of app-stats committed.
+	produceReviewsTo(t, brokers, pkg, "stored", []int32{0, 1, 2}, 90)
+	var stats []*kgo.Record
+	for i := range 5 {
+		stats = append(stats, &kgo.Record{Topic: topicAppStats, Key: []byte(pkg), Partition: 0,
+			Value: msgJSON(statFields(pkg, testCrawl.Add(time.Duration(i)*time.Second)))})
+	}
+	produceToPartitions(t, brokers, stats...)
+	if _, err := pool.Exec(ctx, `INSERT INTO consumer_offsets (consumer_group, topic, "partition", next_offset)
+		VALUES ($1, $2, 0, 30), ($1, $2, 1, 30), ($1, $2, 2, 30), ($1, $3, 0, 5)`, group, topicReviews, topicAppStats); err != nil {
+		t.Fatal(err)
+	}
+	withAdmin(t, brokers, func(ctx context.Context, adm *kadm.Client) {
+		var offs kadm.Offsets
+		offs.Add(kadm.Offset{Topic: topicReviews, Partition: 1, At: 30, LeaderEpoch: -1})
+		offs.Add(kadm.Offset{Topic: topicReviews, Partition: 2, At: 30, LeaderEpoch: -1})
+		if err := adm.CommitAllOffsets(ctx, group, offs); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	// The assignment that adds reviews/0 alone, as the client hands it to
+	// AdjustFetchOffsetsFn: no commit, so the reset offset (the log start).
+	sc := newStorageConsumer(pool, testConsumerOptions(), prometheus.NewRegistry(), testLogger(t))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	sc.admin = kadm.NewClient(cl)
+	close(sc.adminSet)
+	for _, c := range []struct {
+		topic string
+		want  kgo.EpochOffset
+	}{
+		{topicReviews, kgo.EpochOffset{Epoch: -1, Offset: 30}},
+		{topicAppStats, kgo.NewOffset().AtStart().EpochOffset()},
+	} {
+		got, err := sc.resumeFromDatabase(ctx, map[string]map[int32]kgo.Offset{c.topic: {0: kgo.NewOffset().AtStart()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := got[c.topic][0].EpochOffset(); o != c.want {
+			t.Errorf("%s/0 starts at %+v, want %+v", c.topic, o, c.want)
+		}
+	}
+
+	// The whole consumer: reviews/0 goes on from its stored offset, and only
+	// the new reviews are stored.
+	tc := startTestConsumer(t, pool, brokers, testConsumerOptions(), consumerHooks{})
+	produceReviewsTo(t, brokers, pkg, "new", []int32{0}, 10)
+	waitFor(t, 20*time.Second, "the 10 new reviews", func() bool { return count(t, pool, `SELECT count(*) FROM reviews`) >= 10 })
+	waitFor(t, 10*time.Second, "the Kafka commits", func() bool { return kafkaCommitted(t, brokers, group) >= 40+30+30 })
+	if err := tc.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM reviews`); n != 10 {
+		t.Errorf("%d reviews stored, want the 10 new ones: the stored ones were read again", n)
+	}
+	if got, want := storedOffsetsOf(t, sc.store, topicReviews), map[int32]int64{0: 40, 1: 30, 2: 30}; !maps.Equal(got, want) {
+		t.Errorf("stored offsets %v, want %v", got, want)
+	}
+	for p := range 3 {
+		if got := metricValue(t, tc.reg, "playwatch_consumer_offset_resets_total", map[string]string{"topic": topicReviews, "partition": strconv.Itoa(p)}); got != 0 {
+			t.Errorf("offset resets of reviews/%d = %v, want 0", p, got)
+		}
+	}
+	if n := count(t, pool, `SELECT count(*) FROM consumer_offsets WHERE generation <> 0 AND topic = 'reviews'`); n != 0 {
+		t.Errorf("%d partitions' log generation counted up", n)
 	}
 }

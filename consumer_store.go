@@ -89,17 +89,20 @@ func (s *consumerStore) storeBatch(ctx context.Context, parts []partitionBatch, 
 	}
 	var out storeOutcome
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		fence, err := lockOffsets(ctx, tx, s.group, parts)
+		fence, gens, err := lockOffsets(ctx, tx, s.group, parts)
 		if err != nil {
 			return err
 		}
 		out.resets = rewoundFences(parts, fence)
+		for _, r := range out.resets {
+			gens[r.topicPartition]++ // rewindOffsets does the same in the row
+		}
 		b.dropBelow(parts, fence)
 		if out.rows, out.dead, err = writeRows(ctx, tx, b, narrow); err != nil {
 			return err
 		}
 		out.dead = slices.Concat(b.dead, out.dead)
-		if out.rows[tableDeadLetters], err = insertDeadLetters(ctx, tx, out.dead); err != nil {
+		if out.rows[tableDeadLetters], err = insertDeadLetters(ctx, tx, out.dead, gens); err != nil {
 			return err
 		}
 		if err := rewindOffsets(ctx, tx, s.group, out.resets); err != nil {
@@ -130,8 +133,9 @@ func (s *consumerStore) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 }
 
 // lockOffsets locks the offset rows of the batch's partitions, creating the
-// missing ones (at 0: never written), and returns their next offsets.
-func lockOffsets(ctx context.Context, tx pgx.Tx, group string, parts []partitionBatch) (map[topicPartition]int64, error) {
+// missing ones (at 0: never written), and returns their next offsets and
+// log generations.
+func lockOffsets(ctx context.Context, tx pgx.Tx, group string, parts []partitionBatch) (map[topicPartition]int64, map[topicPartition]int32, error) {
 	topics, partitions := make([]string, len(parts)), make([]int32, len(parts))
 	for i, p := range parts {
 		topics[i], partitions[i] = p.topic, p.partition
@@ -140,26 +144,27 @@ func lockOffsets(ctx context.Context, tx pgx.Tx, group string, parts []partition
 		INSERT INTO consumer_offsets (consumer_group, topic, "partition", next_offset)
 		SELECT $1, u.topic, u.p, 0 FROM unnest($2::text[], $3::int[]) AS u(topic, p)
 		ON CONFLICT (consumer_group, topic, "partition") DO NOTHING`, group, topics, partitions); err != nil {
-		return nil, fmt.Errorf("create offset rows: %w", err)
+		return nil, nil, fmt.Errorf("create offset rows: %w", err)
 	}
 	rows, err := tx.Query(ctx, `
-		SELECT topic, "partition", next_offset FROM consumer_offsets
+		SELECT topic, "partition", next_offset, generation FROM consumer_offsets
 		WHERE consumer_group = $1 AND (topic, "partition") IN (SELECT * FROM unnest($2::text[], $3::int[]))
 		ORDER BY topic, "partition" FOR UPDATE`, group, topics, partitions)
 	if err != nil {
-		return nil, fmt.Errorf("lock offsets: %w", err)
+		return nil, nil, fmt.Errorf("lock offsets: %w", err)
 	}
-	fence := map[topicPartition]int64{}
+	fence, gens := map[topicPartition]int64{}, map[topicPartition]int32{}
 	var tp topicPartition
 	var next int64
-	_, err = pgx.ForEachRow(rows, []any{&tp.topic, &tp.partition, &next}, func() error {
-		fence[tp] = next
+	var gen int32
+	_, err = pgx.ForEachRow(rows, []any{&tp.topic, &tp.partition, &next, &gen}, func() error {
+		fence[tp], gens[tp] = next, gen
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("lock offsets: %w", err)
+		return nil, nil, fmt.Errorf("lock offsets: %w", err)
 	}
-	return fence, nil
+	return fence, gens, nil
 }
 
 // rewoundFences finds the partitions of the batch that the client went back
@@ -184,8 +189,10 @@ func rewoundFences(parts []partitionBatch, fence map[topicPartition]int64) []off
 }
 
 // rewindOffsets moves the stored offsets of reset partitions back to where
-// they are stored from again; saveOffsets then moves them forward past the
-// batch. It is the only write that moves consumer_offsets back.
+// they are stored from again, and counts up their log generation (the new
+// log's dead letters are told from the old one's by it); saveOffsets then
+// moves them forward past the batch. It is the only write that moves
+// consumer_offsets back.
 func rewindOffsets(ctx context.Context, tx pgx.Tx, group string, resets []offsetReset) error {
 	if len(resets) == 0 {
 		return nil
@@ -195,7 +202,7 @@ func rewindOffsets(ctx context.Context, tx pgx.Tx, group string, resets []offset
 		topics[i], partitions[i], from[i] = r.topic, r.partition, r.from
 	}
 	_, err := tx.Exec(ctx, `
-		UPDATE consumer_offsets o SET next_offset = u.next, updated_at = now()
+		UPDATE consumer_offsets o SET next_offset = u.next, generation = o.generation + 1, updated_at = now()
 		FROM unnest($2::text[], $3::int[], $4::bigint[]) AS u(topic, p, next)
 		WHERE o.consumer_group = $1 AND o.topic = u.topic AND o."partition" = u.p`, group, topics, partitions, from)
 	if err != nil {
@@ -329,24 +336,27 @@ func writeTable[M any](ctx context.Context, tx pgx.Tx, rows []row[M], narrow boo
 // tableDeadLetters is where dead letters go.
 const tableDeadLetters = "dead_letter_events"
 
-// insertDeadLetters writes dead letters; a record dead-lettered before (an
-// offset reset, a replay of the topic) keeps its first row.
-func insertDeadLetters(ctx context.Context, tx pgx.Tx, dead []deadLetter) (int64, error) {
+// insertDeadLetters writes dead letters with the log generation of their
+// partition (gens); a record dead-lettered before (read again by a new
+// member or group) keeps its first row, while a record of a new log at the
+// offset of a kept dead letter of the old one gets its own.
+func insertDeadLetters(ctx context.Context, tx pgx.Tx, dead []deadLetter, gens map[topicPartition]int32) (int64, error) {
 	if len(dead) == 0 {
 		return 0, nil
 	}
 	n := len(dead)
-	topics, partitions, offsets := make([]string, n), make([]int32, n), make([]int64, n)
+	topics, partitions, offsets, generations := make([]string, n), make([]int32, n), make([]int64, n), make([]int32, n)
 	keys, payloads, reasons := make([]*string, n), make([][]byte, n), make([]string, n)
 	for i, d := range dead {
 		topics[i], partitions[i], offsets[i] = d.src.Topic, d.src.Partition, d.src.Offset
+		generations[i] = gens[topicPartition{d.src.Topic, d.src.Partition}]
 		keys[i], payloads[i], reasons[i] = deadLetterKey(d.src.Key), d.src.Value, d.reason
 	}
 	tag, err := tx.Exec(ctx, `
-		INSERT INTO dead_letter_events (topic, "partition", kafka_offset, kafka_key, raw_payload, error_reason)
-		SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[], $4::text[], $5::bytea[], $6::text[])
-		ON CONFLICT (topic, "partition", kafka_offset) DO NOTHING`,
-		topics, partitions, offsets, keys, payloads, reasons)
+		INSERT INTO dead_letter_events (topic, "partition", kafka_offset, generation, kafka_key, raw_payload, error_reason)
+		SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[], $4::int[], $5::text[], $6::bytea[], $7::text[])
+		ON CONFLICT (topic, "partition", kafka_offset, generation) DO NOTHING`,
+		topics, partitions, offsets, generations, keys, payloads, reasons)
 	if err != nil {
 		return 0, fmt.Errorf("insert dead letters: %w", err)
 	}

@@ -322,8 +322,10 @@ func (s *consumerStore) replayDeadLetters(ctx context.Context, ids []int64, f de
 		where, args := f.where([]any{after})
 		sel := `SELECT ` + deadLetterColumns + ` FROM dead_letter_events WHERE id > $1 AND ` + where +
 			fmt.Sprintf(` ORDER BY id LIMIT %d FOR UPDATE`, replayChunk)
+		// Only an empty chunk is the end: a short one may have lost rows
+		// that a concurrent discard took out under FOR UPDATE's recheck.
 		rows, err := s.replayChunk(ctx, sel, args, maxRecordBytes, &res)
-		if err != nil || len(rows) < replayChunk {
+		if err != nil || len(rows) == 0 {
 			return res, err
 		}
 		after = rows[len(rows)-1].ID

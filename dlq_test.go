@@ -348,3 +348,47 @@ func TestDLQDiscard(t *testing.T) {
 		t.Errorf("%d discarded dead letters kept, want 3", n)
 	}
 }
+
+// A discard that commits while `dlq replay --all` waits for the locks of a
+// chunk's rows takes those rows out of the chunk (FOR UPDATE rechecks
+// discarded_at); the replay still goes on to every row after them.
+func TestDLQReplayAllGoesOnPastRowsDiscardedMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	pool := newTestPool(t)
+	const rest = 100
+	if _, err := pool.Exec(ctx, `INSERT INTO dead_letter_events (topic, "partition", kafka_offset, raw_payload, error_reason)
+		SELECT 'reviews', 0, g, 'not JSON', 'invalid_json: not JSON' FROM generate_series(1, $1) g`, replayChunk+rest); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `UPDATE dead_letter_events SET discarded_at = now(), discarded_by = 'test'
+		WHERE id IN (SELECT id FROM dead_letter_events ORDER BY id LIMIT $1)`, replayChunk); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		res replayResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := newConsumerStore(pool, testConsumerOptions().Group).replayDeadLetters(ctx, nil, deadLetterFilter{}, 1<<20)
+		done <- result{res, err}
+	}()
+	waitFor(t, 10*time.Second, "the replay waiting for the discard's locks", func() bool {
+		return count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) > 0
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if len(r.res.Stored) != 0 || len(r.res.StillDead) != rest {
+		t.Errorf("replay stored %d, still dead %d; want 0 and the %d rows after the discarded ones", len(r.res.Stored), len(r.res.StillDead), rest)
+	}
+}

@@ -119,6 +119,7 @@ func TestSchemaColumnsMatchContract(t *testing.T) {
 		"dead_letter_events.occurred_at":                "timestamp with time zone NOT NULL now",
 		"dead_letter_events.discarded_at":               "timestamp with time zone NULL",
 		"dead_letter_events.discarded_by":               "text NULL",
+		"dead_letter_events.generation":                 "integer NOT NULL 0",
 	}
 	rows, err := pool.Query(context.Background(), `
 		SELECT c.relname || '.' || a.attname,
@@ -168,7 +169,7 @@ func TestSchemaIndexes(t *testing.T) {
 		"reviews USING btree (id) WHERE ((sentiment IS NULL) OR (sentiment_text_hash IS DISTINCT FROM reviews_sentiment_input(score, content)))",
 		"network_metrics USING btree (analysis_id)",
 		"network_metrics USING btree (application_id, analyzed_at)",
-		"dead_letter_events USING btree (topic, partition, kafka_offset)",
+		"dead_letter_events USING btree (topic, partition, kafka_offset, generation)",
 		"dead_letter_events USING btree (occurred_at DESC)",
 		"apps_registry_application USING btree (package_name)",
 	}

@@ -248,3 +248,15 @@ ALTER TABLE dead_letter_events
     ADD COLUMN discarded_at TIMESTAMPTZ,
     ADD COLUMN discarded_by TEXT,
     ADD CONSTRAINT dead_letter_events_discarded_check CHECK ((discarded_at IS NULL) = (discarded_by IS NULL));
+
+-- migration 11: log generations
+-- A partition's log generation counts the times the storage consumer moved
+-- its stored offset back because the broker lost the log (data/broker
+-- deleted, a new cluster). A dead letter carries the generation of the log
+-- it was read from, so a bad record of a new log at the offset of a kept
+-- dead letter of the old one gets its own row instead of being dropped.
+ALTER TABLE consumer_offsets ADD COLUMN generation INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE dead_letter_events
+    ADD COLUMN generation INTEGER NOT NULL DEFAULT 0,
+    DROP CONSTRAINT dead_letter_events_topic_partition_kafka_offset_key,
+    ADD CONSTRAINT dead_letter_events_topic_partition_kafka_offset_generation_key UNIQUE (topic, "partition", kafka_offset, generation);
