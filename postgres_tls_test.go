@@ -178,6 +178,19 @@ func TestManagedPostgresBeyondLoopbackTLSAndRoles(t *testing.T) {
 	if again, err := os.ReadFile(certPath); err != nil || !bytes.Equal(again, firstCert) {
 		t.Errorf("the second start did not reuse the certificate (%v)", err)
 	}
+	// Now that the writer may come from other hosts, db-url's writer URL
+	// works from here and db-url no longer says that it does not.
+	if _, err := publishRunning(dataDir, runningPlaywatch{PID: os.Getpid(), Version: version, DatabaseURL: pg.DSN(), Brokers: []string{"127.0.0.1:9"},
+		PGListen: addr, PGWriterFrom: true, ManagedPostgres: true}); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut syncBuffer
+	if err := run(ctx, []string{"db-url"}, envFunc(env), &out, &errOut); err != nil {
+		t.Fatalf("playwatch db-url: %v\n%s", err, errOut.String())
+	}
+	if err := connectErr(strings.TrimSpace(out.String()), "SELECT count(*) FROM reviews"); err != nil || strings.Contains(errOut.String(), "PLAYWATCH_PG_WRITER_FROM") {
+		t.Errorf("the writer's URL with PLAYWATCH_PG_WRITER_FROM: %v (stderr %q), want it to work and no note", err, errOut.String())
+	}
 }
 
 // checkTLSFiles checks the certificate and key in pgData: files of the
