@@ -146,7 +146,7 @@ var settings = []setting{
 			}
 			return
 		}},
-	{"PLAYWATCH_PG_WRITER_FROM", "", "comma-separated networks (CIDRs, e.g. 192.0.2.0/24) from which the writer role playwatch may connect over a non-loopback PLAYWATCH_PG_LISTEN; empty: other hosts get playwatch_reader only",
+	{"PLAYWATCH_PG_WRITER_FROM", "", "comma-separated networks (CIDRs, e.g. 192.0.2.0/24) from which the writer role playwatch may connect over a non-loopback PLAYWATCH_PG_LISTEN; empty: other hosts get playwatch_reader only; ignored, with a warning, without such a listener or with DATABASE_URL",
 		func(c *Config, v string) (err error) { c.PGWriterFrom, err = parseCIDRs(v); return }},
 	{"PLAYWATCH_PG_USER", "postgres", "OS user that runs the managed PostgreSQL when playwatch runs as root",
 		func(c *Config, v string) error { c.PGUser = v; return nonEmpty(v) }},
@@ -247,7 +247,7 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.CrawlWorkers, err = parseInt(v, 1, 1000); return }},
 	{"CRAWL_APP_TIMEOUT", "15m", "longest time spent reading one app's listing and reviews",
 		func(c *Config, v string) (err error) { c.CrawlAppTimeout, err = parsePositiveDuration(v); return }},
-	{"REVIEWS_FULL_SYNC_INTERVAL", "24h", "how often each app's REVIEWS_PER_APP reviews are read in full (spread over the apps); in between a cycle stops at the first stored review; 0s: every cycle; else at least CRAWL_INTERVAL",
+	{"REVIEWS_FULL_SYNC_INTERVAL", "24h", "how often each app's REVIEWS_PER_APP reviews are read in full (spread over the apps); in between a cycle stops after the first page with a review stored unchanged at or before the read mark of the last complete read; 0s: every cycle; else at least CRAWL_INTERVAL",
 		func(c *Config, v string) (err error) {
 			c.ReviewsFullSyncInterval, err = parseDurationUpTo(v, 365*24*time.Hour)
 			return
@@ -932,6 +932,25 @@ func parseCIDRs(v string) ([]netip.Prefix, error) {
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// pgWriterFromIgnored says why PLAYWATCH_PG_WRITER_FROM, when set, has no
+// effect ("" when it has, or is empty): it only opens a non-loopback
+// listener of the managed cluster. A warning at start, not a refusal: the
+// same environment may serve a host whose listener is loopback or which
+// uses an external database, and nothing is opened wider than it says.
+func (c Config) pgWriterFromIgnored() string {
+	switch {
+	case len(c.PGWriterFrom) == 0:
+		return ""
+	case c.DatabaseURL != "":
+		return "DATABASE_URL is set, so playwatch runs no managed PostgreSQL"
+	case c.PGListen == "":
+		return "PLAYWATCH_PG_LISTEN is empty, so the managed PostgreSQL has no TCP listener"
+	case isLoopback(c.PGListen):
+		return "PLAYWATCH_PG_LISTEN is a loopback address, where both roles may connect anyway"
+	}
+	return ""
 }
 
 // isLoopback reports whether a host:port only accepts local connections.

@@ -245,3 +245,31 @@ func TestConfigRefusesOpenRegistryWithoutToken(t *testing.T) {
 		t.Fatalf("pcap --dry-run with an open PLAYWATCH_HTTP_ADDR: %v", err)
 	}
 }
+
+// PLAYWATCH_PG_WRITER_FROM only opens a non-loopback listener of the
+// managed cluster: anywhere else it is ignored, which a start warns about.
+func TestPGWriterFromIgnored(t *testing.T) {
+	for _, tc := range []struct {
+		env     map[string]string
+		ignored string // a word of the reason; "" for not ignored
+	}{
+		{map[string]string{}, ""},
+		{map[string]string{"PLAYWATCH_PG_LISTEN": "192.0.2.1:5432"}, ""},
+		{map[string]string{"PLAYWATCH_PG_WRITER_FROM": "192.0.2.0/24", "PLAYWATCH_PG_LISTEN": "192.0.2.1:5432"}, ""},
+		{map[string]string{"PLAYWATCH_PG_WRITER_FROM": "192.0.2.0/24", "PLAYWATCH_PG_LISTEN": "0.0.0.0:5432"}, ""},
+		{map[string]string{"PLAYWATCH_PG_WRITER_FROM": "192.0.2.0/24"}, "PLAYWATCH_PG_LISTEN is empty"},
+		{map[string]string{"PLAYWATCH_PG_WRITER_FROM": "192.0.2.0/24", "PLAYWATCH_PG_LISTEN": "127.0.0.1:5432"}, "loopback"},
+		{map[string]string{"PLAYWATCH_PG_WRITER_FROM": "192.0.2.0/24", "PLAYWATCH_PG_LISTEN": "localhost:5432"}, "loopback"},
+		{map[string]string{"PLAYWATCH_PG_WRITER_FROM": "192.0.2.0/24", "PLAYWATCH_PG_LISTEN": "192.0.2.1:5432",
+			"DATABASE_URL": "postgres://db.example.com/playwatch"}, "DATABASE_URL is set"},
+	} {
+		c, err := loadTestConfig(tc.env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := c.pgWriterFromIgnored()
+		if (tc.ignored == "") != (got == "") || !strings.Contains(got, tc.ignored) {
+			t.Errorf("%v: ignored %q, want one naming %q", tc.env, got, tc.ignored)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -318,13 +319,17 @@ func (c *crawler) reviewsPaging(ctx context.Context, j crawlJob) *reviewsPaging 
 }
 
 // setReadMark records the newest of revs, a complete read's reviews, as
-// the storefront's read mark. A failure only makes the next read longer.
+// the storefront's read mark, leaving out those dated more than
+// readMarkMargin after the crawl time: a review with a bad future at would
+// pin the mark ahead of the reviews written after it, and a cut read's
+// reviews below it would end later reads. A failure only makes the next
+// read longer.
 func (c *crawler) setReadMark(ctx context.Context, j crawlJob, revs []review) {
-	newest := revs[0]
-	for _, rv := range revs[1:] {
-		if rv.At.After(newest.At) {
-			newest = rv
-		}
+	newest, ok := readMarkOf(revs, j.CrawledAt)
+	if !ok {
+		c.logger.Warn("every review read is dated after the crawl time; the read mark stays", "package", j.App.PackageName,
+			"crawled_at", j.CrawledAt, "newest_at", slices.MaxFunc(revs, func(a, b review) int { return a.At.Compare(b.At) }).At)
+		return
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), crawlStateWriteTimeout)
 	defer cancel()
@@ -332,6 +337,20 @@ func (c *crawler) setReadMark(ctx context.Context, j crawlJob, revs []review) {
 		c.metrics.stateWriteFailures.WithLabelValues("read_mark").Inc()
 		c.logger.Warn("cannot record the read mark; the next read of the app's reviews goes deeper", "package", j.App.PackageName, "err", err)
 	}
+}
+
+// readMarkOf is the newest of revs dated at most readMarkMargin after the
+// crawl time readAt; false when there is none.
+func readMarkOf(revs []review, readAt time.Time) (review, bool) {
+	limit := readAt.Add(readMarkMargin)
+	var newest review
+	ok := false
+	for _, rv := range revs {
+		if !rv.At.After(limit) && (!ok || rv.At.After(newest.At)) {
+			newest, ok = rv, true
+		}
+	}
+	return newest, ok
 }
 
 // recordOutcome writes path's outcome to app_crawl_outcomes, also for a

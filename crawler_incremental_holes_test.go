@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -269,5 +270,69 @@ func TestCrawlIncrementalConsumerLagOnlyLengthensReads(t *testing.T) {
 	}
 	if n := count(t, f.pool, `SELECT count(*) FROM reviews WHERE review_id = ANY($1)`, ids); n != 1303 {
 		t.Fatalf("%d of the store's 1303 reviews stored", n)
+	}
+}
+
+// A reviews page with a next-page token whose records all lack a review id
+// ends the read cut, not complete: with 1000 reviews stored and 300 new,
+// page 1's 150 are published, page 2 is a parse error, the read mark stays
+// where the complete read put it, and the outcome is parse_error. Had the
+// mark moved to the 150, the next read would stop at them and never store
+// the 150 below; the healthy read after it stores all 1300.
+func TestCrawlIncrementalPageWithoutIDsMovesNoMark(t *testing.T) {
+	const pkg = "com.example.noids"
+	f := newIncrementalFixture(t, 1000)
+	f.replay.setApp(pkg, replayApp{Reviews: 1000})
+	f.register(t, pkg, false)
+	start := time.Date(2026, 8, 1, 0, 0, 0, 0, time.UTC)
+	job := func(h int) crawlJob {
+		return crawlJob{App: app{PackageName: pkg, IsActive: true}, CrawledAt: start.Add(time.Duration(h) * time.Hour), Locale: testLocales.Default}
+	}
+	crawl := func(h int) appResult {
+		t.Helper()
+		r := f.crawler.crawlApp(context.Background(), job(h))
+		waitDrained(t, f.pool, f.consumer.cl, testConsumerOptions().Group)
+		return r
+	}
+	mark := func(i, h int) int {
+		return count(t, f.pool, `SELECT count(*) FROM review_read_marks WHERE newest_review_id = $1 AND newest_at = $2 AND read_at = $3`,
+			replayReviewID(pkg, i), replayReviewAt(i), job(h).CrawledAt)
+	}
+	stored := func() int {
+		return count(t, f.pool, `SELECT count(*) FROM reviews r JOIN apps_registry_application a ON a.id = r.application_id WHERE a.package_name = $1`, pkg)
+	}
+	if r := crawl(0); r.reviewsErr != nil || r.reviews != 1000 {
+		t.Fatalf("first crawl: %+v", r)
+	}
+
+	f.replay.addReviews(pkg, 300)
+	setReviewsFaults(f.replay, pkg, faultNone, faultNoReviewIDs)
+	r := crawl(1)
+	var perr *parseError
+	if !errors.As(r.reviewsErr, &perr) || r.reviews != 150 {
+		t.Fatalf("crawl with page 2 without ids: %d reviews published, err %v; want page 1's 150 and a parse error", r.reviews, r.reviewsErr)
+	}
+	if got := count(t, f.pool, `SELECT count(*) FROM app_crawl_outcomes WHERE path = 'reviews' AND outcome = 'parse_error'`); got != 1 {
+		t.Error("the reviews outcome is not parse_error")
+	}
+	if mark(0, 0) != 1 {
+		t.Error("the read mark moved after a read whose page 2 had no ids")
+	}
+	if got := metricValue(t, f.store.reg, "playwatch_parse_failures_total", map[string]string{"path": pathReviews, "reason": "no record with a review id and a time"}); got != 1 {
+		t.Errorf("parse failures counted: %v, want 1", got)
+	}
+
+	if r := crawl(2); r.reviewsErr != nil || r.reviews != 450 {
+		t.Fatalf("healthy crawl: %+v; want the 300 new and page 3's 150", r)
+	}
+	ids := make([]string, 0, 1300)
+	for i := -300; i < 1000; i++ {
+		ids = append(ids, replayReviewID(pkg, i))
+	}
+	if n := count(t, f.pool, `SELECT count(*) FROM reviews WHERE review_id = ANY($1)`, ids); n != 1300 || stored() != 1300 {
+		t.Fatalf("%d of the store's 1300 reviews stored (%d in all)", n, stored())
+	}
+	if mark(-300, 2) != 1 {
+		t.Error("the healthy read did not move the read mark to its newest review")
 	}
 }

@@ -86,6 +86,9 @@ type runningPlaywatch struct {
 	// PGListen is the managed cluster's TCP address (PLAYWATCH_PG_LISTEN),
 	// for `playwatch db-url`; empty: socket only, or an external database.
 	PGListen string `json:"pg_listen,omitempty"`
+	// PGWriterFrom: PLAYWATCH_PG_WRITER_FROM lets the writer in from other
+	// hosts over PGListen, so db-url need not say that it does not.
+	PGWriterFrom bool `json:"pg_writer_from,omitempty"`
 	// EmbeddedBroker: Brokers is the broker it runs, whose byte budget a
 	// command's publishing respects too: the budget, the retention and the
 	// consumer group whose stored offsets guard the unstored records are the

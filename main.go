@@ -385,7 +385,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 			DatabaseURL: be.databaseURL, Brokers: be.brokers, PGListen: managedPGListen(cfg), ManagedPostgres: cfg.DatabaseURL == "",
 			EmbeddedBroker: be.embedded != nil, BrokerMaxBytes: cfg.BrokerMaxBytes, TopicRetention: cfg.topicRetention(true), ConsumerGroup: cfg.ConsumerGroup,
 			KafkaTLS: cfg.Kafka.TLS, KafkaSASLMechanism: cfg.Kafka.SASLMechanism,
-			RawArchive: cfg.RawArchive})
+			RawArchive: cfg.RawArchive, PGWriterFrom: len(cfg.PGWriterFrom) > 0 && cfg.pgWriterFromIgnored() == ""})
 		if err != nil {
 			ln.Close()
 			return errors.Join(err, shutdown())
@@ -757,6 +757,9 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 	if opts.metrics == nil {
 		opts.metrics = prometheus.NewRegistry()
 	}
+	if why := cfg.pgWriterFromIgnored(); why != "" && !opts.attach {
+		logger.Warn("PLAYWATCH_PG_WRITER_FROM is ignored", "reason", why)
+	}
 	// Without KAFKA_BROKERS the broker is the embedded one, this process's
 	// or that of the playwatch it attaches to.
 	embedded := len(cfg.KafkaBrokers) == 0
@@ -1120,7 +1123,7 @@ func cmdDBURL(args []string, getenv func(string) string, stdout, stderr io.Write
 	}
 	if cl.cfg.PGListen == "" {
 		fmt.Fprintln(stderr, "playwatch: PLAYWATCH_PG_LISTEN is empty, so this is the unix socket's URL: only root and the OS user that runs the server can use it")
-	} else if !reader && !isLoopback(cl.cfg.PGListen) {
+	} else if !reader && !isLoopback(cl.cfg.PGListen) && !r.PGWriterFrom {
 		fmt.Fprintln(stderr, "playwatch: beyond loopback the cluster admits "+pgWriterRole+" only from the networks of PLAYWATCH_PG_WRITER_FROM; other hosts get "+pgReaderRole+" (db-url --reader)")
 	}
 	fmt.Fprintln(stdout, u)

@@ -257,7 +257,8 @@ func (c *playStoreClient) Details(ctx context.Context, pkg, lang, country string
 
 // Reviews reads up to n (default 1000) of the app's newest reviews, page by
 // page, deduplicated by review id. On an error after some pages it returns
-// the reviews read so far together with the error.
+// the reviews read so far together with the error; a page with a
+// next-page token but no new review is such an error.
 //
 // stop, when not nil, is shown the new reviews of every page after which the
 // paging would go on; true ends it there (the incremental crawl, docs/design.md
@@ -291,8 +292,14 @@ func (c *playStoreClient) Reviews(ctx context.Context, pkg, lang, country string
 		if p.Skipped > 0 {
 			c.log.Warn("reviews without id or time skipped", "package", pkg, "page", page, "skipped", p.Skipped)
 		}
-		// A page with nothing new would only repeat itself.
-		if p.NextToken == "" || len(fresh) == 0 || count >= n {
+		if p.NextToken != "" && len(fresh) == 0 {
+			// More pages, but this one brought nothing new (its records
+			// lacked an id or a time, or it repeated earlier pages, whose
+			// token could loop): the read ends cut, so that no read mark
+			// passes over the reviews below it.
+			return slices.Concat(pages...), fmt.Errorf("reviews of %s (hl=%s gl=%s), page %d: %w", pkg, lang, country, page, c.emptyPageError(p))
+		}
+		if p.NextToken == "" || count >= n {
 			break
 		}
 		if stop != nil && stop(fresh) {
@@ -302,6 +309,20 @@ func (c *playStoreClient) Reviews(ctx context.Context, pkg, lang, country string
 	}
 	out := slices.Concat(pages...)
 	return out[:min(n, len(out))], nil
+}
+
+// errIncompletePaging: a reviews page with a next-page token held only
+// reviews of earlier pages, so the paging would only repeat itself.
+var errIncompletePaging = errors.New("incomplete paging: a page with a next-page token holds no new review")
+
+// emptyPageError is why a page with a next-page token and no new review
+// ends the paging: a parse error when its records lacked an id or a time
+// (counted with the other parse failures), else errIncompletePaging.
+func (c *playStoreClient) emptyPageError(p reviewsPage) error {
+	if p.Skipped > 0 {
+		return c.countParseFailure(pageReviews, &parseError{Path: "reviews payload [0][*] (records)", Detail: "no record with a review id and a time"})
+	}
+	return errIncompletePaging
 }
 
 // reviewsPage sends one batchexecute call (docs/playstore-protocol.md §3.1,

@@ -96,12 +96,14 @@ func TestPlayClientReviewsDeduplicate(t *testing.T) {
 	rs := newReplayPlayStore(t)
 	rs.useFixtureReviews("com.google.android.apps.translate")
 	p1 := readPlaystoreFixture(t, "reviews_UsvDTd_com.google.android.apps.translate_en_us_page1.txt")
-	// The continuation answers page 1 again: nothing new, so paging stops.
+	// The continuation answers page 1 again: nothing new, so paging stops,
+	// with an error: the pages past it were never read, so the read was
+	// not complete (no read mark may follow it).
 	rs.setFixturePage(fixtureToken(t, p1), p1)
 	ts := newTestPlayStore(t, rs.URL, nil)
 	got, err := ts.client.Reviews(context.Background(), "com.google.android.apps.translate", "en", "us", 1000, nil)
-	if err != nil {
-		t.Fatal(err)
+	if !errors.Is(err, errIncompletePaging) {
+		t.Fatalf("err %v, want incomplete paging", err)
 	}
 	ids := make(map[string]bool)
 	for _, r := range got {

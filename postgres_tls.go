@@ -18,6 +18,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math/big"
 	"net"
@@ -75,10 +76,16 @@ func (m *managedPostgres) ensureTLSFiles(cred *syscall.Credential) (certPath, ke
 	certPath = filepath.Join(m.opts.DataDir, pgTLSCertFile)
 	keyPath = filepath.Join(m.opts.DataDir, pgTLSKeyFile)
 	dns, ips, required := pgTLSNames(m.opts.Listen)
-	why := reusableTLSFiles(certPath, keyPath, cred, required, time.Now())
+	why, err := reusableTLSFiles(certPath, keyPath, cred, required, time.Now())
+	if err != nil {
+		return "", "", fmt.Errorf("read the TLS files of the managed postgres: %w", err)
+	}
 	if why == "" {
 		return certPath, keyPath, nil
 	}
+	_, certErr := os.Lstat(certPath)
+	_, keyErr := os.Lstat(keyPath)
+	replacing := certErr == nil || keyErr == nil
 	certPEM, keyPEM, err := newSelfSignedCert(dns, ips, time.Now())
 	if err != nil {
 		return "", "", fmt.Errorf("make the TLS certificate of the managed postgres: %w", err)
@@ -90,37 +97,82 @@ func (m *managedPostgres) ensureTLSFiles(cred *syscall.Credential) (certPath, ke
 	if err := writeFileAtomic(certPath, certPEM, 0o600, cred); err != nil {
 		return "", "", fmt.Errorf("write %s: %w", certPath, err)
 	}
-	m.logger.Info("made a self-signed TLS certificate for the managed postgres", "reason", why, "cert", certPath,
+	log := m.logger.Info
+	if replacing {
+		// Clients that pinned the old certificate (sslmode=verify-*) fail
+		// until they get the new one.
+		log = m.logger.Warn
+	}
+	log("made a self-signed TLS certificate for the managed postgres", "reason", why, "replaced", replacing, "cert", certPath,
 		"dns_names", dns, "ip_addresses", ips, "not_after", time.Now().Add(pgTLSValidity).UTC().Format(time.RFC3339))
 	return certPath, keyPath, nil
 }
 
 // reusableTLSFiles says why the certificate and key at certPath and keyPath
-// cannot be used for names at now, or "" when they can. Only regular files
-// of the server's user with mode 0600 are read: playwatch may run as root,
-// and the data directory is that user's.
-func reusableTLSFiles(certPath, keyPath string, cred *syscall.Credential, names []string, now time.Time) string {
+// cannot be used for names at now, or "" when they can; err is a failure
+// to read them (EACCES, EIO), which remaking them would only hide. Only
+// regular files of the server's user with mode 0600 are read: playwatch may
+// run as root, and the data directory is that user's, who could swap in a
+// symbolic link (to a file only root may read) or a FIFO (blocking the
+// start) at any time, so each file is opened without following a link or
+// waiting for a writer and checked through its descriptor.
+func reusableTLSFiles(certPath, keyPath string, cred *syscall.Credential, names []string, now time.Time) (why string, err error) {
 	uid := uint32(os.Geteuid())
 	if cred != nil {
 		uid = cred.Uid
 	}
 	var contents [2][]byte
 	for i, p := range []string{certPath, keyPath} {
-		fi, err := os.Lstat(p)
-		if errors.Is(err, fs.ErrNotExist) {
-			return "missing " + filepath.Base(p)
-		}
-		if err != nil {
-			return err.Error()
-		}
-		if !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 || fi.Sys().(*syscall.Stat_t).Uid != uid {
-			return filepath.Base(p) + " is not a file of mode 0600 of the server's OS user"
-		}
-		if contents[i], err = os.ReadFile(p); err != nil {
-			return err.Error()
+		if contents[i], why, err = readPrivateFile(p, uid); why != "" || err != nil {
+			return why, err
 		}
 	}
-	block, _ := pem.Decode(contents[0])
+	return reusableTLSContents(contents[0], contents[1], names, now), nil
+}
+
+// pgTLSMaxFile bounds what is read of a certificate or key file: both are
+// well under a kilobyte.
+const pgTLSMaxFile = 64 << 10
+
+// readPrivateFile reads path if it is a regular file of uid with mode 0600;
+// why says what it is instead.
+func readPrivateFile(path string, uid uint32) (content []byte, why string, err error) {
+	name := filepath.Base(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, "missing " + name, nil
+	case errors.Is(err, syscall.ELOOP), errors.Is(err, syscall.EMLINK):
+		// O_NOFOLLOW on a symbolic link: ELOOP (Linux, macOS), EMLINK (FreeBSD).
+		return nil, name + " is a symbolic link", nil
+	case errors.Is(err, syscall.ENXIO):
+		// A socket, or a FIFO or device without its other end.
+		return nil, name + " is not a regular file", nil
+	case err != nil:
+		return nil, "", err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, "", err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 || !ok || st.Uid != uid {
+		return nil, name + " is not a file of mode 0600 of the server's OS user", nil
+	}
+	if content, err = io.ReadAll(io.LimitReader(f, pgTLSMaxFile+1)); err != nil {
+		return nil, "", fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(content) > pgTLSMaxFile {
+		return nil, name + " is larger than a certificate or key", nil
+	}
+	return content, "", nil
+}
+
+// reusableTLSContents says why the PEM certificate and key cannot be used
+// for names at now, or "" when they can.
+func reusableTLSContents(certPEM, keyPEM []byte, names []string, now time.Time) string {
+	block, _ := pem.Decode(certPEM)
 	if block == nil || block.Type != "CERTIFICATE" {
 		return pgTLSCertFile + " holds no PEM certificate"
 	}
@@ -136,7 +188,7 @@ func reusableTLSFiles(certPath, keyPath string, cred *syscall.Credential, names 
 			return "the certificate does not name " + n
 		}
 	}
-	block, _ = pem.Decode(contents[1])
+	block, _ = pem.Decode(keyPEM)
 	if block == nil {
 		return pgTLSKeyFile + " holds no PEM key"
 	}

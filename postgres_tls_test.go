@@ -7,7 +7,10 @@ import (
 	"crypto/elliptic"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -175,6 +178,19 @@ func TestManagedPostgresBeyondLoopbackTLSAndRoles(t *testing.T) {
 	if again, err := os.ReadFile(certPath); err != nil || !bytes.Equal(again, firstCert) {
 		t.Errorf("the second start did not reuse the certificate (%v)", err)
 	}
+	// Now that the writer may come from other hosts, db-url's writer URL
+	// works from here and db-url no longer says that it does not.
+	if _, err := publishRunning(dataDir, runningPlaywatch{PID: os.Getpid(), Version: version, DatabaseURL: pg.DSN(), Brokers: []string{"127.0.0.1:9"},
+		PGListen: addr, PGWriterFrom: true, ManagedPostgres: true}); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut syncBuffer
+	if err := run(ctx, []string{"db-url"}, envFunc(env), &out, &errOut); err != nil {
+		t.Fatalf("playwatch db-url: %v\n%s", err, errOut.String())
+	}
+	if err := connectErr(strings.TrimSpace(out.String()), "SELECT count(*) FROM reviews"); err != nil || strings.Contains(errOut.String(), "PLAYWATCH_PG_WRITER_FROM") {
+		t.Errorf("the writer's URL with PLAYWATCH_PG_WRITER_FROM: %v (stderr %q), want it to work and no note", err, errOut.String())
+	}
 }
 
 // checkTLSFiles checks the certificate and key in pgData: files of the
@@ -259,8 +275,8 @@ func TestManagedPostgresTLSCertificateRenewal(t *testing.T) {
 			t.Errorf("%s: the certificate was kept", what)
 		}
 		_, _, names := pgTLSNames(m.opts.Listen)
-		if why := reusableTLSFiles(certPath, keyPath, nil, names, time.Now()); why != "" {
-			t.Errorf("%s: the new files are not usable: %s", what, why)
+		if why, err := reusableTLSFiles(certPath, keyPath, nil, names, time.Now()); why != "" || err != nil {
+			t.Errorf("%s: the new files are not usable: %s %v", what, why, err)
 		}
 		current = got
 	}
@@ -283,6 +299,12 @@ func TestManagedPostgresTLSCertificateRenewal(t *testing.T) {
 		writeFileAtomic(keyPath, otherKey, 0o600, nil)
 	})
 	renewed("mode 0644", func() { os.Chmod(keyPath, 0o644) })
+	renewed("a FIFO", func() {
+		os.Remove(keyPath)
+		if err := syscall.Mkfifo(keyPath, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	})
 	elsewhere := filepath.Join(t.TempDir(), "elsewhere.key")
 	renewed("a symbolic link", func() {
 		b, _ := os.ReadFile(keyPath)
@@ -297,5 +319,128 @@ func TestManagedPostgresTLSCertificateRenewal(t *testing.T) {
 	renewed("another listen address", func() {})
 	if cert := readCert(t, certPath); len(cert.IPAddresses) != 1 || cert.IPAddresses[0].String() != "198.51.100.3" {
 		t.Errorf("the certificate for 198.51.100.3 names %v", cert.IPAddresses)
+	}
+}
+
+// The server's OS user owns the data directory and may swap a FIFO in for
+// the key at any moment, also between a look at the file and its read:
+// the check opens without waiting for a writer and checks what it opened,
+// so it never blocks.
+func TestManagedPostgresTLSFIFOSwappedInNeverBlocks(t *testing.T) {
+	dir := t.TempDir()
+	m := &managedPostgres{opts: managedPostgresOptions{DataDir: dir, Listen: "192.0.2.10:5432"}, logger: slog.New(slog.DiscardHandler)}
+	certPath, keyPath := filepath.Join(dir, pgTLSCertFile), filepath.Join(dir, pgTLSKeyFile)
+	if _, _, err := m.ensureTLSFiles(nil); err != nil {
+		t.Fatal(err)
+	}
+	good, fifo := filepath.Join(dir, "good"), filepath.Join(dir, "fifo")
+	if err := os.Link(keyPath, good); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The swapper puts the good key and the FIFO in turn in the key's place.
+	stop := make(chan struct{})
+	swapped := make(chan struct{})
+	go func() {
+		defer close(swapped)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			// rename(2) leaves next alone when it is a link of keyPath's file.
+			next, src := filepath.Join(dir, "next"), []string{good, fifo}[i%2]
+			os.Remove(next)
+			if os.Link(src, next) == nil {
+				os.Rename(next, keyPath)
+			}
+		}
+	}()
+	defer func() { close(stop); <-swapped }()
+	_, _, names := pgTLSNames(m.opts.Listen)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for end := time.Now().Add(2 * time.Second); time.Now().Before(end); {
+			reusableTLSFiles(certPath, keyPath, nil, names, time.Now())
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the TLS files check blocks on a FIFO swapped in for the key")
+	}
+}
+
+// A certificate or key that cannot be read (EACCES here) fails the start
+// instead of being made again, which would hide the fault and change the
+// certificate that clients pinned. Root reads any file, so as root the
+// test runs itself as the OS user nobody.
+func TestManagedPostgresTLSUnreadableFileIsAnError(t *testing.T) {
+	if os.Geteuid() == 0 {
+		runTestAsNobody(t, "TestManagedPostgresTLSUnreadableFileIsAnError")
+		return
+	}
+	dir := t.TempDir()
+	m := &managedPostgres{opts: managedPostgresOptions{DataDir: dir, Listen: "192.0.2.10:5432"}, logger: testLogger(t)}
+	certPath, keyPath := filepath.Join(dir, pgTLSCertFile), filepath.Join(dir, pgTLSKeyFile)
+	if _, _, err := m.ensureTLSFiles(nil); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := os.ReadFile(certPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(keyPath, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.ensureTLSFiles(nil); !errors.Is(err, fs.ErrPermission) {
+		t.Fatalf("ensureTLSFiles with an unreadable key: %v, want a permission error", err)
+	}
+	if now, err := os.ReadFile(certPath); err != nil || !bytes.Equal(now, cert) {
+		t.Errorf("the certificate was made again (%v)", err)
+	}
+}
+
+// runTestAsNobody runs the test name of a copy of this test binary as the
+// OS user nobody, and fails t when it does not pass.
+func runTestAsNobody(t *testing.T, name string) {
+	t.Helper()
+	if _, err := exec.LookPath("su"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("su is required under CI=true")
+		}
+		t.Skip("no su to run the test as nobody")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// go test's build directory and t.TempDir are root's alone.
+	dir, err := os.MkdirTemp("", "pwnobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	copied := filepath.Join(dir, "playwatch.test")
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(copied, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("su", "nobody", "-s", "/bin/sh", "-c", "exec "+copied+" -test.count=1 -test.v -test.run '^"+name+"$'")
+	cmd.SysProcAttr = childProcAttr(false)
+	cmd.Env = append(os.Environ(), "TMPDIR=/tmp")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: "+name) {
+		t.Fatalf("%s as nobody: %v\n%s", name, err, out)
 	}
 }

@@ -38,6 +38,7 @@ const (
 	faultNoDataBlock             // 200 HTML page without any data block
 	faultRPCError                // reviews: 200 with a null payload and an error entry
 	faultSlow                    // headers only after 2 s (or when the client gives up)
+	faultNoReviewIDs             // reviews: the page as it is, but its records without a review id
 )
 
 // replayApp configures one package on the replay server; the zero value is a
@@ -490,6 +491,10 @@ func (s *replayPlayStore) serveReviews(w http.ResponseWriter, r *http.Request) {
 	s.lastReviewReq, s.lastPageSize = q, req.count
 	fixture := s.fixturePages
 	s.mu.Unlock()
+	noIDs := fault == faultNoReviewIDs
+	if noIDs {
+		fault = faultNone
+	}
 	if s.writeFault(w, r, fault, app, replayFrames(req.rpc, "[]")) {
 		return
 	}
@@ -520,7 +525,7 @@ func (s *replayPlayStore) serveReviews(w http.ResponseWriter, r *http.Request) {
 		}
 		offset = tokOffset
 	}
-	_, _ = w.Write(s.shiftReviews(req, app, s.generatedReviews(req, app, offset, nid)))
+	_, _ = w.Write(s.shiftReviews(req, app, s.generatedReviews(req, app, offset, nid, noIDs)))
 }
 
 // timeShift is how far pkg's recorded times move under shiftTimesTo (0
@@ -680,10 +685,11 @@ func encodeJSON(t testing.TB, v any) []byte {
 }
 
 // generatedReviews builds (once: benchmarks replay the same pages) the
-// answer with reviews offset.. of req.pkg. The pages of an app with new
-// reviews are built afresh: they change from cycle to cycle.
-func (s *replayPlayStore) generatedReviews(req reviewsRequest, app replayApp, offset int, nid string) []byte {
-	key := fmt.Sprintf("%s|%d|%d|%s|%v|%d|%d", req.pkg, offset, req.count, nid, app.Persian, app.Reviews, app.Replies)
+// answer with reviews offset.. of req.pkg; noIDs leaves out each record's
+// review id (faultNoReviewIDs). The pages of an app with new reviews are
+// built afresh: they change from cycle to cycle.
+func (s *replayPlayStore) generatedReviews(req reviewsRequest, app replayApp, offset int, nid string, noIDs bool) []byte {
+	key := fmt.Sprintf("%s|%d|%d|%s|%v|%d|%d|%v", req.pkg, offset, req.count, nid, app.Persian, app.Reviews, app.Replies, noIDs)
 	s.mu.Lock()
 	cached := s.reviewPages[key]
 	s.mu.Unlock()
@@ -728,7 +734,11 @@ func (s *replayPlayStore) generatedReviews(req reviewsRequest, app replayApp, of
 	end := min(offset+req.count, total)
 	records := make([]any, 0, max(end-offset, 0))
 	for p := offset; p < end; p++ {
-		records = append(records, review(p))
+		rec := review(p)
+		if noIDs {
+			rec[0] = nil
+		}
+		records = append(records, rec)
 	}
 	text := []byte("[]")
 	if len(records) > 0 {

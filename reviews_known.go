@@ -110,18 +110,33 @@ LIMIT $2`, pkg, limit, countUpTo, loc.Country, loc.Lang)
 	return known, nil
 }
 
+// readMarkMargin is how far after its crawl time a review may be dated and
+// still be a read mark: the crawl time is when the job was planned, and the
+// read runs up to a cycle after it. A later review's at is wrong (a clock or
+// a parser), and a mark ahead of the store would pin it there.
+const readMarkMargin = time.Hour
+
 // SetReadMark records that a read of pkg's reviews in the storefront loc,
 // at crawl time readAt, was complete and its newest review was newest. A
 // mark only moves forward: one set by a crawl that finished later but read
 // earlier (a job crawled twice after a rebalance) would only make reads
-// longer, but there is no reason to.
+// longer, but there is no reason to. A stored mark more than
+// readMarkMargin after readAt (set from a bad future at before the cap)
+// is replaced all the same, else it would stay pinned ahead of every
+// later review.
 func (p *pgKnownReviews) SetReadMark(ctx context.Context, pkg string, loc locale, newest review, readAt time.Time) error {
+	if newest.At.After(readAt.Add(readMarkMargin)) {
+		return fmt.Errorf("read mark of %s (hl=%s gl=%s): review %s is dated %s, after the crawl time %s and its margin",
+			pkg, loc.Lang, loc.Country, newest.ReviewID, newest.At.UTC().Format(time.RFC3339), readAt.UTC().Format(time.RFC3339))
+	}
 	_, err := p.pool.Exec(ctx, `
 INSERT INTO review_read_marks (application_id, country, lang, newest_at, newest_review_id, read_at)
 SELECT id, $2, $3, $4, $5, $6 FROM apps_registry_application WHERE package_name = $1
 ON CONFLICT (application_id, country, lang) DO UPDATE
 SET newest_at = EXCLUDED.newest_at, newest_review_id = EXCLUDED.newest_review_id, read_at = EXCLUDED.read_at
-WHERE review_read_marks.newest_at <= EXCLUDED.newest_at`, pkg, loc.Country, loc.Lang, newest.At, newest.ReviewID, readAt)
+WHERE review_read_marks.newest_at <= EXCLUDED.newest_at
+   OR review_read_marks.newest_at > EXCLUDED.read_at + $7 * interval '1 microsecond'`,
+		pkg, loc.Country, loc.Lang, newest.At, newest.ReviewID, readAt, readMarkMargin.Microseconds())
 	if err != nil {
 		return fmt.Errorf("read mark of %s (hl=%s gl=%s): %w", pkg, loc.Lang, loc.Country, err)
 	}
