@@ -247,7 +247,7 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.CrawlWorkers, err = parseInt(v, 1, 1000); return }},
 	{"CRAWL_APP_TIMEOUT", "15m", "longest time spent reading one app's listing and reviews",
 		func(c *Config, v string) (err error) { c.CrawlAppTimeout, err = parsePositiveDuration(v); return }},
-	{"REVIEWS_FULL_SYNC_INTERVAL", "24h", "how often each app's REVIEWS_PER_APP reviews are read in full (spread over the apps); in between a cycle stops at the first stored review; 0s: every cycle; else at least CRAWL_INTERVAL",
+	{"REVIEWS_FULL_SYNC_INTERVAL", "24h", "how often each app's REVIEWS_PER_APP reviews are read in full (spread over the apps); in between a cycle stops at the first page with a review stored by a complete read (the read mark); 0s: every cycle; else at least CRAWL_INTERVAL",
 		func(c *Config, v string) (err error) {
 			c.ReviewsFullSyncInterval, err = parseDurationUpTo(v, 365*24*time.Hour)
 			return
