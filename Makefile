@@ -64,8 +64,9 @@ train-sentiment:
 
 # Quality of the sentiment labels on every evaluation set, in one run
 # (docs/sentiment.md §5). SENTIFARS is a Persian hotel-review set that is
-# not part of the repository; without the file that set is skipped.
-SENTIFARS ?= ../shared/sentiment/sentifars_hotel_reviews.tsv
+# not part of the repository: `make eval-sentiment SENTIFARS=path/to.tsv`;
+# without it that set is skipped.
+SENTIFARS ?=
 eval-sentiment:
 	PLAYWATCH_EVAL_SENTIMENT=1 SENTIFARS="$(SENTIFARS)" $(GO) test -count=1 -run '^TestEvalSentiment$$' -v .
 

@@ -183,7 +183,7 @@ func (s *scheduler) RunOnce(ctx context.Context) (*crawlCycle, error) {
 			err = s.publishCycle(ctx, *last)
 		case last != nil && last.FinishedAt == nil:
 			var offs jobOffsets
-			if offs, err = s.jobOffsets(ctx); err == nil && offs.reached(last.EndOffsets) {
+			if offs, err = s.jobOffsets(ctx); err == nil && s.cycleDone(offs, *last) {
 				if last, err = s.finishCycle(ctx, *last); err == nil && planned != nil && last.ID == planned.ID {
 					return last, nil
 				}
@@ -390,13 +390,7 @@ func (s *scheduler) lead(ctx context.Context, offs jobOffsets, offsErr error) er
 		if offsErr != nil {
 			return offsErr
 		}
-		if lost := offs.lost(last.EndOffsets); lost != nil {
-			// The jobs are of a log the broker no longer has (its data
-			// deleted, a new cluster): no worker will ever commit past
-			// them, so the cycle ends here and the next is planned.
-			s.logger.Warn("crawl-jobs ends below the recorded end of the cycle's jobs: the broker lost them; finishing the cycle",
-				"cycle", last.ID, "partitions", lost)
-		} else if !offs.reached(last.EndOffsets) {
+		if !s.cycleDone(offs, *last) {
 			return s.watchNewApps(ctx, last, now)
 		}
 		if last, err = s.finishCycle(ctx, *last); err != nil {
@@ -731,6 +725,18 @@ func (o jobOffsets) reached(ends map[int32]int64) bool {
 		}
 	}
 	return true
+}
+
+// cycleDone: the workers have committed every job of c, or the broker lost
+// them (its data deleted, a new cluster): then no worker will ever commit
+// past them, so the cycle ends here and the next can be planned.
+func (s *scheduler) cycleDone(offs jobOffsets, c crawlCycle) bool {
+	if lost := offs.lost(c.EndOffsets); lost != nil {
+		s.logger.Warn("crawl-jobs ends below the recorded end of the cycle's jobs: the broker lost them; finishing the cycle",
+			"cycle", c.ID, "partitions", lost)
+		return true
+	}
+	return offs.reached(c.EndOffsets)
 }
 
 // lost names the partitions whose log ends below ends: the broker no

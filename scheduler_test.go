@@ -613,3 +613,35 @@ func TestSchedulerFinishesACycleWhoseJobsTheBrokerLost(t *testing.T) {
 		t.Error("no next cycle planned after the lost one")
 	}
 }
+
+// crawl --once finishes such a cycle too, instead of waiting for it forever.
+func TestCrawlOnceFinishesACycleWhoseJobsTheBrokerLost(t *testing.T) {
+	pool := newTestPool(t)
+	_, brokers := newTestBroker(t, t.TempDir())
+	createTestTopics(t, brokers, topicSpec{Partitions: 3, Replication: -1, Retention: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := pool.Exec(ctx, `INSERT INTO crawl_cycles (id, planned_at, leader, leader_epoch, apps, job_end_offsets, published_at)
+		VALUES (1, now() - interval '2 hours', 'gone', 1, 1, '{"0": 40}', now() - interval '2 hours')`); err != nil {
+		t.Fatal(err)
+	}
+	producer, err := kgo.NewClient(append(producerOptions(testProducerSettings), kgo.SeedBrokers(brokers...))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	adm, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	cfg := schedulerConfig{Interval: time.Hour, Lease: 10 * time.Second, NewAppCheck: time.Hour, JobsGroup: "g", Locales: testLocales}
+	s := newScheduler(cfg, pool, newAppStore(pool), producer, kadm.NewClient(adm), newCrawlMetrics(prometheus.NewRegistry(), time.Hour), prometheus.NewRegistry(), testLogger(t))
+	c, err := s.RunOnce(ctx)
+	if err != nil || c != nil {
+		t.Fatalf("crawl --once with no active apps: %v, %v; want no cycle and no error", c, err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM crawl_cycles WHERE id = 1 AND finished_at IS NOT NULL`); n != 1 {
+		t.Error("the cycle whose jobs the broker lost is not finished")
+	}
+}

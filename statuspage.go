@@ -317,11 +317,11 @@ func outcomeCause(o *outcomeRow) string {
 	case "network":
 		return "network error on the way to Google Play"
 	case "timeout":
-		return "Google Play did not answer in time"
+		return "crawl took longer than CRAWL_APP_TIMEOUT"
 	case "parse_error":
 		return "page layout not understood"
 	case "canceled":
-		return "crawl cut short (shutdown or CRAWL_APP_TIMEOUT)"
+		return "crawl cut short (shutdown, or its job moved to another worker)"
 	case "http_error":
 		return "Google Play answered an HTTP error" + status(0)
 	}
