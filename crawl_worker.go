@@ -121,7 +121,7 @@ func (w *crawlWorker) Run(ctx context.Context, cl jobsClient) error {
 			jctx := jctxs[i]
 			wg.Go(func() {
 				defer func() { <-slots }()
-				w.runJob(jctx, r)
+				w.runJobRecovering(jctx, r)
 				w.complete(ctx, cl, r)
 			})
 		}
@@ -141,6 +141,20 @@ func (w *crawlWorker) track(r *kgo.Record) context.Context {
 	}
 	p.pending = append(p.pending, r)
 	return p.ctx
+}
+
+// runJobRecovering runs one job; a panic while crawling it (a job or a page
+// no code foresaw) is logged and counted as an invalid job, which is then
+// committed: redelivered after a crash, it would panic again.
+func (w *crawlWorker) runJobRecovering(ctx context.Context, r *kgo.Record) {
+	defer func() {
+		if v := recover(); v != nil {
+			w.metrics.invalid.Inc()
+			w.logger.Error("crawl worker: a job panicked; skipping it", "partition", r.Partition, "offset", r.Offset,
+				"key", printable(string(r.Key), 100), "err", recoveredPanic(v))
+		}
+	}()
+	w.runJob(ctx, r)
 }
 
 func (w *crawlWorker) runJob(ctx context.Context, r *kgo.Record) {
@@ -163,9 +177,11 @@ func (w *crawlWorker) runJob(ctx context.Context, r *kgo.Record) {
 			return
 		}
 	}
-	w.crawler.metrics.busy.Inc()
-	res := w.crawler.crawlApp(ctx, m.crawlJob())
-	w.crawler.metrics.busy.Dec()
+	res := func() appResult {
+		w.crawler.metrics.busy.Inc()
+		defer w.crawler.metrics.busy.Dec() // also when the crawl panics
+		return w.crawler.crawlApp(ctx, m.crawlJob())
+	}()
 	if ctx.Err() == nil {
 		w.metrics.done.Inc()
 		if w.done != nil {

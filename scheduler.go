@@ -496,6 +496,12 @@ func (s *scheduler) planCycle(ctx context.Context, last *crawlCycle) (*crawlCycl
 	if err != nil {
 		return nil, fmt.Errorf("plan a crawl cycle: %w", err)
 	}
+	// The apps again, now that the cycle's row is in: one registered since
+	// the first look has created_at before planned_at, so a leader that
+	// takes over counts it as this cycle's and its watch skips it.
+	if apps, err = s.apps.ListActive(ctx); err != nil {
+		return &c, fmt.Errorf("list active apps: %w", err)
+	}
 	s.logger.Info("crawl cycle planned", "cycle", c.ID, "planned_at", c.PlannedAt, "apps", len(apps))
 	return &c, s.publish(ctx, c, apps)
 }
@@ -509,6 +515,16 @@ func (s *scheduler) publishCycle(ctx context.Context, c crawlCycle) error {
 		return fmt.Errorf("list active apps: %w", err)
 	}
 	s.logger.Warn("crawl cycle planned but its jobs not all published; publishing them again", "cycle", c.ID, "apps", len(apps))
+	// A cycle an older playwatch planned has an epoch scheduler_epochs
+	// does not know, which the workers would take for a passed lease: its
+	// jobs go out without one, as that playwatch's did.
+	var known bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM scheduler_epochs WHERE epoch = $1)`, c.Epoch).Scan(&known); err != nil {
+		return fmt.Errorf("read the lease epoch of crawl cycle %d: %w", c.ID, err)
+	}
+	if !known {
+		c.Epoch = 0
+	}
 	return s.publish(ctx, c, apps)
 }
 
@@ -744,11 +760,11 @@ func (s *scheduler) cycleDone(offs jobOffsets, c crawlCycle) bool {
 func (o jobOffsets) lost(ends map[int32]int64) map[int32]string {
 	var out map[int32]string
 	for p, e := range ends {
-		if end, ok := o.end[p]; ok && end < e {
+		if end, ok := o.end[p]; !ok || end < e { // a partition gone: a new, smaller topic
 			if out == nil {
 				out = map[int32]string{}
 			}
-			out[p] = fmt.Sprintf("log end %d, cycle's jobs end %d", end, e)
+			out[p] = fmt.Sprintf("log end %d, cycle's jobs end %d", o.end[p], e)
 		}
 	}
 	return out

@@ -645,3 +645,87 @@ func TestCrawlOnceFinishesACycleWhoseJobsTheBrokerLost(t *testing.T) {
 		t.Error("the cycle whose jobs the broker lost is not finished")
 	}
 }
+
+// A partition of a cycle's jobs that crawl-jobs no longer has (a new,
+// smaller topic) is lost as well; one it has is lost only below its end.
+func TestJobOffsetsLost(t *testing.T) {
+	o := jobOffsets{end: map[int32]int64{0: 10, 1: 3}}
+	if got := o.lost(map[int32]int64{0: 10, 1: 2}); got != nil {
+		t.Errorf("ends within the log reported lost: %v", got)
+	}
+	if got := o.lost(map[int32]int64{0: 11}); len(got) != 1 {
+		t.Errorf("an end past the log: lost %v, want partition 0", got)
+	}
+	if got := o.lost(map[int32]int64{2: 1}); len(got) != 1 {
+		t.Errorf("a partition the topic lacks: lost %v, want partition 2", got)
+	}
+}
+
+// A cycle an older playwatch planned and did not publish whole has an epoch
+// scheduler_epochs lacks: its jobs go out again without one, and the
+// workers crawl them instead of dropping them as a passed lease's.
+func TestSchedulerRepublishesAnOlderPlaywatchsCycleWithoutEpoch(t *testing.T) {
+	pool := newTestPool(t)
+	_, brokers := newTestBroker(t, t.TempDir())
+	createTestTopics(t, brokers, topicSpec{Partitions: 1, Replication: -1, Retention: time.Hour})
+	ctx := context.Background()
+	registerApps(t, pool, "com.example.upgraded")
+	if _, err := pool.Exec(ctx, `INSERT INTO crawl_cycles (id, planned_at, leader, leader_epoch) VALUES (1, now(), 'older', 41)`); err != nil {
+		t.Fatal(err)
+	}
+	producer, err := kgo.NewClient(append(producerOptions(testProducerSettings), kgo.SeedBrokers(brokers...))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	adm, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	cfg := schedulerConfig{Interval: time.Hour, Lease: 10 * time.Second, NewAppCheck: time.Hour, JobsGroup: "g", Locales: testLocales}
+	s := newScheduler(cfg, pool, newAppStore(pool), producer, kadm.NewClient(adm), newCrawlMetrics(prometheus.NewRegistry(), time.Hour), prometheus.NewRegistry(), testLogger(t))
+	if err := s.acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.ledEpoch = s.currentEpoch()
+	if err := s.lead(ctx, jobOffsets{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	job, bad := decodeCrawlJob(consumeAll(t, brokers, topicCrawlJobs, 1)[0].Value, time.Now().Add(time.Minute))
+	if bad != nil {
+		t.Fatalf("the job: %v", bad)
+	}
+	if job.CycleID != 1 || job.LeaseEpoch != 0 {
+		t.Errorf("job %+v, want cycle 1's job without a lease epoch", job)
+	}
+}
+
+// panickingStore panics on every listing: a page or job no code foresaw.
+type panickingStore struct{ storeReader }
+
+func (panickingStore) Details(context.Context, string, string, string) (appDetails, error) {
+	panic("a listing nobody foresaw")
+}
+
+// A crawl that panics fails that job alone: logged, counted as invalid and
+// committed, so a restart does not meet it again; the worker goes on.
+func TestCrawlWorkerSurvivesAPanickingJob(t *testing.T) {
+	f := newCrawlFixture(t, testCrawlerConfig(2, 5), nil)
+	createTestTopics(t, f.brokers, topicSpec{Partitions: 1, Replication: -1, Retention: time.Hour})
+	reg := prometheus.NewRegistry()
+	cr := newCrawler(f.crawler.cfg, f.apps, panickingStore{f.store.client}, newPGKnownReviews(f.pool), f.pub, reg, testLogger(t))
+	w := newCrawlWorker(cr, newLeaseEpochs(f.pool), 1, reg, testLogger(t))
+	f.register(t, "com.example.panics", false)
+	b, err := crawlJobMessage{CycleID: 1, PlannedAt: messageTime(time.Now()), PackageName: "com.example.panics", Lang: "en", Country: "us"}.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.runJobRecovering(context.Background(), rec(topicCrawlJobs, "com.example.panics", b))
+	if got := metricValue(t, reg, "playwatch_crawl_jobs_invalid_total", nil); got != 1 {
+		t.Errorf("invalid jobs %v, want 1", got)
+	}
+	if got := metricValue(t, reg, "playwatch_crawl_workers_busy", nil); got != 0 {
+		t.Errorf("busy workers %v after the panic, want 0", got)
+	}
+}
