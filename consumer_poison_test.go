@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -262,5 +263,34 @@ func TestValidationReasonsNameTheField(t *testing.T) {
 	b := decodeRecords([]*kgo.Record{{Topic: topicReviews, Value: msgJSON(with(reviewFields("a.b", "r", testCrawl), "score", 9, "thumbs_up_count", -2))}}, 1<<20, now)
 	if r := b.dead[0].reason; !strings.Contains(r, "score is 9") || !strings.Contains(r, "thumbs_up_count is -2") {
 		t.Errorf("reason %q does not name both bad fields", r)
+	}
+}
+
+// panickingRows is a contract's rows whose checks panic on every record.
+type panickingRows struct{ topicRows }
+
+func (panickingRows) add(*kgo.Record, time.Time) *invalidRecord { panic("a record no check foresaw") }
+
+type panickingContract struct{ topicContract }
+
+func (panickingContract) topicName() string  { return "panics" }
+func (panickingContract) newRows() topicRows { return panickingRows{} }
+
+// A record whose checks panic is that record's dead letter, with the
+// panic's site; the records beside it are decoded as usual.
+func TestDecodeRecordsPanicIsADeadLetter(t *testing.T) {
+	saved := contracts
+	contracts = append(slices.Clip(contracts), panickingContract{})
+	defer func() { contracts = saved }()
+	good := rec(topicNetworkMetrics, "x", []byte(`{}`))
+	b := decodeRecords([]*kgo.Record{rec("panics", "k", []byte(`{"a":1}`)), good}, 1<<20, time.Now())
+	if len(b.dead) != 2 {
+		t.Fatalf("%d dead letters, want 2 (the panic, and the empty network-metrics message)", len(b.dead))
+	}
+	if d := b.dead[0]; d.code != reasonPanic || !strings.Contains(d.reason, "a record no check foresaw") || !strings.Contains(d.reason, "consumer_poison_test.go") {
+		t.Errorf("dead letter %s %q, want %s naming the panic and its site", d.code, d.reason, reasonPanic)
+	}
+	if b.dead[1].code == reasonPanic {
+		t.Errorf("the record beside it: %s", b.dead[1].reason)
 	}
 }

@@ -35,12 +35,13 @@ const (
 	reasonUnregistered reasonCode = "unregistered_package" // package_name not in the registry
 	reasonUnknownTopic reasonCode = "unknown_topic"        // a topic without a contract
 	reasonSQLError     reasonCode = "sql_error"            // PostgreSQL refused the row itself
+	reasonPanic        reasonCode = "validation_panic"     // checking the record panicked: a bug, kept for replay once fixed
 )
 
 var allReasonCodes = []reasonCode{
 	reasonTombstone, reasonEmpty, reasonTooLarge, reasonInvalidUTF8, reasonInvalidJSON,
 	reasonWrongType, reasonBadTimestamp, reasonMissing, reasonOutOfRange, reasonTooLong,
-	reasonNUL, reasonBadValue, reasonUnregistered, reasonUnknownTopic, reasonSQLError,
+	reasonNUL, reasonBadValue, reasonUnregistered, reasonUnknownTopic, reasonSQLError, reasonPanic,
 }
 
 // deadLetter is a record that can never be stored, and why.

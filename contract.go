@@ -272,7 +272,7 @@ func (b *batchRows) add(r *kgo.Record, maxBytes int, now time.Time) {
 		bad = &invalidRecord{reasonUnknownTopic, fmt.Sprintf("topic %q has no message contract", r.Topic)}
 		for i, c := range contracts {
 			if c.topicName() == r.Topic {
-				bad = b.tables[i].add(r, now)
+				bad = addRecovering(b.tables[i], r, now)
 				break
 			}
 		}
@@ -280,6 +280,18 @@ func (b *batchRows) add(r *kgo.Record, maxBytes int, now time.Time) {
 	if bad != nil {
 		b.dead = append(b.dead, newDeadLetter(r, bad.code, bad.detail))
 	}
+}
+
+// addRecovering is rows.add, with a panic of the decoding or the checks
+// made a dead letter of that record: one record no check foresaw never
+// stops the consumer, which would meet it again after a restart.
+func addRecovering(rows topicRows, r *kgo.Record, now time.Time) (bad *invalidRecord) {
+	defer func() {
+		if v := recover(); v != nil {
+			bad = &invalidRecord{reasonPanic, fmt.Sprintf("checking the record panicked (a bug of playwatch; replay it once fixed): %v", recoveredPanic(v))}
+		}
+	}()
+	return rows.add(r, now)
 }
 
 // newestTimes is the newest time of each topic's rows, for the freshness
