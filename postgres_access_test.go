@@ -117,15 +117,7 @@ func TestManagedPostgresAccessOverTCP(t *testing.T) {
 
 	// db-url serves the cluster of a running playwatch: this test passes
 	// for one, as `run` would publish it.
-	release, err := lockDataDir(dataDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(release)
-	if _, err := publishRunning(dataDir, runningPlaywatch{PID: os.Getpid(), Version: version, DatabaseURL: pg.DSN(), Brokers: []string{"127.0.0.1:9"},
-		PGListen: addr, ManagedPostgres: true}); err != nil {
-		t.Fatal(err)
-	}
+	passForRunning(t, dataDir, pg.DSN(), addr)
 	env := map[string]string{"PLAYWATCH_DATA_DIR": dataDir, "DATABASE_URL": ""}
 	for _, args := range [][]string{{"db-url"}, {"db-url", "--reader"}} {
 		var out, errOut syncBuffer
@@ -299,6 +291,22 @@ func makeLegacyCluster(t *testing.T, dataDir string, port int) {
 	}
 	registerApps(t, pool, "org.telegram.messenger")
 	if _, err := pool.Exec(ctx, "CREATE VIEW legacy_dashboard AS SELECT package_name FROM apps_registry_application"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// passForRunning locks dataDir and publishes the attach file of a running
+// playwatch whose managed cluster is at dsn and listens on addr, as `run`
+// does, so that db-url serves it.
+func passForRunning(t *testing.T, dataDir, dsn, addr string) {
+	t.Helper()
+	release, err := lockDataDir(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
+	if _, err := publishRunning(dataDir, runningPlaywatch{PID: os.Getpid(), Version: version, DatabaseURL: dsn, Brokers: []string{"127.0.0.1:9"},
+		PGListen: addr, ManagedPostgres: true}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -128,15 +128,7 @@ func TestManagedPostgresBeyondLoopbackTLSAndRoles(t *testing.T) {
 	// (a non-loopback address), the writer's is refused, and db-url says why.
 	// db-url serves the cluster of a running playwatch: this test passes
 	// for one, as `run` would publish it.
-	release, err := lockDataDir(dataDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(release)
-	if _, err := publishRunning(dataDir, runningPlaywatch{PID: os.Getpid(), Version: version, DatabaseURL: pg.DSN(), Brokers: []string{"127.0.0.1:9"},
-		PGListen: addr, ManagedPostgres: true}); err != nil {
-		t.Fatal(err)
-	}
+	passForRunning(t, dataDir, pg.DSN(), addr)
 	env := map[string]string{"PLAYWATCH_DATA_DIR": dataDir, "DATABASE_URL": ""}
 	for _, reader := range []bool{true, false} {
 		args := []string{"db-url"}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -581,18 +582,7 @@ func TestSchedulerFinishesACycleWhoseJobsTheBrokerLost(t *testing.T) {
 		VALUES (1, now() - interval '2 hours', 'gone', 1, 1, '{"0": 40, "1": 0, "2": 7}', now() - interval '2 hours')`); err != nil {
 		t.Fatal(err)
 	}
-	producer, err := kgo.NewClient(append(producerOptions(testProducerSettings), kgo.SeedBrokers(brokers...))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer producer.Close()
-	adm, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	cfg := schedulerConfig{Interval: time.Hour, Lease: 10 * time.Second, NewAppCheck: time.Hour, JobsGroup: "g", Locales: testLocales}
-	s := newScheduler(cfg, pool, newAppStore(pool), producer, kadm.NewClient(adm), newCrawlMetrics(prometheus.NewRegistry(), time.Hour), prometheus.NewRegistry(), testLogger(t))
+	s := newLoneScheduler(t, pool, brokers)
 	if err := s.acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -625,18 +615,7 @@ func TestCrawlOnceFinishesACycleWhoseJobsTheBrokerLost(t *testing.T) {
 		VALUES (1, now() - interval '2 hours', 'gone', 1, 1, '{"0": 40}', now() - interval '2 hours')`); err != nil {
 		t.Fatal(err)
 	}
-	producer, err := kgo.NewClient(append(producerOptions(testProducerSettings), kgo.SeedBrokers(brokers...))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer producer.Close()
-	adm, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	cfg := schedulerConfig{Interval: time.Hour, Lease: 10 * time.Second, NewAppCheck: time.Hour, JobsGroup: "g", Locales: testLocales}
-	s := newScheduler(cfg, pool, newAppStore(pool), producer, kadm.NewClient(adm), newCrawlMetrics(prometheus.NewRegistry(), time.Hour), prometheus.NewRegistry(), testLogger(t))
+	s := newLoneScheduler(t, pool, brokers)
 	c, err := s.RunOnce(ctx)
 	if err != nil || c != nil {
 		t.Fatalf("crawl --once with no active apps: %v, %v; want no cycle and no error", c, err)
@@ -673,18 +652,7 @@ func TestSchedulerRepublishesAnOlderPlaywatchsCycleWithoutEpoch(t *testing.T) {
 	if _, err := pool.Exec(ctx, `INSERT INTO crawl_cycles (id, planned_at, leader, leader_epoch) VALUES (1, now(), 'older', 41)`); err != nil {
 		t.Fatal(err)
 	}
-	producer, err := kgo.NewClient(append(producerOptions(testProducerSettings), kgo.SeedBrokers(brokers...))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer producer.Close()
-	adm, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	cfg := schedulerConfig{Interval: time.Hour, Lease: 10 * time.Second, NewAppCheck: time.Hour, JobsGroup: "g", Locales: testLocales}
-	s := newScheduler(cfg, pool, newAppStore(pool), producer, kadm.NewClient(adm), newCrawlMetrics(prometheus.NewRegistry(), time.Hour), prometheus.NewRegistry(), testLogger(t))
+	s := newLoneScheduler(t, pool, brokers)
 	if err := s.acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -728,4 +696,22 @@ func TestCrawlWorkerSurvivesAPanickingJob(t *testing.T) {
 	if got := metricValue(t, reg, "playwatch_crawl_workers_busy", nil); got != 0 {
 		t.Errorf("busy workers %v after the panic, want 0", got)
 	}
+}
+
+// newLoneScheduler is a scheduler on pool and brokers with an hour's
+// interval and a 10 s lease, not running: the test drives it.
+func newLoneScheduler(t *testing.T, pool *pgxpool.Pool, brokers []string) *scheduler {
+	t.Helper()
+	producer, err := kgo.NewClient(append(producerOptions(testProducerSettings), kgo.SeedBrokers(brokers...))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(producer.Close)
+	adm, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(adm.Close)
+	cfg := schedulerConfig{Interval: time.Hour, Lease: 10 * time.Second, NewAppCheck: time.Hour, JobsGroup: "g", Locales: testLocales}
+	return newScheduler(cfg, pool, newAppStore(pool), producer, kadm.NewClient(adm), newCrawlMetrics(prometheus.NewRegistry(), time.Hour), prometheus.NewRegistry(), testLogger(t))
 }
