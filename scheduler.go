@@ -118,24 +118,32 @@ func (s *scheduler) part(f float64) time.Duration { return time.Duration(float64
 // lease; at the end it gives the lease up, so that another instance takes
 // over at once.
 func (s *scheduler) Run(ctx context.Context) error {
-	tick := min(s.part(leaseTick), time.Second)
+	done := s.keepingLease(ctx)
+	defer func() { <-done; s.resign() }()
+	for {
+		s.step(ctx)
+		if sleepOn(ctx, systemClock{}, s.tick()) != nil {
+			return nil
+		}
+	}
+}
+
+func (s *scheduler) tick() time.Duration { return min(s.part(leaseTick), time.Second) }
+
+// keepingLease takes and renews the lease every tick until ctx ends; the
+// channel is closed once it has stopped.
+func (s *scheduler) keepingLease(ctx context.Context) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for ctx.Err() == nil {
 			s.keepLease(ctx)
-			if sleepOn(ctx, systemClock{}, tick) != nil {
+			if sleepOn(ctx, systemClock{}, s.tick()) != nil {
 				return
 			}
 		}
 	}()
-	defer func() { <-done; s.resign() }()
-	for {
-		s.step(ctx)
-		if sleepOn(ctx, systemClock{}, tick) != nil {
-			return nil
-		}
-	}
+	return done
 }
 
 // errLeaseHeld: another instance leads.
@@ -153,22 +161,16 @@ func (s *scheduler) RunOnce(ctx context.Context) (*crawlCycle, error) {
 	epoch := s.currentEpoch()
 	if epoch == 0 {
 		var holder string
-		var epoch int64
+		var held int64
 		var until time.Time
-		if err := s.pool.QueryRow(ctx, `SELECT holder, epoch, expires_at FROM scheduler_lease WHERE name = 'crawl'`).Scan(&holder, &epoch, &until); err != nil {
+		if err := s.pool.QueryRow(ctx, `SELECT holder, epoch, expires_at FROM scheduler_lease WHERE name = 'crawl'`).Scan(&holder, &held, &until); err != nil {
 			return nil, fmt.Errorf("read the scheduler lease: %w", err)
 		}
 		return nil, fmt.Errorf("%w: %s (epoch %d, renewed until %s) plans the crawl cycles; its crawl workers do the jobs, so crawl --once plans none beside it",
-			errLeaseHeld, holder, epoch, until.Format(time.RFC3339))
+			errLeaseHeld, holder, held, until.Format(time.RFC3339))
 	}
 	lctx, stop := context.WithCancel(ctx)
-	kept := make(chan struct{})
-	go func() {
-		defer close(kept)
-		for sleepOn(lctx, systemClock{}, min(s.part(leaseTick), time.Second)) == nil {
-			s.keepLease(lctx)
-		}
-	}()
+	kept := s.keepingLease(lctx)
 	defer func() { stop(); <-kept; s.resign() }()
 	s.ledEpoch = epoch
 	var planned *crawlCycle

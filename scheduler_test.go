@@ -356,19 +356,8 @@ func TestSchedulerStopsProducingPastItsLeaseDeadline(t *testing.T) {
 	_, brokers := newTestBroker(t, t.TempDir())
 	ctx := context.Background()
 	registerApps(t, pool, "com.example.one")
-	producer, err := kgo.NewClient(append(producerOptions(testProducerSettings), kgo.SeedBrokers(brokers...))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer producer.Close()
-	admCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admCl.Close()
-	cfg := schedulerConfig{Interval: time.Hour, Lease: 10 * time.Second, NewAppCheck: time.Hour, JobsGroup: "g", Locales: testLocales}
 	newSched := func() *scheduler {
-		s := newScheduler(cfg, pool, newAppStore(pool), producer, kadm.NewClient(admCl), newCrawlMetrics(prometheus.NewRegistry(), time.Hour), prometheus.NewRegistry(), testLogger(t))
+		s := newLoneScheduler(t, pool, brokers)
 		if err := s.acquire(ctx); err != nil || s.currentEpoch() == 0 {
 			t.Fatalf("acquire: %v, epoch %d", err, s.currentEpoch())
 		}
