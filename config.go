@@ -570,8 +570,25 @@ var (
 // maskPasswords masks what stands as a password in s: the user info of a
 // URL (user:xxxxx@) and password= and sslpassword= parameters.
 func maskPasswords(s string) string {
-	s = userInfoPassword.ReplaceAllString(s, "${1}${2}:"+passwordMask+"@")
-	return passwordValue.ReplaceAllString(s, "${1}="+passwordMask)
+	// Every log attribute comes here: the regexps run only on text that
+	// can hold what they match.
+	if strings.IndexByte(s, '@') >= 0 {
+		s = userInfoPassword.ReplaceAllString(s, "${1}${2}:"+passwordMask+"@")
+	}
+	if containsFold(s, "password=") {
+		s = passwordValue.ReplaceAllString(s, "${1}="+passwordMask)
+	}
+	return s
+}
+
+// containsFold: s holds sub in any case (sub is ASCII), without allocating.
+func containsFold(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if strings.EqualFold(s[i:i+len(sub)], sub) {
+			return true
+		}
+	}
+	return false
 }
 
 // redactable are the secrets redact replaces: those long enough, each
