@@ -706,14 +706,14 @@ func commandSecrets(args []string, getenv func(string) string) Config {
 			passwordFiles = append(passwordFiles, v)
 		}
 	}
-	// The password a file holds, as valueOrFile reads it, when it is a file
-	// that can be read (one that cannot holds no password to show).
+	// The password a file holds, read as the SASL set-up reads it, when it
+	// is a file that can be read (one that cannot holds no password to show).
 	for _, f := range passwordFiles {
 		if fi, err := os.Stat(f); f == "" || err != nil || !fi.Mode().IsRegular() {
 			continue
 		}
-		if b, err := os.ReadFile(f); err == nil {
-			c.secrets = append(c.secrets, strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"))
+		if v, _, err := valueOrFile("KAFKA_SASL_PASSWORD", "", f); err == nil {
+			c.secrets = append(c.secrets, v)
 		}
 	}
 	c.secrets = redactable(c.secrets)
