@@ -337,10 +337,14 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		}
 		startRole("sentiment", newSentimentJob(be.pool, model, sentimentJobConfigOf(cfg), reg, logger).Run)
 	}
-	var consumerChecks []readinessCheck // the consumer's offset resets, shown without failing readiness
+	checks := []readinessCheck{
+		{"database", be.pool.Ping},
+		{"broker", be.brokerReady},
+	}
 	if slices.Contains(roles, "consumer") {
 		sc := newStorageConsumer(be.pool, consumerOptionsFrom(cfg), reg, logger)
-		consumerChecks = append(consumerChecks, readinessCheck{"consumer", sc.readiness})
+		// Its offset resets, shown without failing readiness.
+		checks = append(checks, readinessCheck{"consumer", sc.readiness})
 		cl, err := kgo.NewClient(append(kafkaClientOptions(cfg.Kafka, be.brokers), sc.clientOptions()...)...)
 		if err != nil {
 			return errors.Join(fmt.Errorf("storage consumer kafka client: %w", err), shutdown())
@@ -371,11 +375,6 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		status = newStatusPage(statusDB{reads}, reg, cfg.StatusPageToken, cfg.CrawlInterval, cfg.AppGaugesInterval, cfg.StatusPageMaxRenders, logger)
 		startRole("app gauges", status.appGauges.run)
 	}
-	checks := []readinessCheck{
-		{"database", be.pool.Ping},
-		{"broker", be.brokerReady},
-	}
-	checks = append(checks, consumerChecks...)
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return errors.Join(fmt.Errorf("PLAYWATCH_HTTP_ADDR: %w", err), shutdown())
