@@ -52,17 +52,11 @@ func psqlAsNobody(t *testing.T, psql, addr, role, password, sslmode, rootCert, s
 func TestManagedPostgresBeyondLoopbackTLSAndRoles(t *testing.T) {
 	ip := nonLoopbackIPv4(t)
 	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("the checks as another OS user need root, and CI runs as root")
-		}
-		t.Skip("the checks as another OS user need root")
+		skipOrFailUnderCI(t, "the checks as another OS user need root")
 	}
 	psql, err := exec.LookPath("psql")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("psql is required under CI=true (Debian: postgresql-client)")
-		}
-		t.Skip("psql is not installed")
+		skipOrFailUnderCI(t, "psql is not installed (Debian: postgresql-client)")
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
@@ -72,16 +66,7 @@ func TestManagedPostgresBeyondLoopbackTLSAndRoles(t *testing.T) {
 	ln.Close()
 	ctx := context.Background()
 	dataDir := tempDataDir(t)
-	opts := managedPostgresOptions{DataDir: filepath.Join(dataDir, "postgres"), Database: managedDatabase, OSUser: "postgres", Listen: addr, NoFsync: true}
-	pg, err := startManagedPostgres(ctx, opts, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pg.Stop(context.Background()) })
-	pool := newTestPoolFor(t, pg.DSN())
-	if err := migrate(ctx, pool, testLogger(t)); err != nil {
-		t.Fatal(err)
-	}
+	pg, pool, opts := startDedicatedPostgres(t, dataDir, true, func(o *managedPostgresOptions) { o.Listen = addr })
 	registerApps(t, pool, "org.telegram.messenger")
 	pool.Close()
 
@@ -402,10 +387,7 @@ func TestManagedPostgresTLSUnreadableFileIsAnError(t *testing.T) {
 func runTestAsNobody(t *testing.T, name string) {
 	t.Helper()
 	if _, err := exec.LookPath("su"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("su is required under CI=true")
-		}
-		t.Skip("no su to run the test as nobody")
+		skipOrFailUnderCI(t, "no su to run the test as nobody")
 	}
 	exe, err := os.Executable()
 	if err != nil {

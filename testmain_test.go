@@ -191,12 +191,15 @@ func createTestTopics(t testing.TB, brokers []string, spec topicSpec) {
 // startDedicatedPostgres starts a managed cluster of a test's own in dataDir,
 // for a test that stops and restarts it or measures it without disturbing
 // the shared server, and returns it with a pool on its migrated database.
-// A test that restarts it with the returned options stops the new server
-// itself.
-func startDedicatedPostgres(t testing.TB, dataDir string, noFsync bool) (*managedPostgres, *pgxpool.Pool, managedPostgresOptions) {
+// with changes the options first. A test that restarts it with the returned
+// options stops the new server itself.
+func startDedicatedPostgres(t testing.TB, dataDir string, noFsync bool, with ...func(*managedPostgresOptions)) (*managedPostgres, *pgxpool.Pool, managedPostgresOptions) {
 	t.Helper()
 	ctx := context.Background()
 	opts := managedPostgresOptions{DataDir: filepath.Join(dataDir, "postgres"), Database: managedDatabase, OSUser: "postgres", NoFsync: noFsync}
+	for _, f := range with {
+		f(&opts)
+	}
 	pg, err := startManagedPostgres(ctx, opts, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
