@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -726,23 +725,6 @@ func getPageWithin(t *testing.T, url string, timeout time.Duration) (int, string
 	return resp.StatusCode, string(b), resp.Header
 }
 
-// lockAppStats holds app_stats locked, so that every page read of it
-// waits, until the returned function is called.
-func lockAppStats(t *testing.T, pool *pgxpool.Pool) func() {
-	t.Helper()
-	tx, err := pool.Begin(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(context.Background(), `LOCK TABLE app_stats IN ACCESS EXCLUSIVE MODE`); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	release := func() { once.Do(func() { _ = tx.Rollback(context.Background()) }) }
-	t.Cleanup(release)
-	return release
-}
-
 // Past STATUS_PAGE_MAX_RENDERS pages being drawn, a request is answered at
 // once with 503 and Retry-After instead of queueing for the database.
 func TestStatusPageMaxRenders(t *testing.T) {
@@ -754,7 +736,7 @@ func TestStatusPageMaxRenders(t *testing.T) {
 	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil, page.logger))
 	t.Cleanup(srv.Close)
 
-	release := lockAppStats(t, pool)
+	release := holdTableLock(t, pool, "app_stats")
 	first := make(chan int, 1)
 	go func() {
 		resp, err := http.Get(srv.URL + "/")
@@ -808,7 +790,7 @@ func TestStatusPageStatementTimeout(t *testing.T) {
 	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil, page.logger))
 	t.Cleanup(srv.Close)
 
-	release := lockAppStats(t, pool)
+	release := holdTableLock(t, pool, "app_stats")
 	start := time.Now()
 	code, body, h := getPageWithin(t, srv.URL+"/", 5*time.Second)
 	if d := time.Since(start); code != http.StatusServiceUnavailable || h.Get("Retry-After") == "" || d > 3*time.Second ||
