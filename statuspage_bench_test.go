@@ -17,7 +17,7 @@ import (
 func BenchmarkStatusPage(b *testing.B) {
 	pool := newTestPool(b)
 	seedStatus(b, pool)
-	seedStatusVolume(b, pool, 50, 20000, 90*24)
+	seedStatusVolume(b, pool, 50, 20000, 90*24, statusNow, 90*24*time.Hour)
 	page := newStatusPage(statusDB{pool}, newMetricsRegistry("bench"), "", time.Hour, 30*time.Second, 4, testLogger(b))
 	page.now = func() time.Time { return statusNow }
 	srv := httptest.NewServer(newHTTPHandler(newMetricsRegistry("bench"), newHTTPMetrics(newMetricsRegistry("bench")), nil, page, nil, page.logger))

@@ -482,7 +482,7 @@ func TestStatusPageQueryPlans(t *testing.T) {
 	pool := newTestPool(t)
 	ctx := context.Background()
 	seedStatus(t, pool)
-	seedStatusVolume(t, pool, 40, 500, 200)
+	seedStatusVolume(t, pool, 40, 500, 200, statusNow, 90*24*time.Hour)
 	var id int64
 	if err := pool.QueryRow(ctx, `SELECT id FROM apps_registry_application WHERE package_name = $1`, statusTelegram).Scan(&id); err != nil {
 		t.Fatal(err)
@@ -552,10 +552,11 @@ func (n planNode) walk(fn func(planNode)) {
 	}
 }
 
-// seedStatusVolume adds apps with reviewsPerApp reviews over 90 days (a
-// quarter of them scored) and statsPerApp hourly listings each, then
-// vacuums so that index-only scans see a visibility map as production does.
-func seedStatusVolume(t testing.TB, pool *pgxpool.Pool, apps, reviewsPerApp, statsPerApp int) {
+// seedStatusVolume adds apps with reviewsPerApp reviews spread over the
+// span before now (a quarter of them unscored) and statsPerApp hourly
+// listings each, then vacuums so that index-only scans see a visibility map
+// as production does.
+func seedStatusVolume(t testing.TB, pool *pgxpool.Pool, apps, reviewsPerApp, statsPerApp int, now time.Time, span time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	for _, q := range []struct {
@@ -567,12 +568,12 @@ func seedStatusVolume(t testing.TB, pool *pgxpool.Pool, apps, reviewsPerApp, sta
 		{`INSERT INTO app_stats (application_id, min_installs, real_installs, score, ratings, crawled_at, ratings_1, ratings_2, ratings_3, ratings_4, ratings_5)
 			SELECT a.id, 1000000, 1000000 + h * 17, 3.5 + (h % 100) / 100.0, 50000 + h, $2::timestamptz - make_interval(hours => h),
 				1000, 2000, 3000, 4000, 5000
-			FROM apps_registry_application a, generate_series(1, $1::int) h WHERE a.package_name LIKE 'com.example.bulk%'`, []any{statsPerApp, statusNow}},
+			FROM apps_registry_application a, generate_series(1, $1::int) h WHERE a.package_name LIKE 'com.example.bulk%'`, []any{statsPerApp, now}},
 		{`INSERT INTO reviews (application_id, review_id, user_name, score, content, at, sentiment, last_synced_at)
 			SELECT a.id, 'bulk-' || a.id || '-' || g, 'user ' || g, 1 + g % 5, repeat('review text ', 8),
-				$2::timestamptz - make_interval(secs => (g * 7776000.0 / $1::int)),
+				$2::timestamptz - make_interval(secs => (g * $3::float8 / $1::int)),
 				(ARRAY['POSITIVE', 'NEUTRAL', 'NEGATIVE', NULL])[1 + g % 4], $2::timestamptz - interval '1 hour'
-			FROM apps_registry_application a, generate_series(1, $1::int) g WHERE a.package_name LIKE 'com.example.bulk%'`, []any{reviewsPerApp, statusNow}},
+			FROM apps_registry_application a, generate_series(1, $1::int) g WHERE a.package_name LIKE 'com.example.bulk%'`, []any{reviewsPerApp, now, span.Seconds()}},
 	} {
 		if _, err := pool.Exec(ctx, q.sql, q.args...); err != nil {
 			t.Fatalf("%s: %v", q.sql, err)
