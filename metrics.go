@@ -47,9 +47,9 @@ func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
 	return m
 }
 
-// wrap instruments a ServeMux: the mux stores the matched pattern in the
-// request, so it is known once the handler returns.
-func (m *httpMetrics) wrap(mux *http.ServeMux) http.Handler {
+// wrap instruments a ServeMux (below recoverPanics): the mux stores the
+// matched pattern in the request, so it is known once the handler returns.
+func (m *httpMetrics) wrap(mux http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -68,16 +67,16 @@ func newHTTPHandler(reg *prometheus.Registry, hm *httpMetrics, api *registryAPI,
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
 	})
-	return recoverPanics(hm, hm.wrap(mux), logger)
+	return hm.wrap(recoverPanics(mux, logger))
 }
 
 // recoverPanics answers a request whose handler panicked with 500 and logs
 // the panic with its stack: one bad input never takes the process down, nor
 // leaves its client without an answer (net/http alone would drop the
-// connection). The 500 is counted in playwatch_http_requests_total, which
-// the panic kept hm.wrap from doing. A panic after the answer began aborts
-// the connection, so the client sees a cut answer rather than a whole one.
-func recoverPanics(hm *httpMetrics, next http.Handler, logger *slog.Logger) http.Handler {
+// connection); inside hm.wrap, so the 500 is counted and timed like any
+// answer. A panic after the answer began aborts the connection, so the
+// client sees a cut answer rather than a whole one.
+func recoverPanics(next *http.ServeMux, logger *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		pw := &panicWriter{ResponseWriter: w}
 		defer func() {
@@ -89,8 +88,6 @@ func recoverPanics(hm *httpMetrics, next http.Handler, logger *slog.Logger) http
 				panic(v)
 			}
 			logger.Error("HTTP handler panicked", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-			route := cmp.Or(r.Pattern, "unmatched")
-			hm.requests.WithLabelValues(route, "500").Inc()
 			if pw.wrote {
 				panic(http.ErrAbortHandler)
 			}

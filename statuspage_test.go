@@ -838,4 +838,7 @@ func TestHTTPHandlerPanic(t *testing.T) {
 	if got := scrapeMetric(t, srv.URL, "playwatch_http_requests_total", `code="500",route="GET /{$}"`); got != 2 {
 		t.Errorf("playwatch_http_requests_total of the 500s: %v, want 2", got)
 	}
+	if got := scrapeMetric(t, srv.URL, "playwatch_http_request_duration_seconds_count", `route="GET /{$}"`); got != 2 {
+		t.Errorf("playwatch_http_request_duration_seconds of the 500s: %v observations, want 2", got)
+	}
 }
