@@ -189,22 +189,8 @@ func TestFaultBrokerBudgetHoldsTheCrawlUntilTheConsumerStores(t *testing.T) {
 func TestBrokerBudgetTrimsOldRecordsOnceStored(t *testing.T) {
 	ctx := context.Background()
 	logger := testLogger(t)
-	b, err := startEmbeddedBroker(embeddedBrokerOptions{Addr: "127.0.0.1:0", DataDir: t.TempDir()}, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	brokers := b.Addrs()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
 	// An older playwatch created the topics with the broker's retention.
-	if err := ensureTopics(ctx, adm, topicSpec{Partitions: 1, Replication: -1, Retention: 7 * 24 * time.Hour}, allTopics, logger); err != nil {
-		t.Fatal(err)
-	}
+	brokers, adm := startTopicsBroker(t, topicSpec{Partitions: 1, Replication: -1, Retention: 7 * 24 * time.Hour})
 	if err := ensureTopics(ctx, adm, topicSpec{Partitions: 1, Replication: -1}, allTopics, logger); err != nil {
 		t.Fatal(err)
 	}
@@ -267,4 +253,26 @@ func TestBrokerBudgetTrimsOldRecordsOnceStored(t *testing.T) {
 	if n := count(t, pool, `SELECT count(*) FROM app_stats`); n != 10 {
 		t.Errorf("%d app_stats rows, want 10", n)
 	}
+}
+
+// startTopicsBroker starts an embedded broker of the test's own with every
+// topic of playwatch created as spec says, and returns its addresses and an
+// admin client of it.
+func startTopicsBroker(t *testing.T, spec topicSpec) ([]string, *kadm.Client) {
+	t.Helper()
+	b, err := startEmbeddedBroker(embeddedBrokerOptions{Addr: "127.0.0.1:0", DataDir: t.TempDir()}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	adm := kadm.NewClient(cl)
+	if err := ensureTopics(context.Background(), adm, spec, allTopics, testLogger(t)); err != nil {
+		t.Fatal(err)
+	}
+	return b.Addrs(), adm
 }

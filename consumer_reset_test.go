@@ -194,21 +194,7 @@ func checkNewLogAfterBrokerDataDeleted(t *testing.T, commits bool, newRecs map[i
 func TestBrokerBudgetKeepsANewLogBelowTheStoredOffset(t *testing.T) {
 	ctx := context.Background()
 	logger := testLogger(t)
-	b, err := startEmbeddedBroker(embeddedBrokerOptions{Addr: "127.0.0.1:0", DataDir: t.TempDir()}, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	brokers := b.Addrs()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	if err := ensureTopics(ctx, adm, topicSpec{Partitions: 1, Replication: -1}, allTopics, logger); err != nil {
-		t.Fatal(err)
-	}
+	brokers, adm := startTopicsBroker(t, topicSpec{Partitions: 1, Replication: -1})
 	pool := newTestPool(t)
 	const pkg = "com.example.wiped"
 	registerApps(t, pool, pkg)
