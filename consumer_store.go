@@ -94,8 +94,8 @@ func (s *consumerStore) storeBatch(ctx context.Context, parts []partitionBatch, 
 			return err
 		}
 		out.resets = rewoundFences(parts, fence)
-		for _, r := range out.resets {
-			gens[r.topicPartition]++ // rewindOffsets does the same in the row
+		if err := rewindOffsets(ctx, tx, s.group, out.resets, gens); err != nil {
+			return err
 		}
 		b.dropBelow(parts, fence)
 		if out.rows, out.dead, err = writeRows(ctx, tx, b, narrow); err != nil {
@@ -103,9 +103,6 @@ func (s *consumerStore) storeBatch(ctx context.Context, parts []partitionBatch, 
 		}
 		out.dead = slices.Concat(b.dead, out.dead)
 		if out.rows[tableDeadLetters], err = insertDeadLetters(ctx, tx, out.dead, gens); err != nil {
-			return err
-		}
-		if err := rewindOffsets(ctx, tx, s.group, out.resets); err != nil {
 			return err
 		}
 		if err := saveOffsets(ctx, tx, s.group, parts); err != nil {
@@ -190,10 +187,11 @@ func rewoundFences(parts []partitionBatch, fence map[topicPartition]int64) []off
 
 // rewindOffsets moves the stored offsets of reset partitions back to where
 // they are stored from again, and counts up their log generation (the new
-// log's dead letters are told from the old one's by it); saveOffsets then
-// moves them forward past the batch. It is the only write that moves
+// log's dead letters are told from the old one's by it), setting gens to
+// the new generations for the batch's dead letters; saveOffsets then moves
+// them forward past the batch. It is the only write that moves
 // consumer_offsets back.
-func rewindOffsets(ctx context.Context, tx pgx.Tx, group string, resets []offsetReset) error {
+func rewindOffsets(ctx context.Context, tx pgx.Tx, group string, resets []offsetReset, gens map[topicPartition]int32) error {
 	if len(resets) == 0 {
 		return nil
 	}
@@ -201,11 +199,17 @@ func rewindOffsets(ctx context.Context, tx pgx.Tx, group string, resets []offset
 	for i, r := range resets {
 		topics[i], partitions[i], from[i] = r.topic, r.partition, r.from
 	}
-	_, err := tx.Exec(ctx, `
+	rows, err := tx.Query(ctx, `
 		UPDATE consumer_offsets o SET next_offset = u.next, generation = o.generation + 1, updated_at = now()
 		FROM unnest($2::text[], $3::int[], $4::bigint[]) AS u(topic, p, next)
-		WHERE o.consumer_group = $1 AND o.topic = u.topic AND o."partition" = u.p`, group, topics, partitions, from)
+		WHERE o.consumer_group = $1 AND o.topic = u.topic AND o."partition" = u.p
+		RETURNING o.topic, o."partition", o.generation`, group, topics, partitions, from)
 	if err != nil {
+		return fmt.Errorf("move reset offsets back: %w", err)
+	}
+	var tp topicPartition
+	var gen int32
+	if _, err := pgx.ForEachRow(rows, []any{&tp.topic, &tp.partition, &gen}, func() error { gens[tp] = gen; return nil }); err != nil {
 		return fmt.Errorf("move reset offsets back: %w", err)
 	}
 	return nil
