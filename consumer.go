@@ -538,16 +538,26 @@ func (c *storageConsumer) resumeFromDatabase(ctx context.Context, offsets map[st
 			return nil, err
 		}
 	}
-	uncommitted := false // a stored partition without the group's commit
+	// The topics with a commit of the group: those of the partitions
+	// assigned here tell most; the broker is asked only when a stored
+	// partition without a commit is of a topic none of them tells of.
+	committed := map[string]bool{}
 	for topic, parts := range offsets {
-		for p, o := range parts {
-			if _, ok := stored[topicPartition{topic, p}]; ok && o.EpochOffset().Offset < 0 {
-				uncommitted = true
+		for _, o := range parts {
+			if o.EpochOffset().Offset >= 0 {
+				committed[topic] = true
 			}
 		}
 	}
-	var committed map[string]bool
-	if uncommitted {
+	ask := false
+	for topic, parts := range offsets {
+		for p, o := range parts {
+			if _, ok := stored[topicPartition{topic, p}]; ok && o.EpochOffset().Offset < 0 && !committed[topic] {
+				ask = true
+			}
+		}
+	}
+	if ask {
 		var err error
 		if committed, err = c.committedTopics(ctx); err != nil {
 			return nil, err
