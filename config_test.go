@@ -175,7 +175,7 @@ func TestConfigReviewsFullSyncInterval(t *testing.T) {
 		{map[string]string{"REVIEWS_FULL_SYNC_INTERVAL": "30m", "CRAWL_INTERVAL": "10m"}, 30 * time.Minute},
 	} {
 		c, err := loadTestConfig(tc.env)
-		if err != nil || c.ReviewsFullSyncInterval != tc.want || crawlerConfigOf(c).FullSyncInterval != tc.want {
+		if err != nil || c.ReviewsFullSyncInterval != tc.want || schedulerConfigOf(c).FullResyncEvery != tc.want {
 			t.Errorf("%v: %s, %v; want %s", tc.env, c.ReviewsFullSyncInterval, err, tc.want)
 		}
 	}

@@ -116,7 +116,7 @@ func BenchmarkCrawlCycle(b *testing.B) {
 	// cycles find every answer ready instead of making the replay server
 	// synthesize pages on the same two cores.
 	cfg := benchCrawlConfig(b, slices.Max(workerCounts))
-	warm := newCrawler(crawlerConfigOf(cfg), cb.registry, cb.store, cb.known, discardPublisher{}, prometheus.NewRegistry(), logger)
+	warm := newCycleCrawler(cycleConfigOf(cfg), cb.registry, cb.store, cb.known, discardPublisher{}, prometheus.NewRegistry(), logger)
 	if sum, err := warm.RunCycle(context.Background()); err != nil || sum.StatsOK != cb.apps || sum.ReviewsOK != cb.apps {
 		b.Fatalf("warm-up: %s, %v", sum, err)
 	}
@@ -152,7 +152,7 @@ func (cb *crawlBench) run(b *testing.B, workers int, brokers []string, brokerPID
 	defer producer.Close()
 	reg := prometheus.NewRegistry()
 	pub := newPublisher(producer, cfg.Producer, reg, logger)
-	cr := newCrawler(crawlerConfigOf(cfg), cb.registry, cb.store, cb.known, pub, reg, logger)
+	cr := newCycleCrawler(cycleConfigOf(cfg), cb.registry, cb.store, cb.known, pub, reg, logger)
 	okResponses := func() float64 {
 		return metricValue(b, cb.storeReg, "playwatch_playstore_requests_total", map[string]string{"outcome": "ok"})
 	}

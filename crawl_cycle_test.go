@@ -3,9 +3,39 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
+
+// cycleConfig is a crawler's settings and what the tests' in-process cycle
+// reads besides, which the product's scheduler and crawl workers hold.
+type cycleConfig struct {
+	crawlerConfig
+	Workers          int            // CRAWL_WORKERS
+	FullSyncInterval time.Duration  // REVIEWS_FULL_SYNC_INTERVAL; 0: always
+	Locales          localeDefaults // each app's storefront
+	Clock            clock          // the cycle's crawl time
+}
+
+func cycleConfigOf(cfg Config) cycleConfig {
+	return cycleConfig{crawlerConfig: crawlerConfigOf(cfg), Workers: cfg.CrawlWorkers, FullSyncInterval: cfg.ReviewsFullSyncInterval,
+		Locales: cfg.Locales, Clock: systemClock{}}
+}
+
+// cycleCrawler is a crawler with the tests' in-process cycle (RunCycle)
+// over the active apps of apps.
+type cycleCrawler struct {
+	*crawler
+	cycle cycleConfig // its crawlerConfig is the crawler's cfg, which tests may change
+	apps  activeAppLister
+}
+
+func newCycleCrawler(cfg cycleConfig, apps activeAppLister, store storeReader, known crawlState, pub crawlPublisher, reg prometheus.Registerer, logger *slog.Logger) *cycleCrawler {
+	return &cycleCrawler{crawler: newCrawler(cfg.crawlerConfig, store, known, pub, reg, logger), cycle: cfg, apps: apps}
+}
 
 // RunCycle crawls every active app once in the test process, CRAWL_WORKERS
 // at a time, at the crawler clock's time: the tests of crawlApp over many
@@ -13,9 +43,9 @@ import (
 // plans its cycles in one place only, the scheduler (scheduler.go); this
 // decides each app's full read the way a cycle planned one interval after
 // the last would.
-func (c *crawler) RunCycle(ctx context.Context) (cycleSummary, error) {
+func (c *cycleCrawler) RunCycle(ctx context.Context) (cycleSummary, error) {
 	start := time.Now()
-	crawledAt := messageTime(c.cfg.Clock.Now())
+	crawledAt := messageTime(c.cycle.Clock.Now())
 	sum := cycleSummary{Failures: map[string]int{}}
 	apps, err := c.apps.ListActive(ctx)
 	if err != nil {
@@ -30,7 +60,7 @@ func (c *crawler) RunCycle(ctx context.Context) (cycleSummary, error) {
 	var mu sync.Mutex
 	queue := make(chan crawlJob)
 	var wg sync.WaitGroup
-	for range c.cfg.Workers {
+	for range c.cycle.Workers {
 		wg.Go(func() {
 			for j := range queue {
 				r := c.crawlApp(ctx, j)
@@ -42,8 +72,8 @@ func (c *crawler) RunCycle(ctx context.Context) (cycleSummary, error) {
 	}
 feed:
 	for _, a := range apps {
-		j := crawlJob{App: a, CrawledAt: crawledAt, FullResync: fullResyncDue(a.PackageName, crawledAt, crawledAt.Add(-c.cfg.Interval), c.cfg.FullSyncInterval),
-			Locale: c.cfg.Locales.forApp(a.IsIranianApp)}
+		j := crawlJob{App: a, CrawledAt: crawledAt, FullResync: fullResyncDue(a.PackageName, crawledAt, crawledAt.Add(-c.cfg.Interval), c.cycle.FullSyncInterval),
+			Locale: c.cycle.Locales.forApp(a.IsIranianApp)}
 		select {
 		case queue <- j:
 		case <-ctx.Done():

@@ -46,16 +46,8 @@ type activeAppLister interface {
 // crawlerConfig is the crawl part of Config.
 type crawlerConfig struct {
 	Interval      time.Duration // CRAWL_INTERVAL
-	Workers       int           // CRAWL_WORKERS
 	ReviewsPerApp int           // REVIEWS_PER_APP
 	AppTimeout    time.Duration // CRAWL_APP_TIMEOUT: reading one app, both paths
-	// FullSyncInterval (REVIEWS_FULL_SYNC_INTERVAL) is how often each app's
-	// reviews are read in full; 0: always. The scheduler decides it per job
-	// (schedulerConfig.FullResyncEvery); the tests' in-process cycle reads
-	// it here.
-	FullSyncInterval time.Duration
-	Locales          localeDefaults
-	Clock            clock // the tests' in-process cycle: its crawl time
 }
 
 // crawlJob is one app's crawl in one cycle.
@@ -98,7 +90,6 @@ func fullResyncDue(pkg string, at, prev time.Time, every time.Duration) bool {
 // cycle.
 type crawler struct {
 	cfg     crawlerConfig
-	apps    activeAppLister // the tests' in-process cycle (crawl_cycle_test.go)
 	store   storeReader
 	known   crawlState
 	pub     crawlPublisher
@@ -106,8 +97,8 @@ type crawler struct {
 	logger  *slog.Logger
 }
 
-func newCrawler(cfg crawlerConfig, apps activeAppLister, store storeReader, known crawlState, pub crawlPublisher, reg prometheus.Registerer, logger *slog.Logger) *crawler {
-	return &crawler{cfg: cfg, apps: apps, store: store, known: known, pub: pub, metrics: newCrawlMetrics(reg, cfg.Interval), logger: logger}
+func newCrawler(cfg crawlerConfig, store storeReader, known crawlState, pub crawlPublisher, reg prometheus.Registerer, logger *slog.Logger) *crawler {
+	return &crawler{cfg: cfg, store: store, known: known, pub: pub, metrics: newCrawlMetrics(reg, cfg.Interval), logger: logger}
 }
 
 // Crawl paths, as metric labels.

@@ -81,7 +81,7 @@ func TestCrawlIncrementalReadCutLeavesNoHole(t *testing.T) {
 		}, crawlCanceled},
 		{"partition taken away after page 1", func(f *incrementalFixture, _ *rejectingParser) (context.Context, context.CancelFunc) {
 			// The crawl worker cancels the jobs of a revoked partition.
-			w := newCrawlWorker(f.crawler, newLeaseEpochs(f.pool), 1, prometheus.NewRegistry(), testLogger(t))
+			w := newCrawlWorker(f.crawler.crawler, newLeaseEpochs(f.pool), 1, prometheus.NewRegistry(), testLogger(t))
 			w.runCtx = context.Background()
 			jctx := w.track(&kgo.Record{Partition: 2})
 			f.crawler.store = &cuttingReader{storeReader: f.store.client, afterPage: func(page int) {

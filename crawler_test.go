@@ -28,18 +28,18 @@ type crawlFixture struct {
 	pool    *pgxpool.Pool
 	apps    *appStore
 	pub     *publisher
-	crawler *crawler
+	crawler *cycleCrawler
 	reg     *prometheus.Registry
 }
 
-func newCrawlFixture(t *testing.T, cfg crawlerConfig, tune func(*proxyPoolConfig, *playStoreConfig)) *crawlFixture {
+func newCrawlFixture(t *testing.T, cfg cycleConfig, tune func(*proxyPoolConfig, *playStoreConfig)) *crawlFixture {
 	t.Helper()
 	f := &crawlFixture{replay: newReplayPlayStore(t), pool: newTestPool(t), reg: prometheus.NewRegistry()}
 	f.apps = newAppStore(f.pool)
 	f.store = newTestPlayStore(t, f.replay.URL, tune)
 	f.broker, f.brokers = newTestBroker(t, t.TempDir())
 	f.pub = newTestPublisher(t, f.brokers, testProducerSettings)
-	f.crawler = newCrawler(cfg, f.apps, f.store.client, newPGKnownReviews(f.pool), f.pub, f.reg, testLogger(t))
+	f.crawler = newCycleCrawler(cfg, f.apps, f.store.client, newPGKnownReviews(f.pool), f.pub, f.reg, testLogger(t))
 	return f
 }
 
@@ -50,8 +50,8 @@ func (f *crawlFixture) register(t *testing.T, pkg string, iranian bool) {
 	}
 }
 
-func testCrawlerConfig(workers, reviews int) crawlerConfig {
-	return crawlerConfig{Interval: time.Hour, Workers: workers, ReviewsPerApp: reviews, AppTimeout: time.Minute,
+func testCrawlerConfig(workers, reviews int) cycleConfig {
+	return cycleConfig{crawlerConfig: crawlerConfig{Interval: time.Hour, ReviewsPerApp: reviews, AppTimeout: time.Minute}, Workers: workers,
 		FullSyncInterval: 24 * time.Hour, Locales: testLocales, Clock: systemClock{}}
 }
 

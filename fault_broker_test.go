@@ -78,7 +78,7 @@ func TestFaultBrokerOutageMidCycle(t *testing.T) {
 	// Every cycle reads every review: the checks count them per cycle.
 	ccfg := testCrawlerConfig(1, reviewsPerApp)
 	ccfg.FullSyncInterval = 0
-	cr := newCrawler(ccfg, registry, hook, newPGKnownReviews(pool), pub, prometheus.NewRegistry(), logger)
+	cr := newCycleCrawler(ccfg, registry, hook, newPGKnownReviews(pool), pub, prometheus.NewRegistry(), logger)
 	opts := testConsumerOptions()
 	tc := startTestConsumer(t, pool, brokers, opts, consumerHooks{})
 

@@ -167,7 +167,7 @@ func TestFaultThreeNodeLeaderKillMidCycle(t *testing.T) {
 	// Every cycle reads every review: the checks count them per cycle.
 	ccfg := testCrawlerConfig(workers, reviewsPerApp)
 	ccfg.FullSyncInterval = 0
-	cr := newCrawler(ccfg, registry, store.client, newPGKnownReviews(pool), pub, prometheus.NewRegistry(), logger)
+	cr := newCycleCrawler(ccfg, registry, store.client, newPGKnownReviews(pool), pub, prometheus.NewRegistry(), logger)
 
 	opts := testConsumerOptions()
 	opts.Group = k.TopicName(t) // the cluster outlives this test's database

@@ -115,7 +115,7 @@ func runSteadyState(b *testing.B, replay *replayPlayStore, apps, hours int, full
 	store := newTestPlayStore(b, replay.URL, func(p *proxyPoolConfig, _ *playStoreConfig) { p.MaxInFlight = workers })
 	cfg := testCrawlerConfig(workers, benchReviewsPerApp)
 	cfg.FullSyncInterval = fullSync
-	cr := newCrawler(cfg, registry, store.client, newPGKnownReviews(pool), newTestPublisher(b, brokers, testProducerSettings),
+	cr := newCycleCrawler(cfg, registry, store.client, newPGKnownReviews(pool), newTestPublisher(b, brokers, testProducerSettings),
 		prometheus.NewRegistry(), testLogger(b))
 
 	// Crawl times after the replay's reviews, in the consumer's past. A

@@ -483,9 +483,7 @@ func flushAndClose(cl *kgo.Client) func(context.Context) error {
 }
 
 func crawlerConfigOf(cfg Config) crawlerConfig {
-	return crawlerConfig{Interval: cfg.CrawlInterval, Workers: cfg.CrawlWorkers, ReviewsPerApp: cfg.ReviewsPerApp,
-		AppTimeout: cfg.CrawlAppTimeout, FullSyncInterval: cfg.ReviewsFullSyncInterval,
-		Locales: cfg.Locales, Clock: systemClock{}}
+	return crawlerConfig{Interval: cfg.CrawlInterval, ReviewsPerApp: cfg.ReviewsPerApp, AppTimeout: cfg.CrawlAppTimeout}
 }
 
 func schedulerConfigOf(cfg Config) schedulerConfig {
@@ -574,7 +572,7 @@ func newCrawlerRole(cfg Config, be *backends, reg prometheus.Registerer, logger 
 	be.onClose(flushAndClose(producer))
 	pub := newPublisher(producer, cfg.Producer, reg, logger)
 	pub.gate = be.publishGate()
-	cr := newCrawler(crawlerConfigOf(cfg), newAppStore(be.pool), store, newPGKnownReviews(be.pool), pub, reg, logger)
+	cr := newCrawler(crawlerConfigOf(cfg), store, newPGKnownReviews(be.pool), pub, reg, logger)
 	r := &crawlerRole{
 		sched:  newScheduler(schedulerConfigOf(cfg), be.pool, newAppStore(be.pool), producer, kadm.NewClient(be.kafka), cr.metrics, reg, logger),
 		worker: newCrawlWorker(cr, newLeaseEpochs(be.pool), cfg.CrawlWorkers, reg, logger),

@@ -145,7 +145,7 @@ func (cb *crawlBench) runArchiveOverhead(b *testing.B, workers int) {
 	defer producer.Close()
 	reg := prometheus.NewRegistry()
 	archive, flush := newTestArchive(b, brokers, reg)
-	cr := newCrawler(crawlerConfigOf(cfg), cb.registry, cb.store, cb.known, newPublisher(producer, cfg.Producer, reg, logger), reg, logger)
+	cr := newCycleCrawler(cycleConfigOf(cfg), cb.registry, cb.store, cb.known, newPublisher(producer, cfg.Producer, reg, logger), reg, logger)
 	responses := cb.apps * benchResponsesPerApp
 	var off, on time.Duration
 	cycle := func(a *rawArchive) time.Duration {

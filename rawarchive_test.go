@@ -124,7 +124,7 @@ func TestReparseStoresPagesTheCrawlCouldNotParse(t *testing.T) {
 	ts := newTestPlayStore(t, replay.URL, func(_ *proxyPoolConfig, c *playStoreConfig) { c.Parser = parser })
 	ts.client.archiver = archive
 	pub := newTestPublisher(t, brokers, testProducerSettings)
-	cr := newCrawler(crawlerConfig{Interval: time.Hour, Workers: 1, ReviewsPerApp: 100, AppTimeout: time.Minute, Locales: testLocales, Clock: systemClock{}},
+	cr := newCycleCrawler(cycleConfig{crawlerConfig: crawlerConfig{Interval: time.Hour, ReviewsPerApp: 100, AppTimeout: time.Minute}, Workers: 1, Locales: testLocales, Clock: systemClock{}},
 		newAppStore(pool), ts.client, newPGKnownReviews(pool), pub, prometheus.NewRegistry(), testLogger(t))
 	began := time.Now()
 	sum, err := cr.RunCycle(context.Background())

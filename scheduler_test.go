@@ -29,7 +29,7 @@ type fleetMember struct {
 func startFleetMember(t *testing.T, f *crawlFixture, lease time.Duration) *fleetMember {
 	t.Helper()
 	m := &fleetMember{reg: prometheus.NewRegistry(), done: make(chan struct{})}
-	cr := newCrawler(f.crawler.cfg, f.apps, f.store.client, newPGKnownReviews(f.pool), f.pub, m.reg, testLogger(t))
+	cr := newCrawler(f.crawler.cfg, f.store.client, newPGKnownReviews(f.pool), f.pub, m.reg, testLogger(t))
 	producer, err := kgo.NewClient(append(producerOptions(testProducerSettings), kgo.SeedBrokers(f.brokers...))...)
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +42,7 @@ func startFleetMember(t *testing.T, f *crawlFixture, lease time.Duration) *fleet
 	t.Cleanup(adm.Close)
 	cfg := schedulerConfig{Interval: time.Hour, Lease: lease, NewAppCheck: 100 * time.Millisecond, JobsGroup: "crawl-test", Locales: testLocales}
 	m.sched = newScheduler(cfg, f.apps.pool, f.apps, producer, kadm.NewClient(adm), cr.metrics, m.reg, testLogger(t))
-	m.worker = newCrawlWorker(cr, newLeaseEpochs(f.pool), f.crawler.cfg.Workers, m.reg, testLogger(t))
+	m.worker = newCrawlWorker(cr, newLeaseEpochs(f.pool), f.crawler.cycle.Workers, m.reg, testLogger(t))
 	jobs, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(f.brokers...)}, m.worker.clientOptions(cfg.JobsGroup, lease)...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -448,7 +448,7 @@ func TestCrawlWorkerDropsJobsOutsideTheirLeaseEpoch(t *testing.T) {
 	}
 	produce(t, f.brokers, recs...)
 	reg := prometheus.NewRegistry()
-	cr := newCrawler(f.crawler.cfg, f.apps, f.store.client, newPGKnownReviews(f.pool), f.pub, reg, testLogger(t))
+	cr := newCrawler(f.crawler.cfg, f.store.client, newPGKnownReviews(f.pool), f.pub, reg, testLogger(t))
 	w := newCrawlWorker(cr, newLeaseEpochs(f.pool), 2, reg, testLogger(t))
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(f.brokers...)}, w.clientOptions("crawl-test", 6*time.Second)...)...)
 	if err != nil {
@@ -671,7 +671,7 @@ func TestCrawlWorkerSurvivesAPanickingJob(t *testing.T) {
 	f := newCrawlFixture(t, testCrawlerConfig(2, 5), nil)
 	createTestTopics(t, f.brokers, topicSpec{Partitions: 1, Replication: -1, Retention: time.Hour})
 	reg := prometheus.NewRegistry()
-	cr := newCrawler(f.crawler.cfg, f.apps, panickingStore{f.store.client}, newPGKnownReviews(f.pool), f.pub, reg, testLogger(t))
+	cr := newCrawler(f.crawler.cfg, panickingStore{f.store.client}, newPGKnownReviews(f.pool), f.pub, reg, testLogger(t))
 	w := newCrawlWorker(cr, newLeaseEpochs(f.pool), 1, reg, testLogger(t))
 	f.register(t, "com.example.panics", false)
 	b, err := crawlJobMessage{CycleID: 1, PlannedAt: messageTime(time.Now()), PackageName: "com.example.panics", Lang: "en", Country: "us"}.encode()
