@@ -260,3 +260,76 @@ ALTER TABLE dead_letter_events
     ADD COLUMN generation INTEGER NOT NULL DEFAULT 0,
     DROP CONSTRAINT dead_letter_events_topic_partition_kafka_offset_key,
     ADD CONSTRAINT dead_letter_events_topic_partition_kafka_offset_generation_key UNIQUE (topic, "partition", kafka_offset, generation);
+
+-- migration 12: notifier
+-- reviews.text_lang is the sentiment job's: the language it detected in the
+-- text (fa, en, other), written with the label. Destinations and rules are
+-- the registry API's; a destination's secrets (webhook secret, bot token,
+-- SMTP password, the full Slack/Discord URL) sit in a table of their own so
+-- that playwatch_reader, which reads every other table, is not granted it.
+-- notifications is the notifier's outbox: one row per rule, destination and
+-- event key, inserted in the transaction that decides the event and marked
+-- sent only after the receiver answered 2xx.
+ALTER TABLE reviews ADD COLUMN text_lang VARCHAR(8);
+
+CREATE TABLE notify_destinations (
+    id         BIGSERIAL PRIMARY KEY,
+    name       VARCHAR(255) NOT NULL,
+    type       VARCHAR(20) NOT NULL CHECK (type IN ('webhook', 'slack', 'discord', 'telegram', 'email')),
+    config     JSONB NOT NULL DEFAULT '{}',
+    status     VARCHAR(10) NOT NULL DEFAULT 'ok' CHECK (status IN ('ok', 'broken')),
+    last_error TEXT,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+CREATE TABLE notify_destination_secrets (
+    destination_id BIGINT PRIMARY KEY REFERENCES notify_destinations (id) ON DELETE CASCADE,
+    secrets        JSONB NOT NULL DEFAULT '{}'
+);
+
+CREATE TABLE notify_rules (
+    id           BIGSERIAL PRIMARY KEY,
+    name         VARCHAR(255) NOT NULL,
+    event        VARCHAR(20) NOT NULL CHECK (event IN ('review', 'rating_drop', 'negative_spike', 'crawl_failing', 'new_version')),
+    apps         TEXT[],
+    filter       JSONB NOT NULL DEFAULT '{}',
+    max_per_hour INTEGER NOT NULL DEFAULT 20 CHECK (max_per_hour >= 0),
+    backfill     INTERVAL NOT NULL DEFAULT '0',
+    created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+    updated_at   TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+-- RESTRICT: a destination a rule still uses cannot be deleted (the API
+-- answers 409 naming the rules).
+CREATE TABLE notify_rule_destinations (
+    rule_id        BIGINT NOT NULL REFERENCES notify_rules (id) ON DELETE CASCADE,
+    destination_id BIGINT NOT NULL REFERENCES notify_destinations (id) ON DELETE RESTRICT,
+    PRIMARY KEY (rule_id, destination_id)
+);
+CREATE INDEX notify_rule_destinations_destination_id_idx ON notify_rule_destinations (destination_id);
+
+-- event_at: when the event was stored (a review's first_seen_at or edit, an
+-- alert's start), for playwatch_notify_delivery_seconds; source_at: a
+-- review's time on the store, for playwatch_notify_review_age_seconds. A
+-- row folded into a digest points at the digest's own row.
+CREATE TABLE notifications (
+    id              BIGSERIAL PRIMARY KEY,
+    rule_id         BIGINT NOT NULL REFERENCES notify_rules (id) ON DELETE CASCADE,
+    destination_id  BIGINT NOT NULL REFERENCES notify_destinations (id) ON DELETE CASCADE,
+    event           VARCHAR(20) NOT NULL,
+    event_key       TEXT NOT NULL,
+    payload         JSONB NOT NULL,
+    status          VARCHAR(10) NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'sent', 'failed')),
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    last_error      TEXT,
+    next_attempt_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    event_at        TIMESTAMPTZ NOT NULL,
+    source_at       TIMESTAMPTZ,
+    digest_id       BIGINT REFERENCES notifications (id) ON DELETE SET NULL,
+    created_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
+    sent_at         TIMESTAMPTZ,
+    UNIQUE (rule_id, destination_id, event_key)
+);
+CREATE INDEX notifications_due_idx ON notifications (next_attempt_at) WHERE status = 'pending';
+CREATE INDEX notifications_rule_destination_sent_at_idx ON notifications (rule_id, destination_id, sent_at) WHERE status = 'sent';

@@ -46,9 +46,9 @@ ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`
 // from the locked row, which is the version that was classified.
 // statement_timestamp() makes every row of one batch share its sentiment_at.
 // The model is per row: a review the model failed on gets failedModelPrefix.
-const sentimentWriteSQL = `UPDATE reviews AS r SET sentiment = u.label, sentiment_model = u.model,
+const sentimentWriteSQL = `UPDATE reviews AS r SET sentiment = u.label, sentiment_model = u.model, text_lang = u.lang,
 	sentiment_at = statement_timestamp(), sentiment_text_hash = reviews_sentiment_input(r.score, r.content)
-FROM unnest($1::bigint[], $2::text[], $3::text[]) AS u(id, label, model)
+FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS u(id, label, model, lang)
 WHERE r.id = u.id`
 
 // failedModelPrefix marks, in sentiment_model, a review whose
@@ -191,14 +191,15 @@ func (j *sentimentJob) scoreBatch(ctx context.Context) (int, error) {
 	ids := make([]int64, len(batch))
 	labels := make([]string, len(batch))
 	models := make([]string, len(batch))
+	langs := make([]string, len(batch))
 	for i, s := range batch {
-		ids[i], labels[i], models[i] = s.id, s.result.Label, j.version
+		ids[i], labels[i], models[i], langs[i] = s.id, s.result.Label, j.version, s.result.Lang
 		if s.failed {
 			models[i] = j.failed
 		}
 	}
 	start := j.clock.Now()
-	tag, err := tx.Exec(ctx, sentimentWriteSQL, ids, labels, models)
+	tag, err := tx.Exec(ctx, sentimentWriteSQL, ids, labels, models, langs)
 	if err != nil {
 		return 0, fmt.Errorf("write sentiment: %w", err)
 	}
