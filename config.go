@@ -79,6 +79,14 @@ type Config struct {
 	SentimentInterval time.Duration
 	SentimentBatch    int
 
+	// Notifier (notify_*.go).
+	NotifyAllowPrivate   bool          // NOTIFY_ALLOW_PRIVATE
+	NotifyProxy          string        // NOTIFY_PROXY; empty: direct
+	TelegramAPIURL       string        // TELEGRAM_API_URL
+	NotifySentimentWait  time.Duration // NOTIFY_SENTIMENT_WAIT
+	NotifyGiveUp         time.Duration // NOTIFY_GIVE_UP
+	PublicURL            string        // PUBLIC_URL; empty: messages carry no status page link
+
 	// Status page reads (statuspage.go), on their own connections.
 	ReadStatementTimeout time.Duration // READ_STATEMENT_TIMEOUT
 	StatusPageMaxRenders int           // STATUS_PAGE_MAX_RENDERS
@@ -319,6 +327,39 @@ var settings = []setting{
 		}},
 	{"SENTIMENT_BATCH", "2000", "reviews the sentiment job scores per transaction (one UPDATE), at most",
 		func(c *Config, v string) (err error) { c.SentimentBatch, err = parseInt(v, 1, 50000); return }},
+
+	// Notifier (notify_*.go).
+	{"NOTIFY_ALLOW_PRIVATE", "false", "let destinations send to loopback, private, link-local and unique-local addresses (checked when each message is sent)",
+		func(c *Config, v string) (err error) { c.NotifyAllowPrivate, err = strconv.ParseBool(v); return }},
+	{"NOTIFY_PROXY", "", "http, https or socks5 proxy URL for every message the notifier sends (Telegram and Slack are filtered in some countries); empty: direct",
+		func(c *Config, v string) (err error) {
+			if v == "" {
+				return nil
+			}
+			_, err = parseProxyURL(v)
+			c.NotifyProxy = v
+			return
+		}},
+	{"TELEGRAM_API_URL", "https://api.telegram.org", "base URL of the Telegram Bot API",
+		func(c *Config, v string) (err error) { c.TelegramAPIURL, err = parseHTTPURL(v); return }},
+	{"NOTIFY_SENTIMENT_WAIT", "2m", "longest a review message of a rule that filters on sentiment waits for the sentiment label before it goes out with the label of its stars",
+		func(c *Config, v string) (err error) {
+			c.NotifySentimentWait, err = time.ParseDuration(v)
+			if err == nil && (c.NotifySentimentWait < 0 || c.NotifySentimentWait > time.Hour) {
+				err = errors.New("must be between 0s and 1h")
+			}
+			return
+		}},
+	{"NOTIFY_GIVE_UP", "24h", "after this long undelivered, a message is failed (`playwatch notify retry` sends it again)",
+		func(c *Config, v string) (err error) { c.NotifyGiveUp, err = parsePositiveDuration(v); return }},
+	{"PUBLIC_URL", "", "the URL people reach this playwatch at (e.g. https://playwatch.example.com); messages link to the app's status page when set",
+		func(c *Config, v string) (err error) {
+			if v == "" {
+				return nil
+			}
+			c.PublicURL, err = parseHTTPURL(v)
+			return
+		}},
 }
 
 func (s setting) flagName() string {
@@ -447,13 +488,14 @@ var settingGroups = map[string][]string{
 	"consumer": {"CONSUMER_GROUP", "CONSUMER_MAX_POLL_RECORDS", "CONSUMER_LINGER", "CONSUMER_WRITERS", "CONSUMER_MAX_RECORD_BYTES",
 		"CONSUMER_RETRY_MAX_BACKOFF"},
 	"sentiment": {"SENTIMENT_INTERVAL", "SENTIMENT_BATCH"},
+	"notifier":  {"NOTIFY_ALLOW_PRIVATE", "NOTIFY_PROXY", "TELEGRAM_API_URL", "NOTIFY_SENTIMENT_WAIT", "NOTIFY_GIVE_UP", "PUBLIC_URL"},
 }
 
 // commandSettings says what each command (by its name in
 // parseCommandLine) reads: groups of settingGroups, or single settings.
 var commandSettings = map[string][]string{
 	"run": {"logging", "services", "managed postgres", "embedded broker", "http", "kafka", "producer", "play store", "crawl",
-		"consumer", "sentiment"},
+		"consumer", "sentiment", "notifier"},
 	"crawl":             {"logging", "services", "kafka", "producer", "play store", "crawl"},
 	"fetch":             {"logging", "play store"},
 	"migrate":           {"logging", "services"},
