@@ -80,12 +80,12 @@ type Config struct {
 	SentimentBatch    int
 
 	// Notifier (notify_*.go).
-	NotifyAllowPrivate   bool          // NOTIFY_ALLOW_PRIVATE
-	NotifyProxy          string        // NOTIFY_PROXY; empty: direct
-	TelegramAPIURL       string        // TELEGRAM_API_URL
-	NotifySentimentWait  time.Duration // NOTIFY_SENTIMENT_WAIT
-	NotifyGiveUp         time.Duration // NOTIFY_GIVE_UP
-	PublicURL            string        // PUBLIC_URL; empty: messages carry no status page link
+	NotifyAllowPrivate  bool          // NOTIFY_ALLOW_PRIVATE
+	NotifyProxy         string        // NOTIFY_PROXY; empty: direct
+	TelegramAPIURL      string        // TELEGRAM_API_URL
+	NotifySentimentWait time.Duration // NOTIFY_SENTIMENT_WAIT
+	NotifyGiveUp        time.Duration // NOTIFY_GIVE_UP
+	PublicURL           string        // PUBLIC_URL; empty: messages carry no status page link
 
 	// Status page reads (statuspage.go), on their own connections.
 	ReadStatementTimeout time.Duration // READ_STATEMENT_TIMEOUT
