@@ -333,3 +333,10 @@ CREATE TABLE notifications (
 );
 CREATE INDEX notifications_due_idx ON notifications (next_attempt_at) WHERE status = 'pending';
 CREATE INDEX notifications_rule_destination_sent_at_idx ON notifications (rule_id, destination_id, sent_at) WHERE status = 'sent';
+
+-- migration 13: review topics
+-- The sentiment job's column: what a review is about (crash, ads, login,
+-- …), written in the same pass as the label; the GIN index serves the
+-- reviews API's and the status page's topic filters.
+ALTER TABLE reviews ADD COLUMN topics TEXT[];
+CREATE INDEX reviews_topics_idx ON reviews USING GIN (topics);
