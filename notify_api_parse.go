@@ -34,14 +34,16 @@ var (
 )
 
 const (
-	maxURLLength      = 2048
-	maxSecretLength   = 1000
-	maxRecipients     = 50
-	defaultMaxPerHour = 20
-	maxMaxPerHour     = 10000
-	maxBackfill       = 30 * 24 * time.Hour
-	maxKeywords       = 20
-	maxKeywordChars   = 100
+	maxURLLength        = 2048
+	maxSecretLength     = 1000
+	maxRecipients       = 50
+	defaultMaxPerHour   = 20
+	maxMaxPerHour       = 10000
+	maxBackfill         = 30 * 24 * time.Hour
+	maxKeywords         = 20
+	maxKeywordChars     = 100
+	maxRuleDestinations = 100
+	maxRuleApps         = 1000
 )
 
 // readOnlyFields are in every answer and cannot be written.
@@ -97,7 +99,7 @@ func parseDestinationFields(d *destination, members map[string]json.RawMessage, 
 			}
 		case field == "name":
 			d.Name, err = decodeString(field, v, false, 255)
-			if err == nil && strings.TrimSpace(d.Name) == "" {
+			if err == nil && d.Name == "" {
 				err = errors.New("name must not be empty")
 			}
 		case slices.Contains(readOnlyFields, field):
@@ -232,9 +234,6 @@ func checkEmail(c *destinationConfig, allowPrivate bool) error {
 	if c.SMTPPort == 0 {
 		c.SMTPPort = port
 	}
-	if c.Password != "" && c.Username == "" {
-		return errors.New("username is required with a password")
-	}
 	if c.From == "" {
 		return errors.New("from is required for an email destination")
 	}
@@ -307,7 +306,7 @@ func parseRuleFields(rule *notifyRule, members map[string]json.RawMessage, creat
 		switch field {
 		case "name":
 			rule.Name, err = decodeString(field, v, false, 255)
-			if err == nil && strings.TrimSpace(rule.Name) == "" {
+			if err == nil && rule.Name == "" {
 				err = errors.New("name must not be empty")
 			}
 		case "event":
@@ -321,8 +320,8 @@ func parseRuleFields(rule *notifyRule, members map[string]json.RawMessage, creat
 				err = errors.New("destinations must be a list of destination ids")
 				break
 			}
-			if len(ids) == 0 {
-				err = errors.New("destinations must name at least one destination")
+			if len(ids) == 0 || len(ids) > maxRuleDestinations {
+				err = fmt.Errorf("destinations must name 1 to %d destinations", maxRuleDestinations)
 				break
 			}
 			rule.Destinations = nil
@@ -385,8 +384,8 @@ func decodeApps(v json.RawMessage, rule *notifyRule) error {
 	if err := decodeField("apps", v, &apps, "a list of package names or null"); err != nil {
 		return err
 	}
-	if len(apps) == 0 {
-		return errors.New("apps must list at least one package name, or be null (every active app)")
+	if len(apps) == 0 || len(apps) > maxRuleApps {
+		return fmt.Errorf("apps must list 1 to %d package names, or be null (every active app)", maxRuleApps)
 	}
 	rule.Apps = nil
 	for _, pkg := range apps {
