@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/mail"
 	"net/netip"
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -129,9 +131,8 @@ func parseDestinationFields(d *destination, members map[string]json.RawMessage, 
 			err = decodeSecret(field, v, true, create, &c.Password)
 		case field == "chat_id":
 			// Telegram's chat ids are numbers; a JSON number is taken as its digits.
-			var n json.Number
-			if json.Unmarshal(v, &n) == nil && string(v) != "null" {
-				c.ChatID = n.String()
+			if n, ok := jsonInt(v); ok {
+				c.ChatID = strconv.FormatInt(n, 10)
 			} else {
 				c.ChatID, err = decodeString(field, v, false, 40)
 			}
@@ -139,9 +140,7 @@ func parseDestinationFields(d *destination, members map[string]json.RawMessage, 
 			c.SMTPHost, err = decodeString(field, v, false, 253)
 		case field == "smtp_port":
 			var p *int
-			if err = decodeField(field, v, &p, "an integer from 1 to 65535"); err == nil && (p == nil || *p < 1 || *p > 65535) {
-				err = errors.New("smtp_port must be an integer from 1 to 65535")
-			} else if err == nil {
+			if err = decodeIntRange(field, v, 1, 65535, &p); err == nil {
 				c.SMTPPort = *p
 			}
 		case field == "tls":
@@ -169,6 +168,9 @@ func decodeSecret(field string, v json.RawMessage, optional, create bool, dst *s
 	s, err := decodeString(field, v, optional, maxSecretLength)
 	if err != nil {
 		return err
+	}
+	if s == "" && string(v) != "null" {
+		return fmt.Errorf("%s must not be empty (null removes an optional one)", field)
 	}
 	if s == maskedSecret {
 		if create {
@@ -315,10 +317,17 @@ func parseRuleFields(rule *notifyRule, members map[string]json.RawMessage, creat
 				err = fmt.Errorf("event must be one of %s", strings.Join(notifyEvents, ", "))
 			}
 		case "destinations":
-			var ids []int64
-			if decodeField(field, v, &ids, "") != nil || string(v) == "null" {
+			var raw []json.RawMessage
+			if decodeField(field, v, &raw, "") != nil || string(v) == "null" {
 				err = errors.New("destinations must be a list of destination ids")
 				break
+			}
+			ids := make([]int64, len(raw))
+			for i, r := range raw {
+				var ok bool
+				if ids[i], ok = jsonInt(r); !ok {
+					ids[i] = -1
+				}
 			}
 			if len(ids) == 0 || len(ids) > maxRuleDestinations {
 				err = fmt.Errorf("destinations must name 1 to %d destinations", maxRuleDestinations)
@@ -338,14 +347,12 @@ func parseRuleFields(rule *notifyRule, members map[string]json.RawMessage, creat
 			rule.Filter, err = parseFilter(v)
 		case "max_per_hour":
 			var n *int
-			if decodeField(field, v, &n, "") != nil || n == nil || *n < 0 || *n > maxMaxPerHour {
-				err = fmt.Errorf("max_per_hour must be an integer from 0 (no limit) to %d", maxMaxPerHour)
-			} else {
+			if err = decodeIntRange(field, v, 0, maxMaxPerHour, &n); err == nil {
 				rule.MaxPerHour = *n
 			}
 		case "backfill":
 			var s string
-			if s, err = decodeString(field, v, true, 40); err == nil && s != "" {
+			if s, err = decodeString(field, v, true, 40); err == nil && string(v) != "null" {
 				d, perr := parseDuration(s)
 				if perr != nil || d < 0 || d > maxBackfill {
 					err = errors.New("backfill must be a duration from 0s to 30d, such as 24h or 7d")
@@ -483,12 +490,30 @@ func parseFilter(v json.RawMessage) (ruleFilter, error) {
 }
 
 func decodeIntRange(name string, v json.RawMessage, lo, hi int, dst **int) error {
-	var n int
-	if json.Unmarshal(v, &n) != nil || n < lo || n > hi {
+	n, ok := jsonInt(v)
+	if !ok || n < int64(lo) || n > int64(hi) {
 		return fmt.Errorf("%s must be an integer from %d to %d", name, lo, hi)
 	}
-	*dst = &n
+	i := int(n)
+	*dst = &i
 	return nil
+}
+
+// jsonInt reads a JSON number that is an integer, also when written with a
+// fraction or exponent (18537.0, 1e3), as JSON Schema counts them.
+func jsonInt(v json.RawMessage) (int64, bool) {
+	var num json.Number
+	if json.Unmarshal(v, &num) != nil || string(v) == "null" || strings.HasPrefix(strings.TrimSpace(string(v)), `"`) {
+		return 0, false
+	}
+	if n, err := num.Int64(); err == nil {
+		return n, true
+	}
+	f, err := num.Float64()
+	if err != nil || f != math.Trunc(f) || math.Abs(f) >= 1<<63 {
+		return 0, false
+	}
+	return int64(f), true
 }
 
 func decodePositive(name string, v json.RawMessage, hi float64, dst **float64) error {

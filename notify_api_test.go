@@ -301,6 +301,8 @@ func TestNotifyDestinationValidation(t *testing.T) {
 		{`{"name": "a", "type": "email", "smtp_host": "smtp.example.com", "from": "a@example.com", "to": []}`, "to"},
 		{`{"name": "a", "type": "email", "smtp_host": "smtp.example.com", "from": "a@example.com", "to": ["not an address"]}`, "to"},
 		{`{"name": "a", "type": "slack", "url": "https://hooks.slack.com/x", "status": "broken"}`, "status"},
+		{`{"name": "a", "type": "email", "smtp_host": "smtp.example.com", "username": "u", "password": "", "from": "a@example.com", "to": ["b@example.com"]}`, "password"},
+		{`{"name": "a", "type": "email", "smtp_host": "smtp.example.com", "smtp_port": 25.5, "from": "a@example.com", "to": ["b@example.com"]}`, "smtp_port"},
 	} {
 		r := f.call(t, "POST", "/api/v1/destinations", c.body)
 		if r.code != 400 || !strings.Contains(r.body, c.field) {
@@ -318,6 +320,7 @@ func TestNotifyDestinationValidation(t *testing.T) {
 	// server on loopback may then go without TLS.
 	f.api.allowPrivate = true
 	f.createDestination(t, `{"name": "local", "type": "webhook", "url": "http://127.0.0.1:8080/x"}`)
+	f.createDestination(t, `{"name": "mail", "type": "email", "smtp_host": "smtp.example.com", "smtp_port": 18537.0, "from": "a@example.com", "to": ["b@example.com"]}`)
 	id := f.createDestination(t, `{"name": "local mail", "type": "email", "smtp_host": "127.0.0.1", "tls": "none", "from": "a@example.com", "to": ["b@example.com"]}`)
 	if got := decodeJSON[destinationJSON](t, f.call(t, "GET", fmt.Sprintf("/api/v1/destinations/%d", id), "")); got.SMTPPort != 25 || got.TLS != "none" {
 		t.Errorf("local mail: %+v", got)
@@ -498,6 +501,7 @@ func TestNotifyRuleValidation(t *testing.T) {
 		{`{` + ok + `, "event": "review", "backfill": "31d"}`, "backfill"},
 		{`{` + ok + `, "event": "review", "backfill": "-1h"}`, "backfill"},
 		{`{` + ok + `, "event": "review", "backfill": 5}`, "backfill"},
+		{`{` + ok + `, "event": "review", "backfill": ""}`, "backfill"},
 		{`{` + ok + `, "event": "review", "priority": 1}`, "priority"},
 	} {
 		r := f.call(t, "POST", "/api/v1/rules", c.body)
@@ -513,6 +517,8 @@ func TestNotifyRuleValidation(t *testing.T) {
 		`{` + ok + `, "event": "negative_spike", "filter": {"min_count": 5, "factor": 3}}`,
 		`{` + ok + `, "event": "crawl_failing", "filter": null, "apps": null}`,
 		`{` + ok + `, "event": "new_version", "max_per_hour": 10000}`,
+		// JSON Schema counts 5.0 as an integer.
+		`{` + ok + `, "event": "review", "max_per_hour": 5.0, "filter": {"max_stars": 2.0}, "backfill": null}`,
 	} {
 		if r := f.call(t, "POST", "/api/v1/rules", body); r.code != 201 {
 			t.Errorf("POST %s: %d %s", body, r.code, r.body)
@@ -598,6 +604,9 @@ func TestNotifyNotificationsList(t *testing.T) {
 	}
 	if len(seen) != 7 || seen[0] != all.Notifications[0].ID || seen[6] != first.ID {
 		t.Errorf("pages gave %v", seen)
+	}
+	if r := f.call(t, "GET", "/api/v1/notifications?status=pending&rule=1&destination=9223372036854775806&cursor=1", ""); r.code != 200 {
+		t.Errorf("GET with a large destination id: %d %s", r.code, r.body)
 	}
 	for _, q := range []string{"status=done", "rule=x", "destination=0", "limit=0", "limit=501", "cursor=-1", "page=2", "status=sent&status=failed"} {
 		name, _, _ := strings.Cut(q, "=")

@@ -58,4 +58,3 @@ func TestStatusPageNotificationsCard(t *testing.T) {
 		t.Errorf("want %q in\n%s", want, body)
 	}
 }
-
