@@ -45,7 +45,8 @@ const (
 	maxKeywords         = 20
 	maxKeywordChars     = 100
 	maxRuleDestinations = 100
-	maxRuleApps         = 1000
+	maxRuleApps         = 100 // 100 package names stay well under the 64 KiB body
+	maxChatID           = 999999999999999
 )
 
 // readOnlyFields are in every answer and cannot be written.
@@ -132,7 +133,12 @@ func parseDestinationFields(d *destination, members map[string]json.RawMessage, 
 		case field == "chat_id":
 			// Telegram's chat ids are numbers; a JSON number is taken as its digits.
 			if n, ok := jsonInt(v); ok {
+				if n < -maxChatID || n > maxChatID {
+					err = fmt.Errorf("chat_id must be a number from %d to %d, or a string", -maxChatID, maxChatID)
+				}
 				c.ChatID = strconv.FormatInt(n, 10)
+			} else if string(v) != "" && v[0] != '"' && string(v) != "null" {
+				err = errors.New("chat_id must be an integer or a string")
 			} else {
 				c.ChatID, err = decodeString(field, v, false, 40)
 			}
