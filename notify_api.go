@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -405,7 +406,7 @@ func (api *notifyAPI) testDestination(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, destinationTestResponse{OK: true, HTTPStatus: status})
 		return
 	}
-	msg := receiverError(err.Error(), d.Config)
+	msg := receiverError(err.Error(), d)
 	if _, err := api.pool.Exec(r.Context(), `UPDATE notify_destinations SET last_error = $2 WHERE id = $1`, id, msg); err != nil {
 		api.internalError(w, r, fmt.Errorf("destination %d: record test failure: %w", id, err))
 		return
@@ -414,10 +415,17 @@ func (api *notifyAPI) testDestination(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusBadGateway, destinationTestResponse{HTTPStatus: status, Error: msg})
 }
 
-// receiverError is what is kept and shown of a failure: no secret of c
-// (a client error may quote a URL with a bot token in it), at most
+// receiverError is what is kept and shown of a failure: no secret of d
+// (a client error quotes the URL, with a bot token or a webhook's path), at most
 // maxReceiverError bytes of whole characters.
-func receiverError(msg string, c destinationConfig) string {
+func receiverError(msg string, d destination) string {
+	c := d.Config
+	if urlIsSecret(d.Type) && c.URL != "" {
+		msg = strings.ReplaceAll(msg, c.URL, maskURL(c.URL))
+		if u, err := url.Parse(c.URL); err == nil && len(u.Path) > 1 {
+			msg = strings.ReplaceAll(msg, u.Path, "/****")
+		}
+	}
 	for _, s := range []string{c.Secret, c.BotToken, c.Password} {
 		if s != "" {
 			msg = strings.ReplaceAll(msg, s, maskedSecret)

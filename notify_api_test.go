@@ -365,6 +365,18 @@ func TestNotifyDestinationTest(t *testing.T) {
 	}
 	assertNoSecret(t, "the log", f.logs.String())
 
+	// A client error quotes a Slack URL, whose path is the secret.
+	slackID := f.createDestination(t, `{"name": "team chat", "type": "slack", "url": "`+slackURL+`"}`)
+	tester.status, tester.err = 0, errors.New(`Post "`+slackURL+`": dial tcp: lookup hooks.slack.com: no such host`)
+	r = f.call(t, "POST", fmt.Sprintf("/api/v1/destinations/%d/test", slackID), "")
+	if r.code != 502 || !strings.Contains(r.body, "https://hooks.slack.com/****") {
+		t.Errorf("failed slack test: %d %s", r.code, r.body)
+	}
+	assertNoSecret(t, "the failed slack test's answer", r.body)
+	if n := count(t, f.pool, `SELECT count(*) FROM notify_destinations WHERE last_error LIKE '%slacksecretpath123%'`); n != 0 {
+		t.Error("last_error holds the Slack URL's path")
+	}
+
 	f.api.tester = nil
 	if r = f.call(t, "POST", path, ""); r.code != 503 {
 		t.Errorf("test without a sender: %d %s", r.code, r.body)
