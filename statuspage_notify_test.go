@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The overview's notifications card: without destinations it says how to
@@ -56,5 +59,65 @@ func TestStatusPageNotificationsCard(t *testing.T) {
 	_, body, _ = getPage(t, srv.URL+"/")
 	if want := `<div class="card bad"><div class="card-title">Notifications, 24 h</div><div class="card-value">3 sent</div><div class="card-detail">2 pending, 1 failed (playwatch notify list --status failed; notify retry --failed sends them again); 1 broken destinations: ops bot`; !strings.Contains(body, want) {
 		t.Errorf("want %q in\n%s", want, body)
+	}
+}
+
+// The card's counts of sent and pending notifications read the outbox on
+// its indexes, so the page's cost does not grow with the outbox's history.
+func TestStatusPageNotificationsQueryPlan(t *testing.T) {
+	pool := newTestPool(t)
+	ctx := context.Background()
+	for _, sql := range []string{
+		`INSERT INTO notify_destinations (name, type) SELECT 'd' || i, 'webhook' FROM generate_series(1, 5) i`,
+		`INSERT INTO notify_rules (name, event) SELECT 'r' || i, 'review' FROM generate_series(1, 5) i`,
+		`INSERT INTO notifications (rule_id, destination_id, event, event_key, payload, status, event_at, sent_at)
+			SELECT 1 + i % 5, 1 + (i / 5) % 5, 'review', 'k' || i, '{}', 'sent', now(), now() - make_interval(mins => i)
+			FROM generate_series(1, 20000) i`,
+		`ANALYZE`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	var plan []byte
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `EXPLAIN (FORMAT JSON) `+notifyCountsSQL, time.Now().Add(-24*time.Hour)).Scan(&plan)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc []struct{ Plan planNode }
+	if err := json.Unmarshal(plan, &doc); err != nil {
+		t.Fatal(err)
+	}
+	reads := 0
+	doc[0].Plan.walk(func(n planNode) {
+		if n.Relation != "notifications" {
+			return
+		}
+		reads++
+		if n.Type == "Bitmap Heap Scan" { // the index is its child's
+			for _, c := range n.Plans {
+				n.Index, n.IndexCond = n.Index+c.Index, n.IndexCond+c.IndexCond
+			}
+		}
+		if !strings.Contains(n.Type, "Index") && n.Type != "Bitmap Heap Scan" {
+			t.Errorf("reads notifications by %s (index %q)", n.Type, n.Index)
+		}
+		switch n.Index {
+		case "notifications_due_idx":
+		case "notifications_rule_destination_sent_at_idx":
+			if !strings.Contains(n.IndexCond, "sent_at") {
+				t.Errorf("the sent rows are read without a range on sent_at: %q", n.IndexCond)
+			}
+		default:
+			t.Errorf("reads notifications on %q (cond %q), not the outbox's partial indexes", n.Index, n.IndexCond)
+		}
+	})
+	if reads != 2 {
+		t.Errorf("%d reads of notifications, want 2:\n%s", reads, plan)
 	}
 }
