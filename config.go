@@ -506,6 +506,8 @@ var commandSettings = map[string][]string{
 	"sentiment run":     {"logging", "services", "sentiment"},
 	"sentiment rescore": {"logging", "services"},
 	"reparse":           {"logging", "services", "kafka", "producer"},
+	"notify list":       {"logging", "services"},
+	"notify retry":      {"logging", "services"},
 	"db-url":            {"PLAYWATCH_DATA_DIR", "DATABASE_URL"},
 }
 

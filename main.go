@@ -97,6 +97,9 @@ Usage:
   playwatch sentiment run|rescore [flags]    score stored reviews' sentiment alone, or mark them for re-scoring
   playwatch sentiment classify [--lang auto|fa|en] [--json]
                                              label review texts from stdin (no database, no broker)
+  playwatch notify list [--status S] [--rule ID] [--destination ID] [--limit N]
+                                             show the notifications of the outbox, newest first
+  playwatch notify retry ID...|--failed      send failed (or the given) notifications again
   playwatch reparse [--since 24h] [--until T] [--package P] [--dry-run]
                                              parse the archived raw pages again and publish their messages
   playwatch db-url [--reader]                print a URL of the managed PostgreSQL (for psql, dashboards)
@@ -154,6 +157,8 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 		return cmdDBURL(rest, getenv, stdout, stderr)
 	case "sentiment":
 		return cmdSentiment(ctx, rest, getenv, os.Stdin, stdout, stderr)
+	case "notify":
+		return cmdNotify(ctx, rest, getenv, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "playwatch", version)
 		return nil
@@ -362,6 +367,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 
 	var api *registryAPI
 	var status *statusPage
+	var more []apiRoutes
 	if slices.Contains(roles, "registry") {
 		// The page, the gauges and the registry API's GETs read on their
 		// own connections: the lease, the consumer and the crawler never
@@ -372,6 +378,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		}
 		be.onClose(func(context.Context) error { reads.Close(); return nil })
 		api = &registryAPI{store: newRegistryStore(be.pool, reads), token: cfg.RegistryToken, locales: cfg.Locales, logger: logger}
+		more = append(more, &notifyAPI{pool: be.pool, reads: reads, token: cfg.RegistryToken, allowPrivate: cfg.NotifyAllowPrivate, logger: logger})
 		status = newStatusPage(statusDB{reads}, reg, cfg.StatusPageToken, cfg.CrawlInterval, cfg.AppGaugesInterval, cfg.StatusPageMaxRenders, logger)
 		startRole("app gauges", status.appGauges.run)
 	}
@@ -392,7 +399,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		unpublish = up
 	}
 	redactChecks(cfg, checks)
-	srv := newHTTPServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, status, checks, logger))
+	srv := newHTTPServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, status, checks, logger, more...))
 	startRole("http", func(ctx context.Context) error {
 		go func() {
 			<-ctx.Done()

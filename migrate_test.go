@@ -94,6 +94,7 @@ func TestSchemaColumnsMatchContract(t *testing.T) {
 		"reviews.sentiment_model":                       "character varying(40) NULL",
 		"reviews.sentiment_at":                          "timestamp with time zone NULL",
 		"reviews.sentiment_text_hash":                   "bytea NULL",
+		"reviews.text_lang":                             "character varying(8) NULL",
 		"network_metrics.id":                            "bigint NOT NULL nextval",
 		"network_metrics.application_id":                "bigint NOT NULL",
 		"network_metrics.analysis_id":                   "uuid NOT NULL",
@@ -120,6 +121,42 @@ func TestSchemaColumnsMatchContract(t *testing.T) {
 		"dead_letter_events.discarded_at":               "timestamp with time zone NULL",
 		"dead_letter_events.discarded_by":               "text NULL",
 		"dead_letter_events.generation":                 "integer NOT NULL 0",
+		"notify_destinations.id":                        "bigint NOT NULL nextval",
+		"notify_destinations.name":                      "character varying(255) NOT NULL",
+		"notify_destinations.type":                      "character varying(20) NOT NULL",
+		"notify_destinations.config":                    "jsonb NOT NULL '{}'::jsonb",
+		"notify_destinations.status":                    "character varying(10) NOT NULL 'ok'::character varying",
+		"notify_destinations.last_error":                "text NULL",
+		"notify_destinations.created_at":                "timestamp with time zone NOT NULL now",
+		"notify_destinations.updated_at":                "timestamp with time zone NOT NULL now",
+		"notify_destination_secrets.destination_id":     "bigint NOT NULL",
+		"notify_destination_secrets.secrets":            "jsonb NOT NULL '{}'::jsonb",
+		"notify_rules.id":                               "bigint NOT NULL nextval",
+		"notify_rules.name":                             "character varying(255) NOT NULL",
+		"notify_rules.event":                            "character varying(20) NOT NULL",
+		"notify_rules.apps":                             "text[] NULL",
+		"notify_rules.filter":                           "jsonb NOT NULL '{}'::jsonb",
+		"notify_rules.max_per_hour":                     "integer NOT NULL 20",
+		"notify_rules.backfill":                         "interval NOT NULL '00:00:00'::interval",
+		"notify_rules.created_at":                       "timestamp with time zone NOT NULL now",
+		"notify_rules.updated_at":                       "timestamp with time zone NOT NULL now",
+		"notify_rule_destinations.rule_id":              "bigint NOT NULL",
+		"notify_rule_destinations.destination_id":       "bigint NOT NULL",
+		"notifications.id":                              "bigint NOT NULL nextval",
+		"notifications.rule_id":                         "bigint NOT NULL",
+		"notifications.destination_id":                  "bigint NOT NULL",
+		"notifications.event":                           "character varying(20) NOT NULL",
+		"notifications.event_key":                       "text NOT NULL",
+		"notifications.payload":                         "jsonb NOT NULL",
+		"notifications.status":                          "character varying(10) NOT NULL 'pending'::character varying",
+		"notifications.attempts":                        "integer NOT NULL 0",
+		"notifications.last_error":                      "text NULL",
+		"notifications.next_attempt_at":                 "timestamp with time zone NOT NULL now",
+		"notifications.event_at":                        "timestamp with time zone NOT NULL",
+		"notifications.source_at":                       "timestamp with time zone NULL",
+		"notifications.digest_id":                       "bigint NULL",
+		"notifications.created_at":                      "timestamp with time zone NOT NULL now",
+		"notifications.sent_at":                         "timestamp with time zone NULL",
 	}
 	rows, err := pool.Query(context.Background(), `
 		SELECT c.relname || '.' || a.attname,
@@ -128,7 +165,8 @@ func TestSchemaColumnsMatchContract(t *testing.T) {
 		FROM pg_attribute a
 		JOIN pg_class c ON c.oid = a.attrelid
 		LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-		WHERE c.relname IN ('apps_registry_application','app_stats','reviews','network_metrics','dead_letter_events')
+		WHERE c.relname IN ('apps_registry_application','app_stats','reviews','network_metrics','dead_letter_events',
+		                    'notify_destinations','notify_destination_secrets','notify_rules','notify_rule_destinations','notifications')
 		  AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped`)
 	if err != nil {
 		t.Fatal(err)
@@ -172,6 +210,11 @@ func TestSchemaIndexes(t *testing.T) {
 		"dead_letter_events USING btree (topic, partition, kafka_offset, generation)",
 		"dead_letter_events USING btree (occurred_at DESC)",
 		"apps_registry_application USING btree (package_name)",
+		"notify_rule_destinations USING btree (rule_id, destination_id)",
+		"notify_rule_destinations USING btree (destination_id)",
+		"notifications USING btree (rule_id, destination_id, event_key)",
+		"notifications USING btree (next_attempt_at) WHERE ((status)::text = 'pending'::text)",
+		"notifications USING btree (rule_id, destination_id, sent_at) WHERE ((status)::text = 'sent'::text)",
 	}
 	rows, err := pool.Query(context.Background(), `SELECT indexdef FROM pg_indexes WHERE schemaname = 'public'`)
 	if err != nil {

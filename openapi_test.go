@@ -53,6 +53,7 @@ func openAPIOperations(t *testing.T) map[string][]string {
 func TestOpenAPIListsEveryRoute(t *testing.T) {
 	routes := routeRecorder{}
 	(&registryAPI{}).register(routes)
+	(&notifyAPI{}).register(routes)
 	docOps := openAPIOperations(t)
 
 	var registered, documented []string
@@ -87,7 +88,7 @@ func TestOpenAPIListsEveryRoute(t *testing.T) {
 			continue
 		}
 		rec := httptest.NewRecorder()
-		h(rec, httptest.NewRequest("PUT", strings.ReplaceAll(path, "{package_name}", "a.b"), nil))
+		h(rec, httptest.NewRequest("PUT", strings.NewReplacer("{package_name}", "a.b", "{id}", "1").Replace(path), nil))
 		allow := strings.Split(rec.Header().Get("Allow"), ", ")
 		slices.Sort(allow)
 		if rec.Code != http.StatusMethodNotAllowed || !slices.Equal(allow, methods) {

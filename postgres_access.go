@@ -38,6 +38,9 @@ const (
 	pgAdminRole  = "postgres"
 	pgWriterRole = "playwatch"
 	pgReaderRole = "playwatch_reader"
+	// readerDeniedTable is the one table playwatch_reader may not read:
+	// the notifier's destination secrets (tokens, passwords, webhook URLs).
+	readerDeniedTable = "notify_destination_secrets"
 	// legacySuperuser was the bootstrap superuser of a cluster an older
 	// playwatch made; pgUpgradeRole exists only while such a cluster's
 	// roles are moved to the current ones.
@@ -212,7 +215,9 @@ ALTER ROLE %[2]s LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPAS
 		return fmt.Errorf("database %s: %w", m.opts.Database, err)
 	}
 	// The reader may read every table of the schema, also those later
-	// migrations add (the default privileges of what the writer creates).
+	// migrations add (the default privileges of what the writer creates),
+	// but for the notifier's secrets (migration 12 revokes them from it
+	// when it creates the table after these grants).
 	grants := fmt.Sprintf("REVOKE ALL ON DATABASE %[1]s FROM PUBLIC;\nGRANT CONNECT ON DATABASE %[1]s TO %[2]s;", db, reader)
 	if _, err := conn.Exec(ctx, grants); err != nil {
 		return fmt.Errorf("grants on database %s: %w", m.opts.Database, err)
@@ -223,7 +228,12 @@ ALTER ROLE %[2]s LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPAS
 REVOKE CREATE ON SCHEMA public FROM PUBLIC;
 GRANT USAGE ON SCHEMA public TO %[2]s;
 GRANT SELECT ON ALL TABLES IN SCHEMA public TO %[2]s;
-ALTER DEFAULT PRIVILEGES FOR ROLE %[1]s IN SCHEMA public GRANT SELECT ON TABLES TO %[2]s;`, writer, reader)
+ALTER DEFAULT PRIVILEGES FOR ROLE %[1]s IN SCHEMA public GRANT SELECT ON TABLES TO %[2]s;
+DO $$ BEGIN
+	IF to_regclass('public.%[3]s') IS NOT NULL THEN
+		REVOKE ALL ON %[3]s FROM %[2]s;
+	END IF;
+END $$;`, writer, reader, readerDeniedTable)
 	if err := m.adminExec(ctx, m.opts.Database, grants); err != nil {
 		return fmt.Errorf("grants in database %s: %w", m.opts.Database, err)
 	}

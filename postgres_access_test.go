@@ -79,6 +79,14 @@ func checkAccess(t *testing.T, pool *pgxpool.Pool, pgData, addr string) {
 	if err := connectErr(reader, "CREATE TABLE reader_table (n int)"); err == nil {
 		t.Error("the reader can create a table")
 	}
+	// The notifier's secrets are not the reader's, whether migration 12 ran
+	// after the grants (a new cluster) or the grants after it (a restart).
+	if err := connectErr(reader, "SELECT count(*) FROM notify_destinations"); err != nil {
+		t.Errorf("the reader cannot read notify_destinations: %v", err)
+	}
+	if err := connectErr(reader, "SELECT count(*) FROM "+readerDeniedTable); !isPgError(err, "42501") {
+		t.Errorf("the reader reading %s: %v, want permission denied", readerDeniedTable, err)
+	}
 	writer := tcpURL(addr, pgWriterRole, pw[pgWriterRole])
 	if err := connectErr(writer, "INSERT INTO apps_registry_application (package_name) VALUES ('com.example.writer') ON CONFLICT DO NOTHING"); err != nil {
 		t.Errorf("the writer cannot write over TCP: %v", err)

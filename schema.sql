@@ -287,6 +287,13 @@ CREATE TABLE notify_destination_secrets (
     destination_id BIGINT PRIMARY KEY REFERENCES notify_destinations (id) ON DELETE CASCADE,
     secrets        JSONB NOT NULL DEFAULT '{}'
 );
+-- The managed cluster's default privileges grant playwatch_reader every new
+-- table; not this one (setUpAccess revokes it again after its grants).
+DO $$ BEGIN
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'playwatch_reader') THEN
+        REVOKE ALL ON notify_destination_secrets FROM playwatch_reader;
+    END IF;
+END $$;
 
 CREATE TABLE notify_rules (
     id           BIGSERIAL PRIMARY KEY,

@@ -13,6 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// apiRoutes is an API that adds its routes to the server's mux.
+type apiRoutes interface{ register(routeMux) }
+
 // readinessCheck is one dependency /readyz asks about.
 type readinessCheck struct {
 	name  string
@@ -27,9 +30,9 @@ func (n readinessNote) Error() string { return string(n) }
 
 // newHTTPHandler serves /healthz, /readyz, /metrics and, when the registry
 // role runs, the registry API and the status page with its per-app gauges,
-// all instrumented. A handler's panic is logged on logger (run's, which
-// redacts).
-func newHTTPHandler(reg *prometheus.Registry, hm *httpMetrics, api *registryAPI, status *statusPage, checks []readinessCheck, logger *slog.Logger) http.Handler {
+// all instrumented, and the routes of more APIs (the notifier's). A
+// handler's panic is logged on logger (run's, which redacts).
+func newHTTPHandler(reg *prometheus.Registry, hm *httpMetrics, api *registryAPI, status *statusPage, checks []readinessCheck, logger *slog.Logger, more ...apiRoutes) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -60,6 +63,9 @@ func newHTTPHandler(reg *prometheus.Registry, hm *httpMetrics, api *registryAPI,
 	}
 	if api != nil {
 		api.register(mux)
+	}
+	for _, m := range more {
+		m.register(mux)
 	}
 	if status != nil {
 		status.register(mux)

@@ -166,8 +166,12 @@ func (p *statusPage) serveOverview(w http.ResponseWriter, r *http.Request) {
 	var apps []overviewApp
 	var deadLetters int64
 	var cycle *lastCrawlCycle
+	var notify notifyCounts
 	err := p.db.read(r.Context(), func(tx pgx.Tx) (err error) {
 		if apps, err = loadOverview(r.Context(), tx, now); err != nil {
+			return err
+		}
+		if notify, err = loadNotifyCounts(r.Context(), tx, now); err != nil {
 			return err
 		}
 		if cycle, err = loadLastCrawlCycle(r.Context(), tx); err != nil {
@@ -183,6 +187,7 @@ func (p *statusPage) serveOverview(w http.ResponseWriter, r *http.Request) {
 	page := overviewPage{Title: "playwatch status", Generated: now.UTC().Format("2 Jan 2006 15:04:05 UTC"),
 		Interval: p.interval.String()}
 	page.Health = p.healthOf(apps, cycle, deadLetters, now)
+	page.Health.Cards = append(page.Health.Cards, notifyCard(notify, r.Host))
 	for _, a := range apps {
 		page.Apps = append(page.Apps, p.overviewRowOf(a, now))
 	}
