@@ -568,3 +568,53 @@ func TestNotifyThroughProxy(t *testing.T) {
 		t.Errorf("the proxy was asked for a private target: %v", seen)
 	}
 }
+
+// Alerts, their end, digests and a Persian app name, as a Telegram
+// receiver gets them.
+func TestNotifyAlertAndDigestMessages(t *testing.T) {
+	rc := newReceiver(t, func(w http.ResponseWriter, _ receivedRequest) {
+		io.WriteString(w, `{"ok":true,"result":{"message_id":2}}`)
+	})
+	s := testSender(t, notifySenderConfig{AllowPrivate: true, TelegramAPIURL: rc.URL})
+	d := destination{Type: "telegram", Config: destinationConfig{BotToken: "1:t", ChatID: "9"}}
+	start, end := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC), time.Date(2026, 12, 1, 9, 30, 0, 0, time.UTC)
+	app := payloadApp{PackageName: "ir.divar", DisplayName: "دیوار", Country: "ir", Lang: "fa"}
+	links := payloadLinks{Play: "https://play.google.com/store/apps/details?id=ir.divar", StatusPage: "https://pw.example.com/apps/ir.divar"}
+	for _, c := range []struct {
+		p    notifyPayload
+		want []string
+	}{
+		{notifyPayload{Event: "rating_drop", App: app, Links: links, Alert: &payloadAlert{Kind: "rating_drop", Summary: "rating down 0.12 in 24 h", Value: "4.21", Previous: "4.33", StartedAt: start}},
+			[]string{"<b>Rating drop: " + fsi + "دیوار" + pdi + " (ir/fa)</b>\nValue: 4.21 (before: 4.33)\nStarted: 2026-12-01T08:00:00Z\n\nrating down 0.12 in 24 h\n\n<a href=\"https://pw.example.com/apps/ir.divar\">Status page</a> · <a href"}},
+		{notifyPayload{Event: "crawl_failing", App: app, Links: links, Alert: &payloadAlert{Kind: "crawl_failing", Summary: "cause not_found", StartedAt: start, EndedAt: &end}},
+			[]string{"<b>Crawl recovered: ", "Ended: 2026-12-01T09:30:00Z"}},
+		{notifyPayload{Event: "new_version", App: app, Links: links, Alert: &payloadAlert{Kind: "new_version", Summary: "version 12.1 (was 12.0)", Value: "4.3", Previous: "4.4", StartedAt: start}},
+			[]string{"<b>New version: ", "Value: 4.3 (before: 4.4)"}},
+		{notifyPayload{Event: "digest", App: app, Links: links, Digest: &payloadDigest{Count: 37, Of: "review"}},
+			[]string{"<b>and 37 more reviews of " + fsi + "دیوار" + pdi + " (ir/fa) in the last hour</b>", `<a href="https://pw.example.com/apps/ir.divar">Status page</a>`}},
+		{notifyPayload{Event: "digest", App: app, Links: links, Digest: &payloadDigest{Count: 1, Of: "negative_spike"}},
+			[]string{"and 1 more negative review spike of "}},
+	} {
+		rc.reqs = nil
+		if r := s.Send(context.Background(), d, "1", c.p); r.Err != nil {
+			t.Fatalf("%s: %+v", c.p.Event, r)
+		}
+		var body struct{ Text string }
+		json.Unmarshal(rc.only(t).Body, &body)
+		for _, w := range c.want {
+			if !strings.Contains(body.Text, w) {
+				t.Errorf("%s: %q lacks %q", c.p.Event, body.Text, w)
+			}
+		}
+	}
+}
+
+func TestNotifyBadURLIsPermanent(t *testing.T) {
+	s := testSender(t, notifySenderConfig{AllowPrivate: true})
+	for _, u := range []string{"", "ftp://example.com/x", "http:///nohost", "https://hooks.slack.com/services/%zz/SECRETPATH"} {
+		r := s.Send(context.Background(), destination{Type: "slack", Config: destinationConfig{URL: u}}, "1", testReviewPayload())
+		if r.Err == nil || !r.Permanent || strings.Contains(r.Err.Error(), "SECRETPATH") {
+			t.Errorf("%q: %+v", u, r)
+		}
+	}
+}
