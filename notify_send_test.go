@@ -53,6 +53,12 @@ func (rc *receiver) requests() []receivedRequest {
 	return append([]receivedRequest(nil), rc.reqs...)
 }
 
+func (rc *receiver) reset() {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.reqs = nil
+}
+
 func (rc *receiver) only(t *testing.T) receivedRequest {
 	t.Helper()
 	reqs := rc.requests()
@@ -250,7 +256,7 @@ func TestNotifySlackAnswers(t *testing.T) {
 
 	// A long review is cut to the block's 3000.
 	p.Review.Text = strings.Repeat("خیلی بد ", 600)
-	rc.reqs = nil
+	rc.reset()
 	s.Send(context.Background(), d, "2", p)
 	json.Unmarshal(rc.only(t).Body, &body)
 	if tb := body.Blocks[1].Text.Text; utf16Len(tb) > slackBlockLimit || utf16Len(tb) < slackBlockLimit-10 || !strings.HasSuffix(tb, "…"+pdi) {
@@ -402,7 +408,7 @@ func TestNotifyTelegramAnswers(t *testing.T) {
 	// Cut to 4096 though escaping makes the text longer.
 	p.Review.Text = strings.Repeat("<&> ", 2000)
 	p.Review.SentimentFromStars = true
-	rc.reqs = nil
+	rc.reset()
 	s.Send(context.Background(), d, "2", p)
 	json.Unmarshal(rc.only(t).Body, &body)
 	if n := utf16Len(body.Text); n > telegramTextLimit || n < telegramTextLimit-20 || !strings.Contains(body.Text, "Sentiment: negative (from stars)") ||
@@ -423,6 +429,7 @@ func TestNotifyTelegramAnswers(t *testing.T) {
 		{400, `{"ok":false,"error_code":400,"description":"Bad Request: chat not found"}`, true, 0, "HTTP 400: Bad Request: chat not found"},
 		{401, `{"ok":false,"error_code":401,"description":"Unauthorized"}`, true, 0, "HTTP 401: Unauthorized"},
 		{502, `<html>Bad Gateway</html>`, false, 0, "HTTP 502: <html>Bad Gateway</html>"},
+		{404, `{"ok":false,"error_code":404,"description":"Not Found: /bot` + token + `/sendMessage"}`, true, 0, "HTTP 404: Not Found: /bot********/sendMessage"},
 	} {
 		answer = func(w http.ResponseWriter, _ receivedRequest) {
 			w.WriteHeader(c.code)
@@ -595,7 +602,7 @@ func TestNotifyAlertAndDigestMessages(t *testing.T) {
 		{notifyPayload{Event: "digest", App: app, Links: links, Digest: &payloadDigest{Count: 1, Of: "negative_spike"}},
 			[]string{"and 1 more negative review spike of "}},
 	} {
-		rc.reqs = nil
+		rc.reset()
 		if r := s.Send(context.Background(), d, "1", c.p); r.Err != nil {
 			t.Fatalf("%s: %+v", c.p.Event, r)
 		}
@@ -616,5 +623,89 @@ func TestNotifyBadURLIsPermanent(t *testing.T) {
 		if r.Err == nil || !r.Permanent || strings.Contains(r.Err.Error(), "SECRETPATH") {
 			t.Errorf("%q: %+v", u, r)
 		}
+	}
+}
+
+// startSOCKS5 is a minimal SOCKS5 proxy (RFC 1928: no authentication,
+// CONNECT); it records the address each client asked for.
+func startSOCKS5(t *testing.T) (addr string, asked func() []string) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var mu sync.Mutex
+	var seen []string
+	serve := func(c net.Conn) {
+		defer c.Close()
+		buf := make([]byte, 262)
+		if _, err := io.ReadFull(c, buf[:2]); err != nil {
+			return
+		}
+		if _, err := io.ReadFull(c, buf[:buf[1]]); err != nil {
+			return
+		}
+		c.Write([]byte{5, 0})
+		if _, err := io.ReadFull(c, buf[:4]); err != nil || buf[1] != 1 {
+			return
+		}
+		var host string
+		switch buf[3] {
+		case 1:
+			io.ReadFull(c, buf[:4])
+			host = net.IP(buf[:4]).String()
+		case 4:
+			io.ReadFull(c, buf[:16])
+			host = net.IP(buf[:16]).String()
+		case 3:
+			io.ReadFull(c, buf[:1])
+			n := int(buf[0])
+			io.ReadFull(c, buf[:n])
+			host = string(buf[:n])
+		}
+		io.ReadFull(c, buf[:2])
+		target := net.JoinHostPort(host, strconv.Itoa(int(buf[0])<<8|int(buf[1])))
+		mu.Lock()
+		seen = append(seen, target)
+		mu.Unlock()
+		up, err := net.Dial("tcp", target)
+		if err != nil {
+			c.Write([]byte{5, 5, 0, 1, 0, 0, 0, 0, 0, 0})
+			return
+		}
+		defer up.Close()
+		c.Write([]byte{5, 0, 0, 1, 0, 0, 0, 0, 0, 0})
+		go io.Copy(up, c)
+		io.Copy(c, up)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go serve(c)
+		}
+	}()
+	return ln.Addr().String(), func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), seen...)
+	}
+}
+
+// Through a socks5 NOTIFY_PROXY the receiver's name goes to the proxy,
+// which resolves it (not the local resolver, which a filtered network
+// makes lie).
+func TestNotifyThroughSOCKS5(t *testing.T) {
+	addr, asked := startSOCKS5(t)
+	rc := newReceiver(t, func(w http.ResponseWriter, _ receivedRequest) { w.WriteHeader(204) })
+	s := testSender(t, notifySenderConfig{AllowPrivate: true, Proxy: "socks5://" + addr})
+	target := strings.Replace(rc.URL, "127.0.0.1", "localhost", 1)
+	if r := s.Send(context.Background(), destination{Type: "discord", Config: destinationConfig{URL: target + "/api/webhooks/1/x"}}, "1", testReviewPayload()); r.Err != nil {
+		t.Fatalf("through socks5: %+v", r)
+	}
+	if got := asked(); len(got) != 1 || got[0] != strings.TrimPrefix(target, "http://") || len(rc.requests()) != 1 {
+		t.Errorf("socks5 proxy was asked for %v; receiver got %d", got, len(rc.requests()))
 	}
 }
