@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -238,7 +239,7 @@ func TestNotifySlackAnswers(t *testing.T) {
 	}
 	head, text, reply, links := body.Blocks[0], body.Blocks[1], body.Blocks[2], body.Blocks[3]
 	if !strings.Contains(body.Text, "New 1★ review of Tele&lt;gram&gt; &amp; co (ir/fa)") || head.Text.Type != "mrkdwn" ||
-		!strings.Contains(head.Text.Text, "*★☆☆☆☆ New 1★ review of Tele&lt;gram&gt; &amp; co (ir/fa)*") ||
+		!strings.Contains(head.Text.Text, "*New 1★ review of Tele&lt;gram&gt; &amp; co (ir/fa)*") ||
 		!strings.Contains(head.Text.Text, "Sentiment: negative · language: fa") || !strings.Contains(head.Text.Text, "App version: 11.2.0") ||
 		!strings.Contains(head.Text.Text, "By "+fsi+"علی"+pdi) {
 		t.Errorf("head: %q / %q", body.Text, head.Text.Text)
@@ -316,7 +317,7 @@ func TestNotifyDiscordAnswers(t *testing.T) {
 	s := testSender(t, notifySenderConfig{AllowPrivate: true})
 	d := destination{Type: "discord", Config: destinationConfig{URL: rc.URL + "/api/webhooks/123/TOKENPART"}}
 	p := testReviewPayload()
-	p.Review.Text = "*bold* @everyone " + strings.Repeat("کند ", 1000)
+	p.Review.Text = "*bold* @everyone\n# big - not a list\n> quote\n" + strings.Repeat("کند ", 1000)
 	if r := s.Send(context.Background(), d, "1", p); r.Err != nil || r.HTTPStatus != 204 {
 		t.Fatalf("send: %+v", r)
 	}
@@ -336,8 +337,8 @@ func TestNotifyDiscordAnswers(t *testing.T) {
 	if n := utf16Len(body.Content); n > discordContentLimit || n < discordContentLimit-20 {
 		t.Errorf("content is %d units", n)
 	}
-	if !strings.HasPrefix(body.Content, "**★☆☆☆☆ New 1★ review of Telegram (ir/fa)**\n") ||
-		!strings.Contains(body.Content, `\*bold\* @everyone`) || !strings.Contains(body.Content, "*Developer reply:*\n"+rlm+rli+p.Review.ReplyText+pdi) {
+	if !strings.HasPrefix(body.Content, "**New 1★ review of Telegram (ir/fa)**\n★☆☆☆☆ · ") ||
+		!strings.Contains(body.Content, "\\*bold\\* @everyone\n\\# big - not a list\n\\> quote\n"+rlm+rli+"کند کند") || !strings.Contains(body.Content, "*Developer reply:*\n"+rlm+rli+p.Review.ReplyText+pdi) {
 		t.Errorf("content: %q", body.Content)
 	}
 	if body.AllowedMentions.Parse == nil || len(body.AllowedMentions.Parse) != 0 || len(body.Embeds) != 1 ||
@@ -395,8 +396,8 @@ func TestNotifyTelegramAnswers(t *testing.T) {
 	if got.Path != "/bot"+token+"/sendMessage" || body.ChatID != "-100777" || body.ParseMode != "HTML" {
 		t.Errorf("request: %s %s", got.Path, got.Body)
 	}
-	want := "<b>★☆☆☆☆ New 1★ review of Telegram (ir/fa)</b>\n" +
-		"Sentiment: negative · language: fa\nApp version: 11.2.0\nBy " + fsi + "علی" + pdi + " · 2026-11-30 09:15 UTC\n\n" +
+	want := "<b>New 1★ review of Telegram (ir/fa)</b>\n" +
+		"★☆☆☆☆ · Sentiment: negative · language: fa\nApp version: 11.2.0\nBy " + fsi + "علی" + pdi + " · 2026-11-30 09:15 UTC\n\n" +
 		rlm + rli + "برنامه &lt;بد&gt; &amp; کند است" + pdi + "\n\n" +
 		"<i>Developer reply:</i>\n" + rlm + rli + p.Review.ReplyText + pdi + "\n\n" +
 		`<a href="https://play.google.com/store/apps/details?id=org.telegram.messenger&amp;reviewId=gp:AOqpTOE1&amp;hl=fa">Google Play</a> · ` +
@@ -412,7 +413,7 @@ func TestNotifyTelegramAnswers(t *testing.T) {
 	s.Send(context.Background(), d, "2", p)
 	json.Unmarshal(rc.only(t).Body, &body)
 	if n := utf16Len(body.Text); n > telegramTextLimit || n < telegramTextLimit-20 || !strings.Contains(body.Text, "Sentiment: negative (from stars)") ||
-		!strings.Contains(body.Text, "&lt;&amp;&gt; …") || !strings.HasSuffix(body.Text, "Status page</a>") {
+		!regexp.MustCompile(`(&lt;|&amp;|&gt;| )…\n\n<i>Developer reply:</i>`).MatchString(body.Text) || !strings.HasSuffix(body.Text, "Status page</a>") {
 		t.Errorf("cut text: %d units %q", n, body.Text[:200])
 	}
 
