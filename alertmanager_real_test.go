@@ -38,12 +38,12 @@ func TestAlertmanagerRoutesPlaywatchAlert(t *testing.T) {
 	}
 	const spiky, calm = "com.example.spiky", "com.example.calm"
 
-	webhook := newReceiver(t, func(w http.ResponseWriter, _ receivedRequest) { w.WriteHeader(200) })
-	slack := newReceiver(t, func(w http.ResponseWriter, _ receivedRequest) { io.WriteString(w, "ok") })
-	telegram := newReceiver(t, func(w http.ResponseWriter, _ receivedRequest) {
+	webhook := newNotifyTestReceiver(t, func(w http.ResponseWriter, _ notifyReceivedRequest) { w.WriteHeader(200) })
+	slack := newNotifyTestReceiver(t, func(w http.ResponseWriter, _ notifyReceivedRequest) { io.WriteString(w, "ok") })
+	telegram := newNotifyTestReceiver(t, func(w http.ResponseWriter, _ notifyReceivedRequest) {
 		io.WriteString(w, `{"ok":true,"result":{"message_id":7,"chat":{"id":-1001234567890,"type":"supergroup"},"date":1764650000}}`)
 	})
-	metrics := newReceiver(t, func(w http.ResponseWriter, _ receivedRequest) {
+	metrics := newNotifyTestReceiver(t, func(w http.ResponseWriter, _ notifyReceivedRequest) {
 		fmt.Fprintf(w, "# TYPE playwatch_app_negative_reviews_1h gauge\n"+
 			"playwatch_app_negative_reviews_1h{package=%q} 9\nplaywatch_app_negative_reviews_1h{package=%q} 1\n"+
 			"# TYPE playwatch_app_negative_reviews_7d gauge\n"+
@@ -80,7 +80,7 @@ func TestAlertmanagerRoutesPlaywatchAlert(t *testing.T) {
 		}
 	}
 	amAddr := freeAddr(t)
-	startDaemon(t, "alertmanager", amBin, "http://"+amAddr+"/-/ready", "--config.file="+amConfig,
+	startAlertingDaemon(t, "alertmanager", amBin, "http://"+amAddr+"/-/ready", "--config.file="+amConfig,
 		"--storage.path="+filepath.Join(dir, "am"), "--web.listen-address="+amAddr,
 		"--cluster.listen-address=", "--log.level=warn")
 
@@ -109,7 +109,7 @@ scrape_configs:
 		}
 	}
 	promAddr := freeAddr(t)
-	startDaemon(t, "prometheus", promBin, "http://"+promAddr+"/-/ready", "--config.file="+promConfig,
+	startAlertingDaemon(t, "prometheus", promBin, "http://"+promAddr+"/-/ready", "--config.file="+promConfig,
 		"--storage.tsdb.path="+filepath.Join(dir, "tsdb"), "--web.listen-address="+promAddr, "--log.level=warn")
 
 	// Alertmanager's webhook body, version 4.
@@ -149,7 +149,7 @@ scrape_configs:
 	if tg := telegram.requests()[0]; tg.Path != "/bot123456789:PLACEHOLDER-bot-token/sendMessage" || !strings.Contains(string(tg.Body), spiky) {
 		t.Errorf("telegram got %s %s", tg.Path, tg.Body)
 	}
-	for _, rc := range []*receiver{webhook, slack, telegram} {
+	for _, rc := range []*notifyTestReceiver{webhook, slack, telegram} {
 		for _, r := range rc.requests() {
 			if strings.Contains(string(r.Body), calm) {
 				t.Errorf("an alert for the calm app arrived at %s: %s", r.Path, r.Body)
@@ -158,9 +158,9 @@ scrape_configs:
 	}
 }
 
-// startDaemon runs a server binary until the test ends and waits for its
+// startAlertingDaemon runs a server binary until the test ends and waits for its
 // readiness URL.
-func startDaemon(t *testing.T, name, bin, readyURL string, args ...string) {
+func startAlertingDaemon(t *testing.T, name, bin, readyURL string, args ...string) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = childProcAttr(false)

@@ -163,7 +163,7 @@ func parseMail(t *testing.T, data string) (mail.Header, string, string, string) 
 
 func TestNotifyEmailStartTLS(t *testing.T) {
 	srv := startSMTPServer(t, "starttls", "alice:pa55-w0rd")
-	s := testSender(t, notifySenderConfig{AllowPrivate: true, RootCAs: srv.roots})
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true, RootCAs: srv.roots})
 	d := srv.destination("starttls")
 	d.Config.Username, d.Config.Password = "alice", "pa55-w0rd"
 	p := testReviewPayload()
@@ -223,7 +223,7 @@ func TestNotifyEmailStartTLS(t *testing.T) {
 		t.Errorf("450: %+v", r)
 	}
 	// The server's certificate is not trusted without the test's roots.
-	s2 := testSender(t, notifySenderConfig{AllowPrivate: true})
+	s2 := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true})
 	if r := s2.Send(context.Background(), srv.destination("starttls"), "77-7", p); r.Err == nil || !strings.Contains(r.Err.Error(), "certificate") {
 		t.Errorf("untrusted certificate: %+v", r)
 	}
@@ -234,7 +234,7 @@ func TestNotifyEmailStartTLS(t *testing.T) {
 
 func TestNotifyEmailImplicitTLS(t *testing.T) {
 	srv := startSMTPServer(t, "implicit", "bob:secret-pw")
-	s := testSender(t, notifySenderConfig{AllowPrivate: true, RootCAs: srv.roots})
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true, RootCAs: srv.roots})
 	d := srv.destination("implicit")
 	d.Config.Username, d.Config.Password = "bob", "secret-pw"
 	p := notifyPayload{Event: "crawl_failing", App: payloadApp{PackageName: "com.example.gone", DisplayName: "Gone", Country: "us", Lang: "en"},
@@ -254,7 +254,7 @@ func TestNotifyEmailImplicitTLS(t *testing.T) {
 
 func TestNotifyEmailPlainLoopback(t *testing.T) {
 	srv := startSMTPServer(t, "none", "")
-	s := testSender(t, notifySenderConfig{AllowPrivate: true})
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true})
 	if code, err := s.Test(context.Background(), srv.destination("none")); code != 0 || err != nil {
 		t.Fatalf("test message: %d %v", code, err)
 	}
@@ -270,7 +270,7 @@ func TestNotifyEmailPlainLoopback(t *testing.T) {
 		t.Errorf("no STARTTLS: %+v", r)
 	}
 	// Without NOTIFY_ALLOW_PRIVATE the loopback server is refused.
-	s = testSender(t, notifySenderConfig{})
+	s = newTestNotifySender(t, notifySenderConfig{})
 	if r := s.Send(context.Background(), srv.destination("none"), "3", testReviewPayload()); r.Err == nil || !r.Permanent || !strings.Contains(r.Err.Error(), "NOTIFY_ALLOW_PRIVATE") {
 		t.Errorf("private: %+v", r)
 	}
@@ -296,7 +296,7 @@ func TestNotifyEmailStalled(t *testing.T) {
 			t.Cleanup(func() { c.Close() })
 		}
 	}()
-	s := testSender(t, notifySenderConfig{AllowPrivate: true, Timeout: 500 * time.Millisecond})
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true, Timeout: 500 * time.Millisecond})
 	d := destination{Type: "email", Config: destinationConfig{SMTPHost: "127.0.0.1", SMTPPort: ln.Addr().(*net.TCPAddr).Port, TLS: "none", From: "a@example.com", To: []string{"b@example.com"}}}
 	start := time.Now()
 	r := s.Send(context.Background(), d, "1", testReviewPayload())

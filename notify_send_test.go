@@ -21,24 +21,24 @@ import (
 
 // receiver is a local HTTP server answering as one real service does; it
 // keeps every request it got.
-type receiver struct {
+type notifyTestReceiver struct {
 	*httptest.Server
 	mu   sync.Mutex
-	reqs []receivedRequest
+	reqs []notifyReceivedRequest
 }
 
-type receivedRequest struct {
+type notifyReceivedRequest struct {
 	Path   string
 	Header http.Header
 	Body   []byte
 }
 
-func newReceiver(t *testing.T, answer func(w http.ResponseWriter, r receivedRequest)) *receiver {
+func newNotifyTestReceiver(t *testing.T, answer func(w http.ResponseWriter, r notifyReceivedRequest)) *notifyTestReceiver {
 	t.Helper()
-	rc := &receiver{}
+	rc := &notifyTestReceiver{}
 	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		got := receivedRequest{Path: r.URL.Path, Header: r.Header.Clone(), Body: body}
+		got := notifyReceivedRequest{Path: r.URL.Path, Header: r.Header.Clone(), Body: body}
 		rc.mu.Lock()
 		rc.reqs = append(rc.reqs, got)
 		rc.mu.Unlock()
@@ -48,19 +48,19 @@ func newReceiver(t *testing.T, answer func(w http.ResponseWriter, r receivedRequ
 	return rc
 }
 
-func (rc *receiver) requests() []receivedRequest {
+func (rc *notifyTestReceiver) requests() []notifyReceivedRequest {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	return append([]receivedRequest(nil), rc.reqs...)
+	return append([]notifyReceivedRequest(nil), rc.reqs...)
 }
 
-func (rc *receiver) reset() {
+func (rc *notifyTestReceiver) reset() {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	rc.reqs = nil
 }
 
-func (rc *receiver) only(t *testing.T) receivedRequest {
+func (rc *notifyTestReceiver) only(t *testing.T) notifyReceivedRequest {
 	t.Helper()
 	reqs := rc.requests()
 	if len(reqs) != 1 {
@@ -69,7 +69,7 @@ func (rc *receiver) only(t *testing.T) receivedRequest {
 	return reqs[0]
 }
 
-func testSender(t *testing.T, cfg notifySenderConfig) *notifySender {
+func newTestNotifySender(t *testing.T, cfg notifySenderConfig) *notifySender {
 	t.Helper()
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 5 * time.Second
@@ -103,7 +103,7 @@ func testReviewPayload() notifyPayload {
 
 func TestNotifyWebhookSignedBody(t *testing.T) {
 	const secret = "s3cr3t-webhook-key"
-	rc := newReceiver(t, func(w http.ResponseWriter, r receivedRequest) {
+	rc := newNotifyTestReceiver(t, func(w http.ResponseWriter, r notifyReceivedRequest) {
 		ts := r.Header.Get("X-Playwatch-Timestamp")
 		mac := hmac.New(sha256.New, []byte(secret))
 		mac.Write([]byte(ts + "."))
@@ -114,7 +114,7 @@ func TestNotifyWebhookSignedBody(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	s := testSender(t, notifySenderConfig{AllowPrivate: true})
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true})
 	d := destination{ID: 1, Type: "webhook", Config: destinationConfig{URL: rc.URL + "/hook", Secret: secret}}
 	p := testReviewPayload()
 	r := s.Send(context.Background(), d, "42-7", p)
@@ -161,8 +161,8 @@ func TestNotifyWebhookSignedBody(t *testing.T) {
 }
 
 func TestNotifyPrivateReceiverRefused(t *testing.T) {
-	rc := newReceiver(t, func(w http.ResponseWriter, _ receivedRequest) { w.WriteHeader(200) })
-	s := testSender(t, notifySenderConfig{AllowPrivate: false})
+	rc := newNotifyTestReceiver(t, func(w http.ResponseWriter, _ notifyReceivedRequest) { w.WriteHeader(200) })
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: false})
 	// By name: the check is on the address the name resolved to.
 	url := strings.Replace(rc.URL, "127.0.0.1", "localhost", 1)
 	for _, u := range []string{rc.URL, url} {
@@ -193,7 +193,7 @@ func TestNotifyStalledReceiver(t *testing.T) {
 			t.Cleanup(func() { c.Close() })
 		}
 	}()
-	s := testSender(t, notifySenderConfig{AllowPrivate: true, Timeout: 700 * time.Millisecond})
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true, Timeout: 700 * time.Millisecond})
 	start := time.Now()
 	r := s.Send(context.Background(), destination{Type: "slack", Config: destinationConfig{URL: "http://" + ln.Addr().String() + "/services/T0/B0/XYZSECRET"}}, "1", testReviewPayload())
 	if r.Err == nil || r.Permanent || !strings.Contains(r.Err.Error(), "timeout") || strings.Contains(r.Err.Error(), "XYZSECRET") {
@@ -211,9 +211,9 @@ func TestNotifyStalledReceiver(t *testing.T) {
 }
 
 func TestNotifySlackAnswers(t *testing.T) {
-	answer := func(w http.ResponseWriter, _ receivedRequest) { io.WriteString(w, "ok") }
-	rc := newReceiver(t, func(w http.ResponseWriter, r receivedRequest) { answer(w, r) })
-	s := testSender(t, notifySenderConfig{AllowPrivate: true})
+	answer := func(w http.ResponseWriter, _ notifyReceivedRequest) { io.WriteString(w, "ok") }
+	rc := newNotifyTestReceiver(t, func(w http.ResponseWriter, r notifyReceivedRequest) { answer(w, r) })
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true})
 	d := destination{Type: "slack", Config: destinationConfig{URL: rc.URL + "/services/T000/B000/XXXXSECRET"}}
 	p := testReviewPayload()
 	p.App.DisplayName = "Tele<gram> & co"
@@ -280,7 +280,7 @@ func TestNotifySlackAnswers(t *testing.T) {
 		{500, "rollup_error", "", false, 0},
 		{408, "", "", false, 0},
 	} {
-		answer = func(w http.ResponseWriter, _ receivedRequest) {
+		answer = func(w http.ResponseWriter, _ notifyReceivedRequest) {
 			if c.retryAfter != "" {
 				w.Header().Set("Retry-After", c.retryAfter)
 			}
@@ -297,12 +297,12 @@ func TestNotifySlackAnswers(t *testing.T) {
 		}
 	}
 	// An error never quotes the webhook's path, even one the receiver echoes.
-	answer = func(w http.ResponseWriter, r receivedRequest) { http.Error(w, "unknown hook "+r.Path, 404) }
+	answer = func(w http.ResponseWriter, r notifyReceivedRequest) { http.Error(w, "unknown hook "+r.Path, 404) }
 	if r := s.Send(context.Background(), d, "4", p); r.Err == nil || strings.Contains(r.Err.Error(), "XXXXSECRET") {
 		t.Errorf("echoed path: %v", r.Err)
 	}
 	// A Retry-After as an HTTP date.
-	answer = func(w http.ResponseWriter, _ receivedRequest) {
+	answer = func(w http.ResponseWriter, _ notifyReceivedRequest) {
 		w.Header().Set("Retry-After", time.Now().Add(90*time.Second).UTC().Format(http.TimeFormat))
 		w.WriteHeader(429)
 	}
@@ -312,9 +312,9 @@ func TestNotifySlackAnswers(t *testing.T) {
 }
 
 func TestNotifyDiscordAnswers(t *testing.T) {
-	answer := func(w http.ResponseWriter, _ receivedRequest) { w.WriteHeader(204) }
-	rc := newReceiver(t, func(w http.ResponseWriter, r receivedRequest) { answer(w, r) })
-	s := testSender(t, notifySenderConfig{AllowPrivate: true})
+	answer := func(w http.ResponseWriter, _ notifyReceivedRequest) { w.WriteHeader(204) }
+	rc := newNotifyTestReceiver(t, func(w http.ResponseWriter, r notifyReceivedRequest) { answer(w, r) })
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true})
 	d := destination{Type: "discord", Config: destinationConfig{URL: rc.URL + "/api/webhooks/123/TOKENPART"}}
 	p := testReviewPayload()
 	p.Review.Text = "*bold* @everyone\n# big - not a list\n> quote\n" + strings.Repeat("کند ", 1000)
@@ -348,7 +348,7 @@ func TestNotifyDiscordAnswers(t *testing.T) {
 
 	// Discord's 429 (discord.com/developers/docs/topics/rate-limits): the
 	// JSON retry_after wins over the header's rounded seconds.
-	answer = func(w http.ResponseWriter, _ receivedRequest) {
+	answer = func(w http.ResponseWriter, _ notifyReceivedRequest) {
 		w.Header().Set("Retry-After", "2")
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(429)
@@ -358,14 +358,14 @@ func TestNotifyDiscordAnswers(t *testing.T) {
 		!strings.Contains(r.Err.Error(), "You are being rate limited.") {
 		t.Errorf("429: %+v", r)
 	}
-	answer = func(w http.ResponseWriter, _ receivedRequest) {
+	answer = func(w http.ResponseWriter, _ notifyReceivedRequest) {
 		w.WriteHeader(404)
 		io.WriteString(w, `{"message": "Unknown Webhook", "code": 10015}`)
 	}
 	if r := s.Send(context.Background(), d, "3", p); !r.Permanent || r.Err.Error() != `HTTP 404: {"message": "Unknown Webhook", "code": 10015}` {
 		t.Errorf("404: %+v", r)
 	}
-	answer = func(w http.ResponseWriter, _ receivedRequest) { w.WriteHeader(502) }
+	answer = func(w http.ResponseWriter, _ notifyReceivedRequest) { w.WriteHeader(502) }
 	if r := s.Send(context.Background(), d, "4", p); r.Permanent || r.Err == nil {
 		t.Errorf("502: %+v", r)
 	}
@@ -373,12 +373,12 @@ func TestNotifyDiscordAnswers(t *testing.T) {
 
 func TestNotifyTelegramAnswers(t *testing.T) {
 	const token = "123456:AAHsecretTokenPart"
-	answer := func(w http.ResponseWriter, _ receivedRequest) {
+	answer := func(w http.ResponseWriter, _ notifyReceivedRequest) {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"ok":true,"result":{"message_id":1,"from":{"id":123456,"is_bot":true,"first_name":"playwatch"},"chat":{"id":-100777,"type":"supergroup"},"date":1764650000,"text":"..."}}`)
 	}
-	rc := newReceiver(t, func(w http.ResponseWriter, r receivedRequest) { answer(w, r) })
-	s := testSender(t, notifySenderConfig{AllowPrivate: true, TelegramAPIURL: rc.URL + "/"})
+	rc := newNotifyTestReceiver(t, func(w http.ResponseWriter, r notifyReceivedRequest) { answer(w, r) })
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true, TelegramAPIURL: rc.URL + "/"})
 	d := destination{Type: "telegram", Config: destinationConfig{BotToken: token, ChatID: "-100777"}}
 	p := testReviewPayload()
 	if r := s.Send(context.Background(), d, "1", p); r.Err != nil || r.HTTPStatus != 200 {
@@ -432,7 +432,7 @@ func TestNotifyTelegramAnswers(t *testing.T) {
 		{502, `<html>Bad Gateway</html>`, false, 0, "HTTP 502: <html>Bad Gateway</html>"},
 		{404, `{"ok":false,"error_code":404,"description":"Not Found: /bot` + token + `/sendMessage"}`, true, 0, "HTTP 404: Not Found: /bot********/sendMessage"},
 	} {
-		answer = func(w http.ResponseWriter, _ receivedRequest) {
+		answer = func(w http.ResponseWriter, _ notifyReceivedRequest) {
 			w.WriteHeader(c.code)
 			io.WriteString(w, c.body)
 		}
@@ -451,9 +451,9 @@ func TestNotifyTelegramAnswers(t *testing.T) {
 
 // Test sends the "test" event and reports the receiver's status and answer.
 func TestNotifyTestMessage(t *testing.T) {
-	answer := func(w http.ResponseWriter, _ receivedRequest) { w.WriteHeader(200) }
-	rc := newReceiver(t, func(w http.ResponseWriter, r receivedRequest) { answer(w, r) })
-	s := testSender(t, notifySenderConfig{AllowPrivate: true})
+	answer := func(w http.ResponseWriter, _ notifyReceivedRequest) { w.WriteHeader(200) }
+	rc := newNotifyTestReceiver(t, func(w http.ResponseWriter, r notifyReceivedRequest) { answer(w, r) })
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true})
 	d := destination{Type: "webhook", Config: destinationConfig{URL: rc.URL}}
 	if code, err := s.Test(context.Background(), d); code != 200 || err != nil {
 		t.Fatalf("test: %d %v", code, err)
@@ -463,7 +463,7 @@ func TestNotifyTestMessage(t *testing.T) {
 	if body["event"] != "test" {
 		t.Errorf("test body: %v", body)
 	}
-	answer = func(w http.ResponseWriter, _ receivedRequest) { http.Error(w, strings.Repeat("x", 500), 410) }
+	answer = func(w http.ResponseWriter, _ notifyReceivedRequest) { http.Error(w, strings.Repeat("x", 500), 410) }
 	if code, err := s.Test(context.Background(), d); code != 410 || err == nil || len(err.Error()) != 200 {
 		t.Errorf("gone: %d %v", code, err)
 	}
@@ -471,28 +471,28 @@ func TestNotifyTestMessage(t *testing.T) {
 
 // Redirects are never followed: the redirect target gets nothing.
 func TestNotifyNoRedirect(t *testing.T) {
-	target := newReceiver(t, func(w http.ResponseWriter, _ receivedRequest) { w.WriteHeader(200) })
-	rc := newReceiver(t, func(w http.ResponseWriter, _ receivedRequest) {
+	target := newNotifyTestReceiver(t, func(w http.ResponseWriter, _ notifyReceivedRequest) { w.WriteHeader(200) })
+	rc := newNotifyTestReceiver(t, func(w http.ResponseWriter, _ notifyReceivedRequest) {
 		w.Header().Set("Location", target.URL)
 		w.WriteHeader(http.StatusTemporaryRedirect)
 	})
-	s := testSender(t, notifySenderConfig{AllowPrivate: true})
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true})
 	r := s.Send(context.Background(), destination{Type: "webhook", Config: destinationConfig{URL: rc.URL}}, "1", testReviewPayload())
 	if r.Err == nil || !r.Permanent || r.HTTPStatus != 307 || len(target.requests()) != 0 {
 		t.Errorf("redirect: %+v, target got %d", r, len(target.requests()))
 	}
 }
 
-// testProxy is an HTTP proxy: absolute-URI requests are forwarded, CONNECT
+// notifyTestProxy is an HTTP proxy: absolute-URI requests are forwarded, CONNECT
 // is tunnelled. It records what it was asked for.
-type testProxy struct {
+type notifyTestProxy struct {
 	*httptest.Server
 	mu   sync.Mutex
 	seen []string
 }
 
-func newTestProxy(t *testing.T) *testProxy {
-	px := &testProxy{}
+func newNotifyTestProxy(t *testing.T) *notifyTestProxy {
+	px := &notifyTestProxy{}
 	px.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		px.mu.Lock()
 		px.seen = append(px.seen, r.Method+" "+r.RequestURI)
@@ -532,7 +532,7 @@ func newTestProxy(t *testing.T) *testProxy {
 	return px
 }
 
-func (px *testProxy) requests() []string {
+func (px *notifyTestProxy) requests() []string {
 	px.mu.Lock()
 	defer px.mu.Unlock()
 	return append([]string(nil), px.seen...)
@@ -542,9 +542,9 @@ func (px *testProxy) requests() []string {
 // one (the Telegram case) through CONNECT; a literal private target is
 // refused before the proxy is asked, though the proxy itself is local.
 func TestNotifyThroughProxy(t *testing.T) {
-	px := newTestProxy(t)
-	plain := newReceiver(t, func(w http.ResponseWriter, _ receivedRequest) { io.WriteString(w, "ok") })
-	s := testSender(t, notifySenderConfig{AllowPrivate: true, Proxy: px.URL})
+	px := newNotifyTestProxy(t)
+	plain := newNotifyTestReceiver(t, func(w http.ResponseWriter, _ notifyReceivedRequest) { io.WriteString(w, "ok") })
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true, Proxy: px.URL})
 	if r := s.Send(context.Background(), destination{Type: "slack", Config: destinationConfig{URL: plain.URL + "/services/A/B/C"}}, "1", testReviewPayload()); r.Err != nil {
 		t.Fatalf("through proxy: %+v", r)
 	}
@@ -557,7 +557,7 @@ func TestNotifyThroughProxy(t *testing.T) {
 	}))
 	t.Cleanup(tg.Close)
 	roots := tg.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
-	s = testSender(t, notifySenderConfig{AllowPrivate: true, Proxy: px.URL, TelegramAPIURL: tg.URL, RootCAs: roots})
+	s = newTestNotifySender(t, notifySenderConfig{AllowPrivate: true, Proxy: px.URL, TelegramAPIURL: tg.URL, RootCAs: roots})
 	if r := s.Send(context.Background(), destination{Type: "telegram", Config: destinationConfig{BotToken: "1:tok", ChatID: "5"}}, "2", testReviewPayload()); r.Err != nil {
 		t.Fatalf("telegram through CONNECT: %+v", r)
 	}
@@ -565,7 +565,7 @@ func TestNotifyThroughProxy(t *testing.T) {
 		t.Errorf("proxy saw %v", seen)
 	}
 
-	s = testSender(t, notifySenderConfig{AllowPrivate: false, Proxy: px.URL})
+	s = newTestNotifySender(t, notifySenderConfig{AllowPrivate: false, Proxy: px.URL})
 	for _, u := range []string{plain.URL, strings.Replace(plain.URL, "127.0.0.1", "localhost", 1), "http://[::1]:9/", "http://10.1.2.3/"} {
 		r := s.Send(context.Background(), destination{Type: "webhook", Config: destinationConfig{URL: u}}, "3", testReviewPayload())
 		if r.Err == nil || !r.Permanent || !strings.Contains(r.Err.Error(), "NOTIFY_ALLOW_PRIVATE") {
@@ -580,10 +580,10 @@ func TestNotifyThroughProxy(t *testing.T) {
 // Alerts, their end, digests and a Persian app name, as a Telegram
 // receiver gets them.
 func TestNotifyAlertAndDigestMessages(t *testing.T) {
-	rc := newReceiver(t, func(w http.ResponseWriter, _ receivedRequest) {
+	rc := newNotifyTestReceiver(t, func(w http.ResponseWriter, _ notifyReceivedRequest) {
 		io.WriteString(w, `{"ok":true,"result":{"message_id":2}}`)
 	})
-	s := testSender(t, notifySenderConfig{AllowPrivate: true, TelegramAPIURL: rc.URL})
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true, TelegramAPIURL: rc.URL})
 	d := destination{Type: "telegram", Config: destinationConfig{BotToken: "1:t", ChatID: "9"}}
 	start, end := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC), time.Date(2026, 12, 1, 9, 30, 0, 0, time.UTC)
 	app := payloadApp{PackageName: "ir.divar", DisplayName: "دیوار", Country: "ir", Lang: "fa"}
@@ -618,7 +618,7 @@ func TestNotifyAlertAndDigestMessages(t *testing.T) {
 }
 
 func TestNotifyBadURLIsPermanent(t *testing.T) {
-	s := testSender(t, notifySenderConfig{AllowPrivate: true})
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true})
 	for _, u := range []string{"", "ftp://example.com/x", "http:///nohost", "https://hooks.slack.com/services/%zz/SECRETPATH"} {
 		r := s.Send(context.Background(), destination{Type: "slack", Config: destinationConfig{URL: u}}, "1", testReviewPayload())
 		if r.Err == nil || !r.Permanent || strings.Contains(r.Err.Error(), "SECRETPATH") {
@@ -627,9 +627,9 @@ func TestNotifyBadURLIsPermanent(t *testing.T) {
 	}
 }
 
-// startSOCKS5 is a minimal SOCKS5 proxy (RFC 1928: no authentication,
+// startTestSOCKS5 is a minimal SOCKS5 proxy (RFC 1928: no authentication,
 // CONNECT); it records the address each client asked for.
-func startSOCKS5(t *testing.T) (addr string, asked func() []string) {
+func startTestSOCKS5(t *testing.T) (addr string, asked func() []string) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -699,9 +699,9 @@ func startSOCKS5(t *testing.T) (addr string, asked func() []string) {
 // which resolves it (not the local resolver, which a filtered network
 // makes lie).
 func TestNotifyThroughSOCKS5(t *testing.T) {
-	addr, asked := startSOCKS5(t)
-	rc := newReceiver(t, func(w http.ResponseWriter, _ receivedRequest) { w.WriteHeader(204) })
-	s := testSender(t, notifySenderConfig{AllowPrivate: true, Proxy: "socks5://" + addr})
+	addr, asked := startTestSOCKS5(t)
+	rc := newNotifyTestReceiver(t, func(w http.ResponseWriter, _ notifyReceivedRequest) { w.WriteHeader(204) })
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true, Proxy: "socks5://" + addr})
 	target := strings.Replace(rc.URL, "127.0.0.1", "localhost", 1)
 	if r := s.Send(context.Background(), destination{Type: "discord", Config: destinationConfig{URL: target + "/api/webhooks/1/x"}}, "1", testReviewPayload()); r.Err != nil {
 		t.Fatalf("through socks5: %+v", r)
