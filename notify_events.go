@@ -62,6 +62,9 @@ type notifyDecider struct {
 	pass    prometheus.Histogram
 	errors  prometheus.Counter
 	alertAt time.Time // the last alert evaluation
+	// badRules are the errors of the rules that could not be read, logged
+	// once each.
+	badRules map[string]bool
 }
 
 func newNotifyDecider(pool *pgxpool.Pool, cfg notifyDeciderConfig, reg prometheus.Registerer, logger *slog.Logger) *notifyDecider {
@@ -71,7 +74,7 @@ func newNotifyDecider(pool *pgxpool.Pool, cfg notifyDeciderConfig, reg prometheu
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
 	}
-	d := &notifyDecider{pool: pool, cfg: cfg, logger: logger,
+	d := &notifyDecider{pool: pool, cfg: cfg, logger: logger, badRules: map[string]bool{},
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "playwatch_notify_events_total",
 			Help: "Outbox rows the event decider inserted (one per rule, destination and event), by event.",
@@ -129,7 +132,7 @@ func (d *notifyDecider) RunOnce(ctx context.Context) (int, error) {
 	start := time.Now()
 	n, err := d.runOnce(ctx)
 	d.pass.Observe(time.Since(start).Seconds())
-	if err != nil {
+	if err != nil && ctx.Err() == nil {
 		d.errors.Inc()
 	}
 	return n, err
@@ -203,7 +206,10 @@ func (d *notifyDecider) loadRules(ctx context.Context, tx pgx.Tx) ([]notifyRule,
 	for rows.Next() {
 		r, err := scanRule(rows)
 		if err != nil {
-			d.logger.Error("notify rule skipped: it cannot be read", "err", err)
+			if !d.badRules[err.Error()] { // once, not every second
+				d.badRules[err.Error()] = true
+				d.logger.Error("notify rule skipped: it cannot be read", "err", err)
+			}
 			continue
 		}
 		rules = append(rules, r)

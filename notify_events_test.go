@@ -300,6 +300,7 @@ func TestNotifyReviewFilters(t *testing.T) {
 		{"en-bad", "bad ad everywhere", "NEUTRAL", "en", 4},                 // "ad" is not "login", and no keyword inside "bad"
 		{"en-good", "Lovely", "POSITIVE", "en", 5},
 		{"fa-cards", "کارتها کار نمیکنه", "NEGATIVE", "fa", 4}, // کارت+ها is one word, not کارت
+		{"fa-zwnj", "دیگه باز نمی‌شه", "POSITIVE", "fa", 5},    // the keyword's ZWNJ in the text too
 	} {
 		f.review(app, notifyTestReview{id: r.id, stars: r.stars, text: r.text, at: t0.Add(-time.Minute), firstSeen: t0})
 		f.score(r.id, r.label, r.lang, t0)
@@ -308,8 +309,8 @@ func TestNotifyReviewFilters(t *testing.T) {
 	want := map[string][]string{
 		"max_stars":  {"en-login", "fa-space"},
 		"sentiment":  {"en-bad", "en-login", "fa-card", "fa-cards", "fa-space"},
-		"text_lang":  {"fa-card", "fa-cards", "fa-space"},
-		"keywords":   {"en-login", "fa-card", "fa-space"},
+		"text_lang":  {"fa-card", "fa-cards", "fa-space", "fa-zwnj"},
+		"keywords":   {"en-login", "fa-card", "fa-space", "fa-zwnj"},
 		"min_length": {"en-login", "fa-card", "fa-space"},
 		"all":        {"fa-card"},
 	}
@@ -602,5 +603,33 @@ func TestNotifyNewVersion(t *testing.T) {
 	f.clk.Advance(11 * time.Second)
 	if n := f.runOnce(); n != 0 {
 		t.Fatalf("the same version again inserted %d rows", n)
+	}
+}
+
+// Run decides until its context ends; a rule whose filter cannot be read
+// is skipped, the others still fire.
+func TestNotifyDeciderRunSkipsABadRule(t *testing.T) {
+	f := newNotifyFixture(t)
+	t0 := f.t0
+	app := f.app("com.example.run", false, t0.Add(-time.Hour))
+	f.rule("review", `{"max_stars": "two"}`, "0", nil, t0.Add(-time.Minute))
+	good := f.rule("review", `{"max_stars": 2}`, "0", nil, t0.Add(-time.Minute))
+	f.review(app, notifyTestReview{id: "r1", stars: 1, text: "Crashes", at: t0.Add(-10 * time.Second), firstSeen: t0})
+	f.d.cfg.Clock = newFakeClock(true) // its waits pass at once
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.d.Run(ctx) }()
+	waitFor(t, 10*time.Second, "the good rule's row", func() bool {
+		return count(t, f.pool, `SELECT count(*) FROM notifications WHERE rule_id = $1`, good) == 1
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := count(t, f.pool, `SELECT count(*) FROM notifications`); n != 1 {
+		t.Fatalf("%d rows, want 1", n)
+	}
+	if v := metricValue(t, f.reg, "playwatch_notify_decide_errors_total", nil); v != 0 {
+		t.Errorf("%v failed passes", v)
 	}
 }
