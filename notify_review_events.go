@@ -191,6 +191,9 @@ func (d *notifyDecider) matchReviews(r notifyRule, cands []*reviewCandidate, now
 			continue
 		}
 		label, lang, fromStars := c.Sentiment, c.TextLang, false
+		if lang == "" { // scored before the job wrote text_lang
+			lang = detectSentimentLang(c.Text)
+		}
 		if !c.Scored {
 			if needsLabel && now.Before(c.storedAt().Add(d.cfg.SentimentWait)) {
 				continue // the sentiment job may still label it
