@@ -215,6 +215,12 @@ func TestSchemaIndexes(t *testing.T) {
 		"notifications USING btree (rule_id, destination_id, event_key)",
 		"notifications USING btree (next_attempt_at) WHERE ((status)::text = 'pending'::text)",
 		"notifications USING btree (rule_id, destination_id, sent_at) WHERE ((status)::text = 'sent'::text)",
+		"reviews USING btree (first_seen_at)", // the event decider's (migration 12)
+		"reviews USING btree (sentiment_at)",
+		"notify_cursors USING btree (name)",
+		"notify_rule_scans USING btree (rule_id)",
+		"notify_crawl_streaks USING btree (application_id, country, lang, path)",
+		"notify_alert_state USING btree (rule_id, application_id, country, lang, path)",
 	}
 	rows, err := pool.Query(context.Background(), `SELECT indexdef FROM pg_indexes WHERE schemaname = 'public'`)
 	if err != nil {
