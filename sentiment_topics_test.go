@@ -160,7 +160,7 @@ func TestTopicMorphology(t *testing.T) {
 		{"به‌روزرسانی جدید", []string{"update"}},
 		{"بدون فیلتر‌شکن باز نمیشه", []string{"crash", "network"}},
 		{"نتم قطع میشه", []string{"network"}},
-		{"نتیجه خوب بود", nil}, // نت is a whole word only
+		{"نتیجه خوب بود", nil},      // نت is a whole word only
 		{"منو خیلی دوست داره", nil}, // منو "me", not the menu
 		{"never crashes, no ads", nil},
 		{"crashes all the time, and no ads", []string{"crash"}},
