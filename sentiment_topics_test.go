@@ -191,3 +191,17 @@ func BenchmarkTopicClassify(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reviews/s")
 }
+
+// `sentiment classify` gives each line its topics, [] for none.
+func TestSentimentClassifyPrintsTopics(t *testing.T) {
+	out, _, err := runClassify(t, "از آپدیت آخر همش کرش میکنه\nLove it\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `"topics":["crash","update"]}`; !strings.Contains(strings.Split(out, "\n")[0], want) {
+		t.Errorf("first line %q, want it to end in %s", strings.Split(out, "\n")[0], want)
+	}
+	if want := `"topics":[]}`; !strings.Contains(strings.Split(out, "\n")[1], want) {
+		t.Errorf("second line %q, want it to end in %s", strings.Split(out, "\n")[1], want)
+	}
+}
