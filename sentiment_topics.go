@@ -1,7 +1,6 @@
 package main
 
 import (
-	"slices"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -142,17 +141,54 @@ const topicGap = 4
 
 // topicClassifier is read-only once built, so safe for concurrent use.
 type topicClassifier struct {
-	exact  map[string][]int32 // a first word → patterns
-	prefix map[string][]int32 // the beginning of a first word* → patterns
-	plens  []int              // the byte lengths of prefix keys
-	pats   []topicPattern
-	pool   sync.Pool // *sentScratch
+	// trie holds the patterns' first words by their bytes: one walk down a
+	// token finds every pattern it can start (a token ending at a node is
+	// an exact match, a node passed on the way a prefix match), without a
+	// map lookup per possible prefix length.
+	trie []topicNode
+	pats []topicPattern
+	pool sync.Pool // *sentScratch
+}
+
+type topicNode struct {
+	next   []topicEdge
+	exact  []int32 // patterns whose first word is this node's bytes
+	prefix []int32 // patterns whose first word* begins so
+}
+
+type topicEdge struct {
+	b    byte
+	node int32
+}
+
+// child is node n's child by b, or -1.
+func (c *topicClassifier) child(n int32, b byte) int32 {
+	for _, e := range c.trie[n].next {
+		if e.b == b {
+			return e.node
+		}
+	}
+	return -1
+}
+
+// insert adds key's path and returns its node.
+func (c *topicClassifier) insert(key string) int32 {
+	n := int32(0)
+	for i := 0; i < len(key); i++ {
+		m := c.child(n, key[i])
+		if m < 0 {
+			m = int32(len(c.trie))
+			c.trie = append(c.trie, topicNode{})
+			c.trie[n].next = append(c.trie[n].next, topicEdge{key[i], m})
+		}
+		n = m
+	}
+	return n
 }
 
 func newTopicClassifier() *topicClassifier {
-	c := &topicClassifier{exact: map[string][]int32{}, prefix: map[string][]int32{}}
+	c := &topicClassifier{trie: []topicNode{{}}}
 	c.pool.New = func() any { return &sentScratch{} }
-	lens := map[int]bool{}
 	for bit, topic := range reviewTopics {
 		for _, p := range topicPatterns[topic] {
 			tp := topicPattern{topic: 1 << bit}
@@ -181,19 +217,15 @@ func newTopicClassifier() *topicClassifier {
 			c.pats = append(c.pats, tp)
 			first := tp.words[0]
 			for k, a := range first.alts {
+				n := c.insert(a)
 				if first.prefix[k] {
-					c.prefix[a] = append(c.prefix[a], idx)
-					lens[len(a)] = true
+					c.trie[n].prefix = append(c.trie[n].prefix, idx)
 				} else {
-					c.exact[a] = append(c.exact[a], idx)
+					c.trie[n].exact = append(c.trie[n].exact, idx)
 				}
 			}
 		}
 	}
-	for n := range lens {
-		c.plens = append(c.plens, n)
-	}
-	slices.Sort(c.plens)
 	return c
 }
 
@@ -222,18 +254,21 @@ func (c *topicClassifier) classifyMask(text string) uint16 {
 			continue
 		}
 		w := sc.tb[t.s:t.e]
-		for _, idx := range c.exact[string(w)] {
-			mask |= c.match(sc, i, idx)
-		}
-		for _, n := range c.plens {
-			if n > len(w) {
+		n := int32(0)
+		for k := 0; k < len(w) && n >= 0; k++ {
+			if n = c.child(n, w[k]); n < 0 {
 				break
 			}
-			if n < len(w) && !utf8.RuneStart(w[n]) {
-				continue
+			if k+1 < len(w) && !utf8.RuneStart(w[k+1]) {
+				continue // inside a rune
 			}
-			for _, idx := range c.prefix[string(w[:n])] {
+			for _, idx := range c.trie[n].prefix {
 				mask |= c.match(sc, i, idx)
+			}
+			if k+1 == len(w) {
+				for _, idx := range c.trie[n].exact {
+					mask |= c.match(sc, i, idx)
+				}
 			}
 		}
 	}
