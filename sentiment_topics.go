@@ -22,7 +22,9 @@ var reviewTopics = []string{"crash", "performance", "ads", "login", "payment", "
 // crash* is crashes, crashing); "a|b" matches either; "…" lets up to four
 // tokens pass before the next word. A pattern starting with ! is a
 // mention that a negation cancels: "no ads", "never crashes", "بدون تبلیغ",
-// "تبلیغ نداره", "کرش نمیکنه" are not complaints about ads or crashes.
+// "تبلیغ نداره", "کرش نمیکنه" are not complaints about ads or crashes. A
+// word starting with - is one that must not come right before (first) or
+// right after (last) the pattern's words: "social network", "رمز ارز".
 var topicPatterns = map[string][]string{
 	"crash": {
 		"!crash*", "!freez*", "!froze*", "!frozen", "keeps closing", "keeps stopping", "keeps shutting", "force close*", "force stop*",
@@ -50,7 +52,7 @@ var topicPatterns = map[string][]string{
 		"login*", "log in", "logging in", "logged out", "logging me out", "logs me out", "log me out", "sign in", "signing in", "signin",
 		"sign up", "signup", "registration", "password*", "otp", "verification code", "verification sms", "verify my", "two factor", "2fa",
 		"authenticat*", "the account", "account is locked", "locked out", "account got", "cant log", "lost access",
-		"لاگین*", "ورود", "وارد نمیشه|نمیشم|نمیشود|نشد|نمیتونم|شم|بشم", "نمیتونم وارد", "ثبت نام*", "ثبتنام*", "رمز*", "پسورد*", "کد تایید*",
+		"لاگین*", "ورود", "وارد نمیشه|نمیشم|نمیشود|نشد|نمیتونم|شم|بشم", "نمیتونم وارد", "ثبت نام*", "ثبتنام*", "رمز* -ارز*", "پسورد*", "کد تایید*",
 		"کد فعالسازی", "کد فعال سازی", "کد ورود", "کد پیامک*", "احراز هویت", "احراز*", "اکانت*", "حساب کاربری*",
 		"یوزر*", "نام کاربری", "حسابم|حساب مسدود*", "خارج میکنه|میشه|شدم", "لاگ اوت", "vorood", "sabtenam", "sabt nam", "ramz*", "login",
 	},
@@ -59,7 +61,7 @@ var topicPatterns = map[string][]string{
 		"billing", "billed", "my money", "money back", "credit card", "debit card", "transaction*", "price*", "pricing", "expensive", "overpriced",
 		"premium version", "pay for", "in app purchase*", "took money", "took my money", "money from",
 		"پرداخت*", "درگاه*", "اشتراک*", "کیف پول*", "پولم*", "پول", "پولمو", "پولی", "تومن", "تومان", "هزینه*", "گرون*", "گران*", "قیمت*", "بازگشت وجه",
-		"کسر شد", "کسر شده", "کم شد", "تراکنش*", "کارت بانکی", "بانک*", "خرید درون*", "خرید داخل*", "خریدم", "خرید اشتراک", "شارژ حساب", "pardakht*", "pool*", "gheymat*", "geroon*", "gerun*", "eshterak*",
+		"کسر شد", "کسر شده", "تراکنش*", "کارت بانکی", "حساب بانکی", "خرید درون*", "خرید داخل*", "خرید اشتراک", "شارژ حساب", "pardakht*", "poolam*", "pool az", "pool kam", "pool pardakht", "gheymat*", "geroon*", "gerun*", "eshterak*",
 	},
 	"update": {
 		"update*", "updating", "upgrade*", "new version", "latest version", "last version", "previous version", "old version", "this version", "version update",
@@ -67,18 +69,18 @@ var topicPatterns = map[string][]string{
 		"آخرین نسخه*", "نسخه آخر*", "نسخه اخیر", "نسخه فعلی", "نسخه قدیم*", "apdeit*", "update*", "noskhe*",
 	},
 	"network": {
-		"internet", "network*", "connection*", "connecting", "cant connect", "cannot connect", "unable to connect", "wont connect",
+		"internet", "-social network*", "connection*", "connecting", "cant connect", "cannot connect", "unable to connect", "wont connect",
 		"doesnt connect", "connect to the", "disconnect*", "buffering", "offline", "wifi", "wi fi", "vpn*", "mobile data",
 		"proxy", "proxies", "filtered", "filtering", "no signal", "server error", "servers are down", "timeout", "timed out",
 		"فیلتر*", "vpn*", "وی پی ان", "ویپیان", "نت", "نتم", "نتش", "نته", "نتمون", "اینترنت*", "قطع میشه|میشود|میکنه|شد|شده|است|هست", "قطعه", "قطع و وصل", "قطعی*",
-		"وصل نمیشه|نمیشود|نشد|نمیشم|نمیشیم", "اتصال*", "شبکه*", "پروکسی*", "پروکسیها", "سرور*", "آیپی", "ای پی", "دیتا", "وای فای", "وایفای",
+		"وصل نمیشه|نمیشود|نشد|نمیشم|نمیشیم", "اتصال*", "شبکه* -اجتماعی*", "پروکسی*", "پروکسیها", "سرور*", "آیپی", "ای پی", "دیتا", "وای فای", "وایفای",
 		"filter*", "filtershekan", "net", "netam", "ghat*", "internet*",
 	},
 	"ui": {
 		"ui", "user interface", "interface", "design", "redesign*", "layout", "dark mode", "night mode", "dark theme", "theme", "themes", "font*",
 		"button*", "menu*", "icon*", "ugly", "confusing", "cluttered", "navigation", "navigate", "colors", "colours", "color scheme", "text size",
 		"looks bad", "looks outdated", "looks great", "looks nice", "ux",
-		"رابط کاربری*", "ظاهر*", "طراحی*", "فونت*", "دکمه*", "منوی", "منوها*", "منو ها", "حالت شب", "حالت تاریک", "تم", "تمش", "تمها", "تم های|تاریک|روشن", "دارک مود", "آیکون*", "ایکون*",
+		"رابط کاربری*", "ظاهر|ظاهرش|ظاهرشو|ظاهرشون", "طراحی*", "فونت*", "دکمه*", "منوی", "منوها*", "منو ها", "حالت شب", "حالت تاریک", "تم", "تمش", "تمها", "تم های|تاریک|روشن", "دارک مود", "آیکون*", "ایکون*",
 		"رنگبندی*", "رنگ بندی*", "رنگها", "شلوغ*", "زشت*", "محیط برنامه*", "محیط کاربری*", "گرافیک*", "چیدمان*", "صفحه اصلی", "zaher*", "tarahi*", "font",
 	},
 	"notifications": {
@@ -87,12 +89,13 @@ var topicPatterns = map[string][]string{
 	},
 	"battery": {
 		"battery", "batteries", "drains", "draining", "drain my", "overheat*", "heats up", "gets hot", "phone hot", "power consumption",
-		"باتری*", "باطری*", "شارژ گوشی*", "شارژمو", "شارژم", "شارژ میخوره|تموم|خالی", "شارژ رو", "داغ*", "گرم میشه|میکنه|میشود", "مصرف باتری", "batri*", "battery*", "sharjam", "sharj",
+		"باتری*", "باطری*", "شارژ گوشی*", "شارژمو", "شارژم", "شارژ میخوره|تموم|خالی", "شارژ رو", "داغ", "داغه", "داغ میکنه|میشه|کرد|شد|میکند|میشود", "گرم میشه|میکنه|میشود", "مصرف باتری", "batri*", "battery*", "sharjam", "sharj",
 	},
 	"privacy": {
 		"privacy", "personal data", "your data", "third part*", "data to", "data collection", "collects data", "permission*", "spy*", "spying", "tracking", "tracker*",
 		"access to my", "access to contacts", "my contacts", "my location", "sells data", "sell my", "sell your", "hacked", "security",
-		"حریم*", "اطلاعات شخصی*", "اطلاعات کاربر*", "اطلاعاتمون", "اطلاعاتم", "دسترسی به*", "دسترسی*", "مجوز*", "جاسوس*", "امنیت*", "هک", "هک شد*", "هکر*",
+		"حریم*", "اطلاعات شخصی*", "اطلاعات کاربر*", "اطلاعاتمون", "اطلاعاتم", "دسترسی به مخاطب*|گالری|میکروفون|میکروفن|دوربین|لوکیشن|موقعیت|اطلاعات*|پیام*|تماس*|عکس*|همه*|فایل*", "دسترسی میخواد|میخواهد|میگیره|داره|داشته|خواست*|میده",
+		"دسترسیها*", "دسترسی های", "اجازه دسترسی", "مجوز*", "جاسوس*", "امنیت*", "هک", "هک شد*", "هکر*",
 		"ردیابی*", "لوکیشن*", "مخاطبین*", "harim*", "amniat*", "dastresi*",
 	},
 	"support": {
@@ -100,16 +103,17 @@ var topicPatterns = map[string][]string{
 		"the support", "support is", "support never", "contacted them", "emailed", "email them", "sent an email", "sent them", "no response", "no reply",
 		"never respond*", "never replied", "never answer*", "didnt respond", "didnt reply", "dont respond", "dont reply", "respond to",
 		"reply to", "nobody replied|answered|responded", "nobody ever replied|answered|responded", "help desk", "ticket*", "developers dont", "developer never", "devs dont",
-		"پشتیبانی*", "پاسخگو*", "جواب نمیدن|نمیدید|ندادن|نداد|نمیده", "جوابی ندادن|نداد|نگرفتم", "تیکت*", "تماس گرفتم", "زنگ زدم", "ایمیل زدم", "ایمیل دادم",
-		"پیگیری*", "کارشناس*", "اپراتور*", "پشتیبان*", "poshtibani*", "javab nemidan",
+		"پشتیبانی*", "پاسخگو*", "جواب نمیدن|نمیدید|ندادن|نمیدن", "جوابی ندادن|نداد|نگرفتم", "تیکت*", "تماس گرفتم", "زنگ زدم", "ایمیل زدم", "ایمیل دادم",
+		"پیگیری کردم|نکردن|نمیکنن|نکردند|میکنیم|کنید", "کارشناس*", "poshtibani*", "javab nemidan",
 	},
 	"feature_request": {
 		"please add", "pls add", "plz add", "plese add", "kindly add", "add a", "add an", "add option*", "add the option", "add support", "add dark",
 		"would be nice", "would be great", "would be good", "would love", "i wish", "wish there", "wish it", "hope you add", "hope you will", "should add",
 		"could you add", "can you add", "can you please", "could you please add", "feature request", "option to", "suggestion*", "i suggest", "needs an option",
-		"needs a", "please make", "please bring", "bring back", "missing feature*", "want a", "wanted a",
+		"please make", "please bring", "bring back", "missing feature*", "want a", "wanted a",
 		"لطفا … اضافه*", "اضافه کنید", "اضافه کنین", "اضافه بشه", "اضافه کن", "اضافه کنید", "اضافه شه", "اضافه بکنید", "اضافه نمایید", "اضافه بفرمایید",
-		"کاش", "ایکاش", "ای کاش", "پیشنهاد*", "بذارید", "بزارید", "بذارین", "بزارین", "قرار بدید", "قرار بدین", "قابلیت … اضافه*",
+		"کاش", "ایکاش", "ای کاش", "پیشنهادم", "پیشنهاد من", "یه پیشنهاد", "یک پیشنهاد",
+		"پیشنهاد میکنم|میدم|میدهم|میکنیم … امکان|قابلیت|گزینه|بخش|اضافه*|بذارید|بزارید", "بذارید", "بزارید", "بذارین", "بزارین", "قرار بدید", "قرار بدین", "قابلیت … اضافه*",
 		"امکان … بذارید|بزارید|بدید|اضافه*", "قابل انتخاب|تنظیم|تغییر کنید|کنین|بشه", "میشه … اضافه*", "ezafe konid", "ezafe konin", "ezafe beshe", "kash", "lotfan … ezafe",
 	},
 }
@@ -132,9 +136,10 @@ type topicWord struct {
 }
 
 type topicPattern struct {
-	topic     uint16 // bit of reviewTopics
-	words     []topicWord
-	negatable bool
+	topic            uint16 // bit of reviewTopics
+	words            []topicWord
+	notPrev, notNext *topicWord
+	negatable        bool
 }
 
 const topicGap = 4
@@ -201,6 +206,8 @@ func newTopicClassifier() *topicClassifier {
 					gap = true
 					continue
 				}
+				not := strings.HasPrefix(w, "-")
+				w = strings.TrimPrefix(w, "-")
 				tw := topicWord{gap: gap}
 				gap = false
 				for _, a := range strings.Split(w, "|") {
@@ -211,7 +218,14 @@ func newTopicClassifier() *topicClassifier {
 					tw.alts = append(tw.alts, a)
 					tw.prefix = append(tw.prefix, pre)
 				}
-				tp.words = append(tp.words, tw)
+				switch {
+				case not && len(tp.words) == 0:
+					tp.notPrev = &tw
+				case not:
+					tp.notNext = &tw
+				default:
+					tp.words = append(tp.words, tw)
+				}
 			}
 			idx := int32(len(c.pats))
 			c.pats = append(c.pats, tp)
@@ -302,6 +316,10 @@ func (c *topicClassifier) match(sc *sentScratch, i int, idx int32) uint16 {
 		if !found {
 			return 0
 		}
+	}
+	if p.notPrev != nil && i > 0 && sc.toks[i-1].kind == tokWord && p.notPrev.matches(c.tok(sc, i-1)) ||
+		p.notNext != nil && end+1 < len(sc.toks) && sc.toks[end+1].kind == tokWord && p.notNext.matches(c.tok(sc, end+1)) {
+		return 0
 	}
 	if p.negatable && c.negated(sc, i, end) {
 		return 0

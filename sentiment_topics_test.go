@@ -158,7 +158,16 @@ func TestTopicMorphology(t *testing.T) {
 		{"کرش می کنه", []string{"crash"}},
 		{"نمی‌تونم وارد بشم", []string{"login"}},
 		{"به‌روزرسانی جدید", []string{"update"}},
-		{"بدون فیلتر‌شکن باز نمیشه", []string{"crash", "network"}},
+		{"بدون فیلتر‌شکن کار نمی‌کنه", []string{"network"}},
+		{"بهترین شبکه اجتماعی", nil},
+		{"the best social network", nil},
+		{"network error again", []string{"network"}},
+		{"خرید رمز ارز راحته", nil},
+		{"رمزم رو قبول نمیکنه", []string{"login"}},
+		{"ظاهرا خوبه", nil}, // "apparently", not the look
+		{"به همه پیشنهاد میکنم", nil},
+		{"برنامه داغونه", nil},
+		{"گوشی داغ میکنه", []string{"battery"}},
 		{"نتم قطع میشه", []string{"network"}},
 		{"نتیجه خوب بود", nil},      // نت is a whole word only
 		{"منو خیلی دوست داره", nil}, // منو "me", not the menu
