@@ -71,7 +71,7 @@ train-sentiment:
 # without it that set is skipped.
 SENTIFARS ?=
 eval-sentiment:
-	PLAYWATCH_EVAL_SENTIMENT=1 SENTIFARS="$(SENTIFARS)" $(GO) test -count=1 -run '^TestEvalSentiment$$' -v .
+	PLAYWATCH_EVAL_SENTIMENT=1 SENTIFARS="$(SENTIFARS)" $(GO) test -count=1 -run '^(TestEvalSentiment|TestTopicQuality)$$' -v .
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./...

@@ -35,6 +35,7 @@ type appGaugeCollector struct {
 	refreshed time.Time // the last successful refresh; zero before one
 
 	score, ratings, installs, reviews, neg1h, neg7d, newest, up, age *prometheus.Desc
+	topics7d                                                         *prometheus.Desc
 }
 
 // newAppGaugeCollector reads the gauges every refreshEvery
@@ -51,7 +52,10 @@ func newAppGaugeCollector(db statusDB, now func() time.Time, refreshEvery time.D
 		neg1h:  prometheus.NewDesc("playwatch_app_negative_reviews_1h", "Stored reviews of the app scored NEGATIVE whose time on the store is within the last hour.", pkg, nil),
 		neg7d:  prometheus.NewDesc("playwatch_app_negative_reviews_7d", "Stored reviews of the app scored NEGATIVE whose time on the store is within the last 7 days.", pkg, nil),
 		newest: prometheus.NewDesc("playwatch_app_newest_review_timestamp_seconds", "Unix time of the newest stored review of the app (its time on the store).", pkg, nil),
-		up:     prometheus.NewDesc("playwatch_app_gauges_up", "1 if the last background read of the per-app gauges from PostgreSQL succeeded, else 0.", nil, nil),
+		topics7d: prometheus.NewDesc("playwatch_app_topic_reviews_7d",
+			"Stored reviews of the app whose time on the store is within the last 7 days, by the topic the sentiment job found (one series per topic, 0 included).",
+			[]string{"package", "review_topic"}, nil),
+		up: prometheus.NewDesc("playwatch_app_gauges_up", "1 if the last background read of the per-app gauges from PostgreSQL succeeded, else 0.", nil, nil),
 		age: prometheus.NewDesc("playwatch_app_gauges_age_seconds",
 			"Seconds since the per-app gauges were last read from PostgreSQL; absent before the first read.", nil, nil),
 	}
@@ -85,8 +89,14 @@ func (c *appGaugeCollector) refresh(ctx context.Context) {
 		if _, err = tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true)`, strconv.FormatInt(c.refreshEvery.Milliseconds(), 10)); err != nil {
 			return fmt.Errorf("app gauges: %w", err)
 		}
-		rows, err = loadAppGauges(ctx, tx, now)
-		return
+		if rows, err = loadAppGauges(ctx, tx, now); err != nil {
+			return err
+		}
+		topics, err := loadAppTopicGauges(ctx, tx, now)
+		for i := range rows {
+			rows[i].Topics7d = topics[rows[i].Package]
+		}
+		return err
 	})
 	if errors.Is(context.Cause(ctx), context.Canceled) {
 		return // stopping
@@ -105,7 +115,7 @@ func (c *appGaugeCollector) refresh(ctx context.Context) {
 }
 
 func (c *appGaugeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.score, c.ratings, c.installs, c.reviews, c.neg1h, c.neg7d, c.newest, c.up, c.age} {
+	for _, d := range []*prometheus.Desc{c.score, c.ratings, c.installs, c.reviews, c.neg1h, c.neg7d, c.newest, c.up, c.age, c.topics7d} {
 		ch <- d
 	}
 }
@@ -143,6 +153,9 @@ func (c *appGaugeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.neg1h, prometheus.GaugeValue, float64(r.Negative1h), r.Package)
 		ch <- prometheus.MustNewConstMetric(c.neg7d, prometheus.GaugeValue, float64(r.Negative7d), r.Package)
+		for _, t := range reviewTopics {
+			ch <- prometheus.MustNewConstMetric(c.topics7d, prometheus.GaugeValue, float64(r.Topics7d[t]), r.Package, t)
+		}
 		if r.NewestReviewAt != nil {
 			ch <- prometheus.MustNewConstMetric(c.newest, prometheus.GaugeValue, float64(r.NewestReviewAt.UnixMilli())/1000, r.Package)
 		}

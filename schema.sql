@@ -392,3 +392,7 @@ CREATE TABLE notify_alert_state (
 -- reviews API's and the status page's topic filters.
 ALTER TABLE reviews ADD COLUMN topics TEXT[];
 CREATE INDEX reviews_topics_idx ON reviews USING GIN (topics);
+-- The sentiment job's topics backfill finds the reviews labelled before
+-- topics existed through this; the job writes topics with every label, so
+-- it only shrinks.
+CREATE INDEX reviews_topics_todo_idx ON reviews (id) WHERE topics IS NULL AND sentiment IS NOT NULL;

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,9 +47,12 @@ ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`
 // from the locked row, which is the version that was classified.
 // statement_timestamp() makes every row of one batch share its sentiment_at.
 // The model is per row: a review the model failed on gets failedModelPrefix.
+// A row's topics come comma-separated (unnest cannot take an array of
+// arrays of different lengths); none is '{}'.
 const sentimentWriteSQL = `UPDATE reviews AS r SET sentiment = u.label, sentiment_model = u.model, text_lang = u.lang,
-	sentiment_at = statement_timestamp(), sentiment_text_hash = reviews_sentiment_input(r.score, r.content)
-FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS u(id, label, model, lang)
+	sentiment_at = statement_timestamp(), sentiment_text_hash = reviews_sentiment_input(r.score, r.content),
+	topics = string_to_array(u.topics, ',')
+FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(id, label, model, lang, topics)
 WHERE r.id = u.id`
 
 // failedModelPrefix marks, in sentiment_model, a review whose
@@ -82,8 +86,12 @@ type sentimentJob struct {
 	failed  string // sentiment_model of a review the model failed on
 	cfg     sentimentJobConfig
 	metrics *sentimentMetrics
-	logger  *slog.Logger
-	clock   clock
+	topics  *topicClassifier
+	// backfill gives topics to reviews labelled before topics existed
+	// (sentiment_topics_job.go).
+	backfill topicBackfill
+	logger   *slog.Logger
+	clock    clock
 
 	// afterClaim, for tests, runs with the batch locked, before it is
 	// classified.
@@ -102,7 +110,7 @@ func newSentimentJob(pool *pgxpool.Pool, model sentimentClassifier, cfg sentimen
 	failed := failedModelPrefix + v
 	failed = failed[:min(len(failed), 40)] // sentiment_model is VARCHAR(40)
 	return &sentimentJob{pool: pool, model: model, version: v, failed: failed, cfg: cfg,
-		metrics: newSentimentMetrics(reg), logger: logger, clock: systemClock{}}
+		metrics: newSentimentMetrics(reg), topics: newTopicClassifier(), backfill: newTopicBackfill(reg), logger: logger, clock: systemClock{}}
 }
 
 // Run scores until ctx ends: at once again after a full batch, after
@@ -139,6 +147,9 @@ func (j *sentimentJob) Run(ctx context.Context) error {
 			failures = 0
 		}
 		full := n == j.cfg.Batch
+		if !full {
+			full = j.backfillTopicsBatch(ctx) == j.cfg.Batch
+		}
 		if err := j.refreshBacklog(ctx, !full); err != nil && ctx.Err() == nil {
 			j.logger.Warn("sentiment job cannot count its backlog", "err", err)
 		}
@@ -156,7 +167,8 @@ type scoredRow struct {
 	stars    int
 	storedAt *time.Time
 	result   sentimentResult
-	failed   bool // the model panicked on it: result is its stars' label
+	topics   string // comma-separated
+	failed   bool   // the model panicked on it: result is its stars' label
 }
 
 // scoreBatch claims, classifies and writes one batch in one transaction and
@@ -192,14 +204,15 @@ func (j *sentimentJob) scoreBatch(ctx context.Context) (int, error) {
 	labels := make([]string, len(batch))
 	models := make([]string, len(batch))
 	langs := make([]string, len(batch))
+	topics := make([]string, len(batch))
 	for i, s := range batch {
-		ids[i], labels[i], models[i], langs[i] = s.id, s.result.Label, j.version, s.result.Lang
+		ids[i], labels[i], models[i], langs[i], topics[i] = s.id, s.result.Label, j.version, s.result.Lang, s.topics
 		if s.failed {
 			models[i] = j.failed
 		}
 	}
 	start := j.clock.Now()
-	tag, err := tx.Exec(ctx, sentimentWriteSQL, ids, labels, models, langs)
+	tag, err := tx.Exec(ctx, sentimentWriteSQL, ids, labels, models, langs, topics)
 	if err != nil {
 		return 0, fmt.Errorf("write sentiment: %w", err)
 	}
@@ -256,6 +269,7 @@ func (j *sentimentJob) classifyOne(s *scoredRow) {
 				"id", s.id, "model", j.version, "label", s.result.Label, "err", recoveredPanic(v))
 		}
 	}()
+	s.topics = strings.Join(j.topics.Classify(s.text), ",")
 	s.result = j.model.Classify(s.text, s.stars)
 }
 

@@ -225,8 +225,8 @@ func TestSentimentClassifyCommand(t *testing.T) {
 			t.Errorf("line %d: probabilities sum to %v", i+1, sum)
 		}
 	}
-	if len(rows[0]) != 5 {
-		t.Errorf("want exactly label, lang and three probabilities, got %v", rows[0])
+	if len(rows[0]) != 6 {
+		t.Errorf("want exactly label, lang, three probabilities and topics, got %v", rows[0])
 	}
 
 	out, stderr, err = runClassify(t, `{"text":"Crashes since the update, fix it","score":5}

@@ -48,7 +48,10 @@ func cmdSentiment(ctx context.Context, args []string, getenv func(string) string
 const sentimentClassifyUsage = `Usage: playwatch sentiment classify [--lang auto|fa|en] [--json]
 
 Reads one review per line on stdin and writes one JSON object per line on stdout:
-  {"label":"POSITIVE|NEUTRAL|NEGATIVE","lang":"fa|en|other","p_positive":…,"p_neutral":…,"p_negative":…}
+  {"label":"POSITIVE|NEUTRAL|NEGATIVE","lang":"fa|en|other","p_positive":…,"p_neutral":…,"p_negative":…,"topics":[…]}
+topics are what the text is about, as the sentiment job stores them (docs/sentiment.md §8):
+crash, performance, ads, login, payment, update, network, ui, notifications, battery,
+privacy, support, feature_request; [] for none.
 Without --json each line is the text; with --json each line is an object
 {"text": "...", "score": 1..5} (score optional: without it the label is the text's alone,
 with it the stored label of docs/sentiment.md §4). An empty text is NEUTRAL. Needs no
@@ -66,11 +69,12 @@ Flags:
 
 // sentimentOutput is one line of `sentiment classify`.
 type sentimentOutput struct {
-	Label     string  `json:"label"`
-	Lang      string  `json:"lang"`
-	PPositive float64 `json:"p_positive"`
-	PNeutral  float64 `json:"p_neutral"`
-	PNegative float64 `json:"p_negative"`
+	Label     string   `json:"label"`
+	Lang      string   `json:"lang"`
+	PPositive float64  `json:"p_positive"`
+	PNeutral  float64  `json:"p_neutral"`
+	PNegative float64  `json:"p_negative"`
+	Topics    []string `json:"topics"`
 }
 
 func cmdSentimentClassify(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -99,6 +103,7 @@ func cmdSentimentClassify(ctx context.Context, args []string, stdin io.Reader, s
 	if err != nil {
 		return err
 	}
+	topics := newTopicClassifier()
 	in := bufio.NewReaderSize(stdin, 64<<10)
 	out := bufio.NewWriter(stdout)
 	enc := json.NewEncoder(out)
@@ -127,7 +132,7 @@ func cmdSentimentClassify(ctx context.Context, args []string, stdin io.Reader, s
 			} else {
 				r = model.classifyAs(text, stars, *lang)
 			}
-			if err := enc.Encode(sentimentOutput{r.Label, r.Lang, round4(r.PPositive), round4(r.PNeutral), round4(r.PNegative)}); err != nil {
+			if err := enc.Encode(sentimentOutput{r.Label, r.Lang, round4(r.PPositive), round4(r.PNeutral), round4(r.PNegative), topics.Classify(text)}); err != nil {
 				return err
 			}
 		}

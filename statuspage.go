@@ -557,6 +557,7 @@ type appPage struct {
 	Charts    []chart
 	Histogram chart
 	Negative  []negativeView
+	Topics    []topicView // the last 7 days
 	Network   []networkView
 	RTT       chart
 	ShowNet   bool
@@ -687,6 +688,8 @@ func (p *statusPage) appPageOf(d appDetail, now time.Time) appPage {
 		}
 		page.Negative = append(page.Negative, v)
 	}
+
+	page.Topics = topicViews(d.Topics)
 
 	page.ShowNet = d.Messaging || len(d.Network) > 0
 	byScenario := map[string]*networkView{}

@@ -250,6 +250,7 @@ type appDetail struct {
 	ReviewDays         []sentimentDay
 	ReviewsUntil       time.Time // the end of ReviewDays' 90 days: now, or the newest review's time if older
 	Negative           []negativeReview
+	Topics             []topicCount    // the last 7 days', most reviews first
 	Network            []networkSample // newest first
 	Outcomes           []outcomeRow    // the last crawl of each path and storefront: stats first
 }
@@ -413,6 +414,10 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (a
 		return d, fmt.Errorf("status page: negative reviews of %s: %w", pkg, err)
 	}
 
+	if d.Topics, err = loadAppTopics(ctx, tx, d.ID, now); err != nil {
+		return d, err
+	}
+
 	rows, err = tx.Query(ctx, appNetworkSQL, d.ID)
 	if err != nil {
 		return d, fmt.Errorf("status page: network metrics of %s: %w", pkg, err)
@@ -457,6 +462,7 @@ type appGaugeRow struct {
 	Reviews                sentimentCounts
 	Negative1h, Negative7d int64 // NEGATIVE reviews whose time is within the last hour, 7 days
 	NewestReviewAt         *time.Time
+	Topics7d               map[string]int64 // reviews of the last 7 days by topic (statuspage_topics.go)
 }
 
 // appGaugesSQL counts every stored review of each app by sentiment, and the

@@ -503,6 +503,8 @@ func TestStatusPageQueryPlans(t *testing.T) {
 		"newest review":   {appNewestReviewSQL, []any{id}},
 		"negative":        {appNegativeSQL, []any{id, negativeLimit}},
 		"network":         {appNetworkSQL, []any{id}},
+		"topics":          {appTopicsSQL, []any{id, statusNow}},
+		"topic gauges":    {appTopicGaugesSQL, []any{statusNow}},
 	} {
 		var plan []byte
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// insertTopicReviews adds Telegram reviews with topics, as the sentiment
+// job writes them: in the last 7 days 4 crash (3 negative), 2 ads (1
+// negative), 1 update (negative), 1 without a topic; outside them a crash 8
+// days ago and one after now. Bale gets none.
+func insertTopicReviews(t *testing.T, ctx context.Context, exec func(string, ...any)) {
+	t.Helper()
+	for i, r := range []struct {
+		ago       time.Duration
+		sentiment string
+		topics    []string
+	}{
+		{time.Hour, "NEGATIVE", []string{"crash"}},
+		{2 * 24 * time.Hour, "NEGATIVE", []string{"crash"}},
+		{3 * 24 * time.Hour, "NEUTRAL", []string{"crash"}},
+		{4 * time.Hour, "NEGATIVE", []string{"ads"}},
+		{5 * time.Hour, "POSITIVE", []string{"ads"}},
+		{6 * 24 * time.Hour, "NEGATIVE", []string{"crash", "update"}},
+		{7 * time.Hour, "POSITIVE", []string{}},
+		{8 * 24 * time.Hour, "NEGATIVE", []string{"crash"}}, // older than 7 days
+		{-time.Hour, "NEGATIVE", []string{"crash"}},         // after now
+	} {
+		exec(`INSERT INTO reviews (application_id, review_id, score, content, at, sentiment, topics, last_synced_at)
+			SELECT id, $2, 1, 'x', $3, $4, $5, $3 FROM apps_registry_application WHERE package_name = $1`,
+			statusTelegram, fmt.Sprintf("topic%d", i), statusNow.Add(-r.ago), r.sentiment, r.topics)
+	}
+}
+
+// The app page lists the topics of the last 7 days with their counts and
+// share negative, most reviews first; an app without any says so.
+func TestStatusPageAppTopics(t *testing.T) {
+	pool := newTestPool(t)
+	seedStatus(t, pool)
+	ctx := context.Background()
+	insertTopicReviews(t, ctx, func(sql string, args ...any) {
+		if _, err := pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	})
+	srv, _ := statusPageServer(t, pool, "", newMetricsRegistry("test"))
+	code, body, _ := getPage(t, srv.URL+"/apps/"+statusTelegram)
+	if code != http.StatusOK {
+		t.Fatalf("app page: %d", code)
+	}
+	i := strings.Index(body, `<table class="topics">`)
+	if i < 0 {
+		t.Fatalf("no topics table on the app page:\n%s", body)
+	}
+	table := body[i : i+strings.Index(body[i:], "</table>")]
+	row := regexp.MustCompile(`<td data-label="Topic">([^<]*)</td><td data-label="Reviews" class="num">([^<]*)</td><td data-label="Negative" class="num">([^<]*)</td><td data-label="Share negative" class="num">([^<]*)</td>`)
+	var got []string
+	for _, m := range row.FindAllStringSubmatch(table, -1) {
+		got = append(got, strings.Join(m[1:], " "))
+	}
+	want := []string{"crash 4 3 75 %", "ads 2 1 50 %", "update 1 1 100 %"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("topics rows %q, want %q", got, want)
+	}
+
+	code, body, _ = getPage(t, srv.URL+"/apps/"+statusBale)
+	if code != http.StatusOK || strings.Contains(body, `<table class="topics">`) ||
+		!strings.Contains(body, "No data: no review of the last 7 days has a topic") {
+		t.Errorf("app without topics: %d, want the empty state:\n%s", code, body)
+	}
+}
+
+// playwatch_app_topic_reviews_7d counts each active app's reviews of the
+// last 7 days per topic, every topic present (0 included).
+func TestAppGaugesTopics(t *testing.T) {
+	pool := newTestPool(t)
+	seedStatus(t, pool)
+	ctx := context.Background()
+	insertTopicReviews(t, ctx, func(sql string, args ...any) {
+		if _, err := pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	})
+	srv, page := statusPageServer(t, pool, "", newMetricsRegistry("test"))
+	page.appGauges.refresh(t.Context())
+	m := scrapeMetrics(t, srv.URL)
+	for k, want := range map[string]float64{
+		`playwatch_app_topic_reviews_7d{package="org.telegram.messenger",review_topic="crash"}`:   4,
+		`playwatch_app_topic_reviews_7d{package="org.telegram.messenger",review_topic="ads"}`:     2,
+		`playwatch_app_topic_reviews_7d{package="org.telegram.messenger",review_topic="update"}`:  1,
+		`playwatch_app_topic_reviews_7d{package="org.telegram.messenger",review_topic="battery"}`: 0,
+		`playwatch_app_topic_reviews_7d{package="ir.example.bale",review_topic="crash"}`:          0,
+	} {
+		if got, ok := m[k]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", k, got, ok, want)
+		}
+	}
+	n := 0
+	for k := range m {
+		if strings.HasPrefix(k, "playwatch_app_topic_reviews_7d{") {
+			n++
+		}
+	}
+	if n != 2*len(reviewTopics) {
+		t.Errorf("%d topic series, want %d: every topic of both apps", n, 2*len(reviewTopics))
+	}
+}
