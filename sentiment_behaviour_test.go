@@ -169,7 +169,7 @@ var sentimentDataFiles = []string{
 	"train_fa.tsv", "train_en.tsv", "train_finglish.tsv",
 	"dev_fa.tsv", "dev_en.tsv",
 	"behaviour.tsv",
-	"xdomain_fa.tsv",
+	"xdomain_fa.tsv", "xdomain_en.tsv",
 }
 
 // TestSentimentDataDisjoint: the training files, the dev sets, the
