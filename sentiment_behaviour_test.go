@@ -198,3 +198,39 @@ func TestSentimentDataDisjoint(t *testing.T) {
 		}
 	}
 }
+
+// TestSentimentDataShape: the sizes issue 22 asks of our own data, a
+// quarter neutral at least, and each file in the language it says.
+func TestSentimentDataShape(t *testing.T) {
+	for _, f := range []struct {
+		name     string
+		min      int
+		lang     string // what detectSentimentLang must say of every text
+		neutral4 bool   // at least a quarter NEUTRAL
+	}{
+		{"train_fa.tsv", 2000, "fa", true},
+		{"train_finglish.tsv", 300, "en", true},
+		{"train_en.tsv", 1000, "en", true},
+		{"xdomain_fa.tsv", 300, "fa", true},
+		{"xdomain_en.tsv", 300, "en", true},
+	} {
+		items := readSentimentTSV(t, f.name)
+		var per [sentClasses]int
+		for _, it := range items {
+			per[it.Class]++
+			if got := detectSentimentLang(it.Text); got != f.lang && got != "other" {
+				t.Errorf("%s: %q is detected as %s, want %s", f.name, it.Text, got, f.lang)
+			}
+		}
+		t.Logf("%s: %d rows: %d negative, %d neutral, %d positive", f.name, len(items), per[classNegative], per[classNeutral], per[classPositive])
+		if len(items) < f.min {
+			t.Errorf("%s: %d rows, want at least %d", f.name, len(items), f.min)
+		}
+		if f.neutral4 && 4*per[classNeutral] < len(items) {
+			t.Errorf("%s: %d of %d rows NEUTRAL, want at least a quarter", f.name, per[classNeutral], len(items))
+		}
+		if per[classNegative] == 0 || per[classPositive] == 0 {
+			t.Errorf("%s: want both polar classes", f.name)
+		}
+	}
+}
