@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -172,23 +173,86 @@ var sentimentDataFiles = []string{
 	"xdomain_fa.tsv", "xdomain_en.tsv",
 }
 
+// sentTextsOf reads the texts of one of sentimentDataFiles.
+func sentTextsOf(t *testing.T, name string) []string {
+	t.Helper()
+	var texts []string
+	if name == "behaviour.tsv" {
+		for _, c := range readBehaviourTSV(t) {
+			texts = append(texts, c.Text)
+		}
+		return texts
+	}
+	for _, it := range readSentimentTSV(t, name) {
+		texts = append(texts, it.Text)
+	}
+	return texts
+}
+
+// sentWordSet is the sorted, distinct words of a text after normalisation.
+func sentWordSet(text string) []string {
+	norm := string(normalizeSentimentText(nil, strings.TrimSpace(text)))
+	words := strings.FieldsFunc(norm, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
+	sort.Strings(words)
+	return slices.Compact(words)
+}
+
+// jaccard of two sorted sets.
+func jaccard(a, b []string) float64 {
+	common := 0
+	for i, j := 0, 0; i < len(a) && j < len(b); {
+		switch {
+		case a[i] == b[j]:
+			common++
+			i++
+			j++
+		case a[i] < b[j]:
+			i++
+		default:
+			j++
+		}
+	}
+	return float64(common) / float64(len(a)+len(b)-common)
+}
+
+// TestSentimentDataNearDuplicates: no text of an evaluation file (dev,
+// behaviour, cross-domain) is a training text with a word or two changed
+// or moved: word-set Jaccard below 0.75 for texts of three words or more.
+func TestSentimentDataNearDuplicates(t *testing.T) {
+	type text struct {
+		file, text string
+		words      []string
+	}
+	var train, eval []text
+	for _, name := range sentimentDataFiles {
+		for _, s := range sentTextsOf(t, name) {
+			w := sentWordSet(s)
+			if len(w) < 3 {
+				continue
+			}
+			if strings.HasPrefix(name, "train_") {
+				train = append(train, text{name, s, w})
+			} else {
+				eval = append(eval, text{name, s, w})
+			}
+		}
+	}
+	for _, e := range eval {
+		for _, tr := range train {
+			if j := jaccard(e.words, tr.words); j >= 0.75 {
+				t.Errorf("%s: %q is close to %s: %q (Jaccard %.2f)", e.file, e.text, tr.file, tr.text, j)
+			}
+		}
+	}
+}
+
 // TestSentimentDataDisjoint: the training files, the dev sets, the
 // behaviour suite and the cross-domain sets share no text, and none holds
 // a text twice.
 func TestSentimentDataDisjoint(t *testing.T) {
 	seen := map[string]string{}
 	for _, name := range sentimentDataFiles {
-		var texts []string
-		if name == "behaviour.tsv" {
-			for _, c := range readBehaviourTSV(t) {
-				texts = append(texts, c.Text)
-			}
-		} else {
-			for _, it := range readSentimentTSV(t, name) {
-				texts = append(texts, it.Text)
-			}
-		}
-		for _, text := range texts {
+		for _, text := range sentTextsOf(t, name) {
 			k := sentDataKey(text)
 			if prev, ok := seen[k]; ok {
 				t.Errorf("%s: %q is already in %s", name, text, prev)
