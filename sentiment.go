@@ -181,11 +181,30 @@ func (m *sentimentModel) Classify(text string, stars int) sentimentResult {
 func (m *sentimentModel) classifyAs(text string, stars int, lang string) sentimentResult {
 	var p [sentClasses]float64
 	if lang == "other" {
-		p = [sentClasses]float64{0, 1, 0}
-	} else {
-		p, _ = m.textProbabilities(text, lang)
+		if !m.hasEmojiSentiment(text) {
+			return fuseSentiment([sentClasses]float64{0, 1, 0}, stars, lang)
+		}
+		// Emoji read the same in every script (😍😍😍, 😡, "좋아요 👍"):
+		// the text model reads them, with the English bias.
+		p, _ = m.textProbabilities(text, "en")
+		r := fuseSentiment(p, stars, "en")
+		r.Lang = lang
+		return r
 	}
+	p, _ = m.textProbabilities(text, lang)
 	return fuseSentiment(p, stars, lang)
+}
+
+// hasEmojiSentiment tells whether text holds an emoji of the lexicon.
+func (m *sentimentModel) hasEmojiSentiment(text string) bool {
+	for _, r := range text {
+		if isSentimentEmoji(r) {
+			if _, ok := m.lex[string(r)]; ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // textProbabilities runs the text model; the lexicon score comes along for
