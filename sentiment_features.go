@@ -32,6 +32,7 @@ const (
 	dNegatedNeg      // the strength of negated complaints ("not bad", "never crashes")
 	dEmojiPos        // emoji valences, which read the same in every language
 	dEmojiNeg        //
+	dPostContrast    // the compound of the clause after the first "but"/"ولی", which dominates
 	dCompoundBin0    // the compound in 7 bins: lets a linear model place neutral in the middle
 	sentFeatureCount = dCompoundBin0 + compoundBinCount
 )
@@ -64,6 +65,7 @@ type lexiconScore struct {
 	negNeg     float64
 	emoPos     float64 // emoji's share of pos and neg
 	emoNeg     float64
+	post       float64 // the summed valence after the first contrast word
 	exclaim    int
 	question   int
 	words      int
@@ -163,6 +165,9 @@ func (m *sentimentModel) scoreLexicon(sc *sentScratch, negations int) lexiconSco
 			l.neg -= x
 			l.nNeg++
 		}
+		if t.post {
+			l.post += x
+		}
 		if t.kind == tokEmoji {
 			if x > 0 {
 				l.emoPos += x
@@ -213,6 +218,7 @@ func (m *sentimentModel) extractFeatures(sc *sentScratch, lang string, l lexicon
 		if t.negated {
 			kind = hashNegWord
 		}
+		from := len(f)
 		f = append(f, sentFeature{sentBucket(sentHash(kind, w)), 1})
 		if prev >= 0 {
 			p := sc.toks[prev]
@@ -222,11 +228,20 @@ func (m *sentimentModel) extractFeatures(sc *sentScratch, lang string, l lexicon
 		if t.kind == tokWord {
 			f = appendCharGrams(f, sc, w, t.negated)
 		}
+		// The clause after "but"/"ولی" weighs more here too, as in the
+		// lexicon score: "slow at first, but now it's great" is praise.
+		for k := from; k < len(f); k++ {
+			f[k].v = t.weight
+		}
 	}
 	if len(f) > 0 {
-		scale := float32(1 / math.Sqrt(float64(len(f))))
+		sum := 0.0
+		for _, x := range f {
+			sum += float64(x.v * x.v)
+		}
+		scale := float32(1 / math.Sqrt(sum))
 		for i := range f {
-			f[i].v = scale
+			f[i].v *= scale
 		}
 	}
 	c := l.compound()
@@ -257,6 +272,7 @@ func (m *sentimentModel) extractFeatures(sc *sentScratch, lang string, l lexicon
 		sentFeature{dNegatedNeg, float32(math.Log1p(l.negNeg))},
 		sentFeature{dEmojiPos, float32(math.Log1p(l.emoPos))},
 		sentFeature{dEmojiNeg, float32(math.Log1p(l.emoNeg))},
+		sentFeature{dPostContrast, float32(l.post / math.Sqrt(l.post*l.post+15))},
 	)
 	bin := len(compoundBins)
 	for i, hi := range compoundBins {

@@ -16,6 +16,7 @@ type sentToken struct {
 	kind    sentTokKind
 	punct   byte // a break's ASCII punctuation
 	negated bool
+	post    bool    // after the first contrast word
 	weight  float32 // contrast × intensity, 1 when neither applies
 }
 
@@ -199,6 +200,7 @@ const (
 	roleIntensify             // very, خیلی
 	roleDampen                // a bit, یکم
 	roleNegBare               // اصلا: negates the next words when no other negator follows in its clause
+	roleResolve               // حل, fixed: a backward negation that reaches further (resolveScope)
 )
 
 var sentimentRoles = func() map[string]uint8 {
@@ -219,6 +221,8 @@ var sentimentRoles = func() map[string]uint8 {
 		"نخرین", "نزنید", "نزنین", "نداشته", "ندارن", "ندیدم", "نمیدم", "نخورده", "نرفت", "نیومد", "نمیاد", "نیامد",
 		"nemikone", "nemiad", "nakonid", "nadaran", "nis")
 	add(roleNegBare, "اصلا", "اصلن", "aslan", "asan")
+	// A fix undoes the complaint before it: "مشکل ورود حل شد", "login problem solved".
+	add(roleNegBack|roleResolve, "حل", "رفع", "solved", "fixed", "resolved")
 	add(roleContrast, "but", "however", "ولی", "اما", "ولیکن", "لیکن", "منتها", "vali", "amma", "ama")
 	add(roleIntensify, "very", "really", "so", "extremely", "super", "too", "absolutely", "totally", "completely",
 		"highly", "incredibly", "truly", "most", "soo", "realy",
@@ -258,6 +262,7 @@ var negTransparent = map[string]bool{
 const (
 	negFwdScope  = 3
 	negBackScope = 2
+	resolveScope = 4
 )
 
 // markSentimentTokens sets each token's negation and weight: a word is
@@ -290,7 +295,11 @@ func markSentimentTokens(sc *sentScratch) (negations int) {
 		}
 		if role&roleNegBack != 0 {
 			negations++
-			for j, k := i-1, 0; j >= 0 && k < negBackScope && toks[j].kind != tokBreak; j-- {
+			scope := negBackScope
+			if role&roleResolve != 0 {
+				scope = resolveScope
+			}
+			for j, k := i-1, 0; j >= 0 && k < scope && toks[j].kind != tokBreak; j-- {
 				w := sc.tb[toks[j].s:toks[j].e]
 				if negTransparent[string(w)] {
 					continue
@@ -322,6 +331,7 @@ func markSentimentTokens(sc *sentScratch) (negations int) {
 				toks[i].weight *= 0.5
 			} else if i > contrast {
 				toks[i].weight *= 1.5
+				toks[i].post = true
 			}
 		}
 	}
