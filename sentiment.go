@@ -223,8 +223,32 @@ func (m *sentimentModel) textProbabilities(text, lang string) ([sentClasses]floa
 			z[c] += f.v * row[c]
 		}
 	}
-	return softmax3(z), l
+	return blendLexicon(softmax3(z), l), l
 }
+
+// blendLexicon mixes the lexicon's reading into the model's probabilities
+// for short texts, where the hashed features have little to go on and a
+// few training sentences decide ("good app", "بد نیست", "so annoying"): the
+// mix weight is lexiconShare·3/(3+words), a fifth at 6 words, and it fades
+// with length.
+func blendLexicon(p [sentClasses]float64, l lexiconScore) [sentClasses]float64 {
+	a := lexiconShare * 3 / float64(3+l.words)
+	var q [sentClasses]float64
+	switch c := l.compound(); {
+	case c >= 0.05:
+		q = [sentClasses]float64{0.05, 0.4 - 0.4*c, 0.55 + 0.4*c}
+	case c <= -0.05:
+		q = [sentClasses]float64{0.55 - 0.4*c, 0.4 + 0.4*c, 0.05}
+	default:
+		q = [sentClasses]float64{0.1, 0.8, 0.1}
+	}
+	for c := range p {
+		p[c] = (1-a)*p[c] + a*q[c]
+	}
+	return p
+}
+
+const lexiconShare = 0.6
 
 // textFeatures fills sc with the tokens and features of text in lang, the
 // model's whole reading of it, and returns its lexicon score; the trainer
