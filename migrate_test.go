@@ -120,6 +120,10 @@ func TestSchemaColumnsMatchContract(t *testing.T) {
 		"dead_letter_events.discarded_at":               "timestamp with time zone NULL",
 		"dead_letter_events.discarded_by":               "text NULL",
 		"dead_letter_events.generation":                 "integer NOT NULL 0",
+		"sentiment_models.version":                      "character varying(40) NOT NULL",
+		"sentiment_models.bytes":                        "bytea NOT NULL",
+		"sentiment_models.figures":                      "jsonb NOT NULL",
+		"sentiment_models.created_at":                   "timestamp with time zone NOT NULL now",
 	}
 	rows, err := pool.Query(context.Background(), `
 		SELECT c.relname || '.' || a.attname,
@@ -128,7 +132,7 @@ func TestSchemaColumnsMatchContract(t *testing.T) {
 		FROM pg_attribute a
 		JOIN pg_class c ON c.oid = a.attrelid
 		LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-		WHERE c.relname IN ('apps_registry_application','app_stats','reviews','network_metrics','dead_letter_events')
+		WHERE c.relname IN ('apps_registry_application','app_stats','reviews','network_metrics','dead_letter_events','sentiment_models')
 		  AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped`)
 	if err != nil {
 		t.Fatal(err)
@@ -172,6 +176,7 @@ func TestSchemaIndexes(t *testing.T) {
 		"dead_letter_events USING btree (topic, partition, kafka_offset, generation)",
 		"dead_letter_events USING btree (occurred_at DESC)",
 		"apps_registry_application USING btree (package_name)",
+		"sentiment_models USING btree (created_at DESC)",
 	}
 	rows, err := pool.Query(context.Background(), `SELECT indexdef FROM pg_indexes WHERE schemaname = 'public'`)
 	if err != nil {

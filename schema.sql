@@ -340,3 +340,16 @@ CREATE INDEX notifications_rule_destination_sent_at_idx ON notifications (rule_i
 -- reviews API's and the status page's topic filters.
 ALTER TABLE reviews ADD COLUMN topics TEXT[];
 CREATE INDEX reviews_topics_idx ON reviews USING GIN (topics);
+
+-- migration 14: sentiment models
+-- Models `playwatch sentiment adapt` trained on the user's own reviews and
+-- kept (they beat the embedded model on held-out apps); every sentiment
+-- job uses the newest. version is sentimentModelVersion of bytes (a gzip
+-- model file, docs/sentiment.md §3.2); figures what adapt measured.
+CREATE TABLE sentiment_models (
+    version    VARCHAR(40) PRIMARY KEY,
+    bytes      BYTEA NOT NULL,
+    figures    JSONB NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE INDEX sentiment_models_created_at_idx ON sentiment_models (created_at DESC);

@@ -59,6 +59,7 @@ type sentimentModel struct {
 	bias    [sentClasses]float32
 	lex     map[string]float32 // one word → valence (VADER's English scale, -4..4)
 	lex2    map[string]float32 // "word word" → valence
+	en      map[string]float32 // the English lexicon of the file, for a model trained from this one
 	pool    sync.Pool          // *sentScratch
 }
 
@@ -66,15 +67,29 @@ const sentimentModelMagic = "PWSENT1\n"
 
 // loadSentimentModel decodes the model embedded with go:embed (no file, no network).
 func loadSentimentModel() (*sentimentModel, error) {
-	m, err := decodeSentimentModel(sentimentModelFile)
+	m, err := sentimentModelOf(sentimentModelFile)
 	if err != nil {
 		return nil, fmt.Errorf("embedded sentiment model: %w", err)
 	}
-	sum := sha256.New()
-	sum.Write(sentimentModelFile)
-	sum.Write(sentimentLexiconFile)
-	m.version = "lr1-" + hex.EncodeToString(sum.Sum(nil))[:12]
 	return m, nil
+}
+
+// sentimentModelOf decodes a model file, the embedded one or one `sentiment
+// adapt` stored, and names it by its bytes and the lexicon's.
+func sentimentModelOf(file []byte) (*sentimentModel, error) {
+	m, err := decodeSentimentModel(file)
+	if err != nil {
+		return nil, err
+	}
+	m.version = sentimentModelVersion(file)
+	return m, nil
+}
+
+func sentimentModelVersion(file []byte) string {
+	sum := sha256.New()
+	sum.Write(file)
+	sum.Write(sentimentLexiconFile)
+	return "lr1-" + hex.EncodeToString(sum.Sum(nil))[:12]
 }
 
 // decodeSentimentModel reads the file format of docs/sentiment.md §3.2:
@@ -136,7 +151,7 @@ func decodeSentimentModel(file []byte) (*sentimentModel, error) {
 // newSentimentModel joins the weights, the English lexicon and the
 // project's own lexicon file, whose entries win.
 func newSentimentModel(w []float32, bias [sentClasses]float32, en map[string]float32) (*sentimentModel, error) {
-	m := &sentimentModel{w: w, bias: bias, lex: map[string]float32{}, lex2: map[string]float32{}}
+	m := &sentimentModel{w: w, bias: bias, lex: map[string]float32{}, lex2: map[string]float32{}, en: en}
 	m.pool.New = func() any { return &sentScratch{} }
 	for k, v := range en {
 		m.lex[k] = v

@@ -13,65 +13,6 @@ import (
 // The evaluation of the sentiment labels (make eval-sentiment,
 // docs/sentiment.md §5) and the quality floor every test run checks.
 
-// sentEval is what one method predicted on one set.
-type sentEval struct {
-	confusion [sentClasses][sentClasses]int // [gold][predicted]
-	binary    [2][2]int                     // gold pos/neg items: [gold][predicted], 0 negative 1 positive
-}
-
-// add records one prediction; pPos and pNeg decide a NEUTRAL prediction on
-// an item whose gold label is positive or negative.
-func (e *sentEval) add(gold, pred int, pPos, pNeg float64) {
-	e.confusion[gold][pred]++
-	if gold == classNeutral {
-		return
-	}
-	b := 0
-	if pred == classPositive || (pred == classNeutral && pPos >= pNeg) {
-		b = 1
-	}
-	e.binary[min(gold, 1)][b]++
-}
-
-func f1(tp, fp, fn int) float64 {
-	if tp == 0 {
-		return 0
-	}
-	return 2 * float64(tp) / float64(2*tp+fp+fn)
-}
-
-// macroF1 is the 3-class macro-F1 (docs/sentiment.md §5): the mean F1 of
-// the classes that occur in the gold labels or the predictions, the usual
-// reading (scikit-learn's default labels). On a set without neutral gold,
-// the neutral class still counts, with F1 0, once anything is predicted
-// neutral; a class neither in the gold nor ever predicted has no F1 at all
-// and is left out rather than counted as a perfect or a zero score.
-func (e *sentEval) macroF1() float64 {
-	sum, n := 0.0, 0
-	for c := range sentClasses {
-		tp, fp, fn := e.confusion[c][c], 0, 0
-		for o := range sentClasses {
-			if o != c {
-				fp += e.confusion[o][c]
-				fn += e.confusion[c][o]
-			}
-		}
-		if tp+fp+fn > 0 {
-			sum += f1(tp, fp, fn)
-			n++
-		}
-	}
-	if n == 0 {
-		return 0
-	}
-	return sum / float64(n)
-}
-
-func (e *sentEval) binaryF1() float64 {
-	b := e.binary
-	return (f1(b[0][0], b[1][0], b[0][1]) + f1(b[1][1], b[0][1], b[1][0])) / 2
-}
-
 // label is the lexicon-only baseline: VADER's thresholds on the compound.
 func (l lexiconScore) label() int {
 	switch c := l.compound(); {
@@ -116,22 +57,13 @@ func evaluateSentiment(m *sentimentModel, items []sentItem) []*sentEval {
 		}
 		out[1].add(it.Class, lexLabel, compound, -compound)
 		r := m.classifyAs(it.Text, 0, lang)
-		out[2].add(it.Class, resultClass(r), r.PPositive, r.PNegative)
+		out[2].add(it.Class, classOfLabel(r.Label), r.PPositive, r.PNegative)
 		if out[3] != nil {
 			r := m.classifyAs(it.Text, it.Stars, lang)
-			out[3].add(it.Class, resultClass(r), r.PPositive, r.PNegative)
+			out[3].add(it.Class, classOfLabel(r.Label), r.PPositive, r.PNegative)
 		}
 	}
 	return out
-}
-
-func resultClass(r sentimentResult) int {
-	for c, l := range sentimentLabels {
-		if l == r.Label {
-			return c
-		}
-	}
-	return classNeutral
 }
 
 func printSentimentEval(w io.Writer, name, lang string, items []sentItem, evals []*sentEval) {
