@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -147,8 +148,75 @@ func TestEvalSentiment(t *testing.T) {
 	} else {
 		sets = append(sets, set{"SentiFars hotel reviews (gold = stars, out of domain)", "fa", items})
 	}
+	for _, x := range []string{"fa", "en"} {
+		name := "xdomain_" + x + ".tsv"
+		if _, err := os.Stat(filepath.Join(sentimentTestdata, name)); err == nil {
+			sets = append(sets, set{name + " (ours, other domains, never trained on)", x, readSentimentTSV(t, name)})
+		}
+	}
 	for _, s := range sets {
 		printSentimentEval(w, s.name, s.lang, s.items, evaluateSentiment(m, s.items))
+	}
+	printBehaviourPassRate(w, m, readBehaviourTSV(t))
+	printCrossDomain(t, w)
+}
+
+// printBehaviourPassRate prints the behaviour suite's pass rate per language.
+func printBehaviourPassRate(w io.Writer, m *sentimentModel, cases []behaviourCase) {
+	byLang := map[string]*passCount{}
+	var all passCount
+	for _, c := range cases {
+		ok := m.Classify(c.Text, 0).Label == sentimentLabels[c.Class]
+		for _, p := range []*passCount{&all, byLang[c.Lang]} {
+			if p == nil {
+				p = &passCount{}
+				byLang[c.Lang] = p
+			}
+			p.total++
+			if ok {
+				p.pass++
+			}
+		}
+	}
+	fmt.Fprintf(w, "\n== behaviour suite (text only): %d of %d pass (%.3f);", all.pass, all.total, all.rate())
+	for _, l := range []string{"fa", "en", "finglish"} {
+		if p := byLang[l]; p != nil {
+			fmt.Fprintf(w, " %s %.3f", l, p.rate())
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+// printCrossDomain is the cross-domain table: each training source held
+// out in turn, the model trained again without it (same settings as make
+// train-sentiment) and measured on all of it, text only.
+func printCrossDomain(t *testing.T, w io.Writer) {
+	lex := vaderLexicon(t)
+	base, err := newSentimentModel(nil, [sentClasses]float32{}, lex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(w, "\n== cross-domain: each set held out in turn (trained without it, tested on all of it, text model)\n")
+	fmt.Fprintf(w, "%-12s %6s %-18s %9s %9s   confusion, rows gold NEG/NEU/POS\n", "held out", "items", "gold NEG/NEU/POS", "3-class", "binary")
+	for _, src := range sentimentTrainingSources(t) {
+		wts, bias := trainSentiment(sentimentTrainingSet(t, base, src.name), nil, trainEpochs)
+		m, err := newSentimentModel(wts, bias, lex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := &sentEval{}
+		var gold [sentClasses]int
+		for _, it := range src.items {
+			lang := src.lang
+			if lang == "" {
+				lang = detectSentimentLang(it.Text)
+			}
+			r := m.classifyAs(it.Text, 0, lang)
+			e.add(it.Class, classOfLabel(r.Label), r.PPositive, r.PNegative)
+			gold[it.Class]++
+		}
+		c := e.confusion
+		fmt.Fprintf(w, "%-12s %6d %-18s %9.3f %9.3f   %v %v %v\n", src.name, len(src.items), fmt.Sprintf("%d/%d/%d", gold[0], gold[1], gold[2]), e.macroF1(), e.binaryF1(), c[0], c[1], c[2])
 	}
 }
 

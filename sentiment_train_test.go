@@ -20,7 +20,7 @@ func TestTrainSentiment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := sentimentTrainingSet(t, m)
+	data := sentimentTrainingSet(t, m, "")
 	w, bias := trainSentiment(data, nil, trainEpochs)
 	file := encodeSentimentModel(w, bias, lex)
 	if err := os.WriteFile("sentiment_model.bin.gz", file, 0o644); err != nil {
@@ -35,8 +35,10 @@ func TestTrainSentiment(t *testing.T) {
 
 // sentimentTrainingSet is everything the model learns from: the UCI
 // sentences and the recorded Play Store reviews outside their held-out
-// fifth, and our own training sentences (disjoint from the dev sets).
-func sentimentTrainingSet(t *testing.T, m *sentimentModel) []trainExample {
+// fifth, and our own training sentences (disjoint from the dev sets);
+// without the source named exclude, for the cross-domain table of the
+// evaluation (sentimentTrainingSources).
+func sentimentTrainingSet(t *testing.T, m *sentimentModel, exclude string) []trainExample {
 	var items []struct {
 		sentItem
 		lang   string
@@ -60,18 +62,11 @@ func sentimentTrainingSet(t *testing.T, m *sentimentModel) []trainExample {
 			}{it, l, weight})
 		}
 	}
-	uci := uciSentences(t)
-	names := make([]string, 0, len(uci))
-	for name := range uci {
-		names = append(names, name)
+	for _, src := range sentimentTrainingSources(t) {
+		if src.name != exclude {
+			add(src.items, src.lang, src.weight, src.heldOutSplit)
+		}
 	}
-	sort.Strings(names)
-	for _, name := range names {
-		add(uci[name], "en", 1, true)
-	}
-	add(playstoreSentimentItems(t), "", 1, true)
-	add(readSentimentTSV(t, "train_en.tsv"), "", 1.5, false)
-	add(readSentimentTSV(t, "train_fa.tsv"), "fa", 2, false)
 
 	var perClass [sentClasses]float64
 	for _, it := range items {
@@ -84,4 +79,31 @@ func sentimentTrainingSet(t *testing.T, m *sentimentModel) []trainExample {
 		out = append(out, trainExample{feats: m.features(it.Text, it.lang), class: it.Class, weight: it.weight * balance})
 	}
 	return out
+}
+
+// trainSource is one data set the trainer learns from.
+type trainSource struct {
+	name         string
+	lang         string // "" decides per text
+	items        []sentItem
+	weight       float64
+	heldOutSplit bool // a fifth by hash is kept out for the evaluation
+}
+
+func sentimentTrainingSources(t *testing.T) []trainSource {
+	uci := uciSentences(t)
+	names := make([]string, 0, len(uci))
+	for name := range uci {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var out []trainSource
+	for _, name := range names {
+		out = append(out, trainSource{name, "en", uci[name], 1, true})
+	}
+	return append(out,
+		trainSource{"playstore", "", playstoreSentimentItems(t), 1, true},
+		trainSource{"train_en", "", readSentimentTSV(t, "train_en.tsv"), 1.5, false},
+		trainSource{"train_fa", "fa", readSentimentTSV(t, "train_fa.tsv"), 2, false},
+	)
 }
