@@ -166,9 +166,10 @@ func sentDataKey(text string) string {
 // sentimentDataFiles are all our labelled files; no text may be in two of
 // them, nor twice in one.
 var sentimentDataFiles = []string{
-	"train_fa.tsv", "train_en.tsv",
+	"train_fa.tsv", "train_en.tsv", "train_finglish.tsv",
 	"dev_fa.tsv", "dev_en.tsv",
 	"behaviour.tsv",
+	"xdomain_fa.tsv", "xdomain_en.tsv",
 }
 
 // TestSentimentDataDisjoint: the training files, the dev sets, the
