@@ -225,8 +225,10 @@ func printCrossDomain(t *testing.T, w io.Writer) {
 // sentimentQualityFloors are a little below what the model reaches on our
 // dev sets (docs/sentiment.md §5), so that a broken model or rule fails.
 var sentimentQualityFloors = map[string][2]float64{ // text model: 3-class, binary
-	"dev_fa.tsv": {0.60, 0.80},
-	"dev_en.tsv": {0.60, 0.80},
+	"dev_fa.tsv":     {0.85, 0.90}, // reached 0.892, 0.948
+	"dev_en.tsv":     {0.86, 0.88}, // reached 0.911, 0.921
+	"xdomain_fa.tsv": {0.71, 0.85}, // reached 0.753, 0.890: other domains, never trained on
+	"xdomain_en.tsv": {0.55, 0.80}, // reached 0.588, 0.838
 }
 
 func TestSentimentDevQuality(t *testing.T) {
