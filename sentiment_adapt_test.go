@@ -164,6 +164,22 @@ func TestSentimentAdaptKeepsABetterModelAndTheJobSwitches(t *testing.T) {
 	if r := adapted.Classify("froodly yumtastic", 0); r.Label != "POSITIVE" {
 		t.Errorf("adapted model: %q is %s, want POSITIVE", "froodly yumtastic", r.Label)
 	}
+
+	// classify --model db labels with it; without --model, the embedded one.
+	env := envFunc(map[string]string{"DATABASE_URL": pool.Config().ConnString()})
+	for _, c := range []struct {
+		args  []string
+		label string
+	}{{[]string{"--model", "db"}, "POSITIVE"}, {nil, ""}} {
+		var stdout, stderr bytes.Buffer
+		if err := cmdSentimentClassify(ctx, c.args, env, strings.NewReader("froodly yumtastic\n"), &stdout, &stderr); err != nil {
+			t.Fatalf("classify %v: %v (%s)", c.args, err, stderr.String())
+		}
+		fromDB := strings.Contains(stderr.String(), "sentiment model "+version+" (from the database)")
+		if fromDB != (c.label != "") || c.label != "" && !strings.Contains(stdout.String(), `"label":"`+c.label+`"`) {
+			t.Errorf("classify %v: stdout %q stderr %q, want the database's model %v", c.args, stdout.String(), stderr.String(), c.label != "")
+		}
+	}
 }
 
 // TestSentimentAdaptOnRecordedReviews: on the recorded Play Store reviews
