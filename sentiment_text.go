@@ -219,7 +219,7 @@ var sentimentRoles = func() map[string]uint8 {
 		"nist", "nabood", "nabud", "nashod", "nadare", "nemishe")
 	add(roleNegBack, "نیس", "نیستم", "نبودن", "نبودند", "نشدم", "نشدن", "نکن", "نکنین", "نکردم", "نکردن", "نخرید",
 		"نخرین", "نزنید", "نزنین", "نداشته", "ندارن", "ندیدم", "نمیدم", "نخورده", "نرفت", "نیومد", "نمیاد", "نیامد",
-		"nemikone", "nemiad", "nakonid", "nadaran", "nis")
+		"nemikone", "nemiad", "nakonid", "nadaran", "nis", "nistam", "nakarde", "nakard", "nashode", "nadaram", "nemitoonam")
 	add(roleNegBare, "اصلا", "اصلن", "aslan", "asan")
 	// A fix undoes the complaint before it: "مشکل ورود حل شد", "login problem solved".
 	add(roleNegBack|roleResolve, "حل", "رفع", "solved", "fixed", "resolved")
