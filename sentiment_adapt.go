@@ -73,7 +73,7 @@ func cmdSentimentAdapt(ctx context.Context, args []string, getenv func(string) s
 	var opt adaptOptions
 	cl, err := parseCommandLine("sentiment adapt", sentimentAdaptSynopsis, args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
 		fs.IntVar(&opt.minPerClass, "min-per-class", 50, "reviews of each class (1–2★, 3★, 4–5★) a language needs in the training split")
-		fs.IntVar(&opt.limit, "limit", 200000, "newest reviews with stars and text read, at most")
+		fs.IntVar(&opt.limit, "limit", 50000, "newest reviews with stars and text read, at most (their features are held in memory: about 2 KB each)")
 		fs.BoolVar(&opt.dryRun, "dry-run", false, "measure the adapted model and keep nothing")
 	})
 	if err != nil {
