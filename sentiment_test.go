@@ -144,6 +144,8 @@ func TestSentimentClassify(t *testing.T) {
 		{"not bad at all", 5, "POSITIVE"},
 		{"never crashes", 0, "POSITIVE"},
 		{"بد نیست", 0, "POSITIVE"},
+		{"good app", 0, "POSITIVE"},
+		{"I updated the app yesterday", 0, "NEUTRAL"}, // a statement: the neutral band
 		{"", 0, "NEUTRAL"},
 		{"", 1, "NEGATIVE"},
 		{"   ...  ", 0, "NEUTRAL"},
