@@ -73,14 +73,14 @@ func printSentimentEval(w io.Writer, name, lang string, items []sentItem, evals 
 		gold[it.Class]++
 	}
 	fmt.Fprintf(w, "\n== %s (%s): %d items, gold NEG %d / NEU %d / POS %d\n", name, lang, len(items), gold[0], gold[1], gold[2])
-	fmt.Fprintf(w, "%-15s %9s %9s   confusion, rows gold NEG/NEU/POS, columns predicted\n", "method", "3-class", "binary")
+	fmt.Fprintf(w, "%-15s %9s %9s   %-17s   confusion, rows gold NEG/NEU/POS, columns predicted\n", "method", "3-class", "binary", "F1 NEG/NEU/POS")
 	for i, e := range evals {
 		if e == nil {
 			fmt.Fprintf(w, "%-15s %9s %9s   (the set has no star ratings)\n", sentMethods[i], "-", "-")
 			continue
 		}
 		c := e.confusion
-		fmt.Fprintf(w, "%-15s %9.3f %9.3f   %v %v %v\n", sentMethods[i], e.macroF1(), e.binaryF1(), c[0], c[1], c[2])
+		fmt.Fprintf(w, "%-15s %9.3f %9.3f   %-17s   %v %v %v\n", sentMethods[i], e.macroF1(), e.binaryF1(), e.classF1s(), c[0], c[1], c[2])
 	}
 }
 
@@ -263,4 +263,25 @@ func TestSentimentDevDisjoint(t *testing.T) {
 			}
 		}
 	}
+}
+
+// classF1s is each class's F1, "-" for a class neither in the gold labels
+// nor predicted.
+func (e *sentEval) classF1s() string {
+	var parts []string
+	for c := range sentClasses {
+		tp, fp, fn := e.confusion[c][c], 0, 0
+		for o := range sentClasses {
+			if o != c {
+				fp += e.confusion[o][c]
+				fn += e.confusion[c][o]
+			}
+		}
+		if tp+fp+fn == 0 {
+			parts = append(parts, "-")
+		} else {
+			parts = append(parts, fmt.Sprintf("%.2f", f1(tp, fp, fn)))
+		}
+	}
+	return strings.Join(parts, "/")
 }
