@@ -95,8 +95,10 @@ Usage:
                                              analyse captures into network-metrics messages
   playwatch dlq list|replay|discard [flags]  list dead letters, store them again once their cause is fixed, or discard them
   playwatch sentiment run|rescore [flags]    score stored reviews' sentiment alone, or mark them for re-scoring
-  playwatch sentiment classify [--lang auto|fa|en] [--json]
-                                             label review texts from stdin (no database, no broker)
+  playwatch sentiment classify [--lang auto|fa|en] [--json] [--model embedded|db]
+                                             label review texts from stdin (no database, no broker, but with --model db)
+  playwatch sentiment adapt [--min-per-class N] [--dry-run] [flags]
+                                             train on the stored reviews' stars; keep the model only if it is better
   playwatch notify list [--status S] [--rule ID] [--destination ID] [--limit N]
                                              show the notifications of the outbox, newest first
   playwatch notify retry ID...|--failed      send failed (or the given) notifications again
@@ -340,7 +342,9 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		if err != nil {
 			return errors.Join(fmt.Errorf("sentiment model: %w", err), shutdown())
 		}
-		startRole("sentiment", newSentimentJob(be.pool, model, sentimentJobConfigOf(cfg), reg, logger).Run)
+		job := newSentimentJob(be.pool, model, sentimentJobConfigOf(cfg), reg, logger)
+		job.watchModels = true // the newest model sentiment adapt kept, if any
+		startRole("sentiment", job.Run)
 	}
 	checks := []readinessCheck{
 		{"database", be.pool.Ping},

@@ -158,6 +158,10 @@ func TestSchemaColumnsMatchContract(t *testing.T) {
 		"notifications.digest_id":                       "bigint NULL",
 		"notifications.created_at":                      "timestamp with time zone NOT NULL now",
 		"notifications.sent_at":                         "timestamp with time zone NULL",
+		"sentiment_models.version":                      "character varying(40) NOT NULL",
+		"sentiment_models.bytes":                        "bytea NOT NULL",
+		"sentiment_models.figures":                      "jsonb NOT NULL",
+		"sentiment_models.created_at":                   "timestamp with time zone NOT NULL now",
 	}
 	rows, err := pool.Query(context.Background(), `
 		SELECT c.relname || '.' || a.attname,
@@ -167,7 +171,8 @@ func TestSchemaColumnsMatchContract(t *testing.T) {
 		JOIN pg_class c ON c.oid = a.attrelid
 		LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 		WHERE c.relname IN ('apps_registry_application','app_stats','reviews','network_metrics','dead_letter_events',
-		                    'notify_destinations','notify_destination_secrets','notify_rules','notify_rule_destinations','notifications')
+		                    'notify_destinations','notify_destination_secrets','notify_rules','notify_rule_destinations','notifications',
+		                    'sentiment_models')
 		  AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped`)
 	if err != nil {
 		t.Fatal(err)
@@ -224,6 +229,7 @@ func TestSchemaIndexes(t *testing.T) {
 		"notify_rule_scans USING btree (rule_id)",
 		"notify_crawl_streaks USING btree (application_id, country, lang, path)",
 		"notify_alert_state USING btree (rule_id, application_id, country, lang, path)",
+		"sentiment_models USING btree (created_at DESC)",
 	}
 	rows, err := pool.Query(context.Background(), `SELECT indexdef FROM pg_indexes WHERE schemaname = 'public'`)
 	if err != nil {

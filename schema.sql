@@ -396,3 +396,16 @@ CREATE INDEX reviews_topics_idx ON reviews USING GIN (topics);
 -- topics existed through this; the job writes topics with every label, so
 -- it only shrinks.
 CREATE INDEX reviews_topics_todo_idx ON reviews (id) WHERE topics IS NULL AND sentiment IS NOT NULL;
+
+-- migration 14: sentiment models
+-- Models `playwatch sentiment adapt` trained on the user's own reviews and
+-- kept (they beat the embedded model on held-out apps); every sentiment
+-- job uses the newest. version is sentimentModelVersion of bytes (a gzip
+-- model file, docs/sentiment.md §3.2); figures what adapt measured.
+CREATE TABLE sentiment_models (
+    version    VARCHAR(40) PRIMARY KEY,
+    bytes      BYTEA NOT NULL,
+    figures    JSONB NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE INDEX sentiment_models_created_at_idx ON sentiment_models (created_at DESC);

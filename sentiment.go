@@ -59,6 +59,7 @@ type sentimentModel struct {
 	bias    [sentClasses]float32
 	lex     map[string]float32 // one word → valence (VADER's English scale, -4..4)
 	lex2    map[string]float32 // "word word" → valence
+	en      map[string]float32 // the English lexicon of the file, for a model trained from this one
 	pool    sync.Pool          // *sentScratch
 }
 
@@ -66,15 +67,29 @@ const sentimentModelMagic = "PWSENT1\n"
 
 // loadSentimentModel decodes the model embedded with go:embed (no file, no network).
 func loadSentimentModel() (*sentimentModel, error) {
-	m, err := decodeSentimentModel(sentimentModelFile)
+	m, err := sentimentModelOf(sentimentModelFile)
 	if err != nil {
 		return nil, fmt.Errorf("embedded sentiment model: %w", err)
 	}
-	sum := sha256.New()
-	sum.Write(sentimentModelFile)
-	sum.Write(sentimentLexiconFile)
-	m.version = "lr1-" + hex.EncodeToString(sum.Sum(nil))[:12]
 	return m, nil
+}
+
+// sentimentModelOf decodes a model file, the embedded one or one `sentiment
+// adapt` stored, and names it by its bytes and the lexicon's.
+func sentimentModelOf(file []byte) (*sentimentModel, error) {
+	m, err := decodeSentimentModel(file)
+	if err != nil {
+		return nil, err
+	}
+	m.version = sentimentModelVersion(file)
+	return m, nil
+}
+
+func sentimentModelVersion(file []byte) string {
+	sum := sha256.New()
+	sum.Write(file)
+	sum.Write(sentimentLexiconFile)
+	return "lr1-" + hex.EncodeToString(sum.Sum(nil))[:12]
 }
 
 // decodeSentimentModel reads the file format of docs/sentiment.md §3.2:
@@ -136,7 +151,7 @@ func decodeSentimentModel(file []byte) (*sentimentModel, error) {
 // newSentimentModel joins the weights, the English lexicon and the
 // project's own lexicon file, whose entries win.
 func newSentimentModel(w []float32, bias [sentClasses]float32, en map[string]float32) (*sentimentModel, error) {
-	m := &sentimentModel{w: w, bias: bias, lex: map[string]float32{}, lex2: map[string]float32{}}
+	m := &sentimentModel{w: w, bias: bias, lex: map[string]float32{}, lex2: map[string]float32{}, en: en}
 	m.pool.New = func() any { return &sentScratch{} }
 	for k, v := range en {
 		m.lex[k] = v
@@ -181,11 +196,30 @@ func (m *sentimentModel) Classify(text string, stars int) sentimentResult {
 func (m *sentimentModel) classifyAs(text string, stars int, lang string) sentimentResult {
 	var p [sentClasses]float64
 	if lang == "other" {
-		p = [sentClasses]float64{0, 1, 0}
-	} else {
-		p, _ = m.textProbabilities(text, lang)
+		if !m.hasEmojiSentiment(text) {
+			return fuseSentiment([sentClasses]float64{0, 1, 0}, stars, lang)
+		}
+		// Emoji read the same in every script (😍😍😍, 😡, "좋아요 👍"):
+		// the text model reads them, with the English bias.
+		p, _ = m.textProbabilities(text, "en")
+		r := fuseSentiment(p, stars, "en")
+		r.Lang = lang
+		return r
 	}
+	p, _ = m.textProbabilities(text, lang)
 	return fuseSentiment(p, stars, lang)
+}
+
+// hasEmojiSentiment tells whether text holds an emoji of the lexicon.
+func (m *sentimentModel) hasEmojiSentiment(text string) bool {
+	for _, r := range text {
+		if isSentimentEmoji(r) {
+			if _, ok := m.lex[string(r)]; ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // textProbabilities runs the text model; the lexicon score comes along for
@@ -204,8 +238,32 @@ func (m *sentimentModel) textProbabilities(text, lang string) ([sentClasses]floa
 			z[c] += f.v * row[c]
 		}
 	}
-	return softmax3(z), l
+	return blendLexicon(softmax3(z), l), l
 }
+
+// blendLexicon mixes the lexicon's reading into the model's probabilities
+// for short texts, where the hashed features have little to go on and a
+// few training sentences decide ("good app", "بد نیست", "so annoying"): the
+// mix weight is lexiconShare·3/(3+words), a fifth at 6 words, and it fades
+// with length.
+func blendLexicon(p [sentClasses]float64, l lexiconScore) [sentClasses]float64 {
+	a := lexiconShare * 3 / float64(3+l.words)
+	var q [sentClasses]float64
+	switch c := l.compound(); {
+	case c >= 0.05:
+		q = [sentClasses]float64{0.05, 0.4 - 0.4*c, 0.55 + 0.4*c}
+	case c <= -0.05:
+		q = [sentClasses]float64{0.55 - 0.4*c, 0.4 + 0.4*c, 0.05}
+	default:
+		q = [sentClasses]float64{0.1, 0.8, 0.1}
+	}
+	for c := range p {
+		p[c] = (1-a)*p[c] + a*q[c]
+	}
+	return p
+}
+
+const lexiconShare = 0.6
 
 // textFeatures fills sc with the tokens and features of text in lang, the
 // model's whole reading of it, and returns its lexicon score; the trainer

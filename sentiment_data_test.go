@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
-	"fmt"
 	"hash/fnv"
 	"io"
 	"net/http"
@@ -28,13 +27,6 @@ const (
 	govaderModule     = "github.com/jonreiter/govader@v0.0.0-20250429093935-f6505c8d03cc"
 )
 
-// sentItem is one labelled text; Stars is 0 where the set has none.
-type sentItem struct {
-	Text  string
-	Class int
-	Stars int
-}
-
 // sentHeldOut splits the downloaded and recorded sets deterministically: a
 // fifth of the texts, by hash, is never trained on and is evaluated.
 func sentHeldOut(text string) bool {
@@ -43,54 +35,18 @@ func sentHeldOut(text string) bool {
 	return h.Sum32()%5 == 0
 }
 
-func parseSentClass(s string) (int, error) {
-	switch s {
-	case "POSITIVE":
-		return classPositive, nil
-	case "NEUTRAL":
-		return classNeutral, nil
-	case "NEGATIVE":
-		return classNegative, nil
-	}
-	return 0, fmt.Errorf("unknown label %q", s)
-}
-
-// readSentimentTSV reads a set of ours: LABEL<TAB>STARS<TAB>TEXT lines
-// (STARS 0 for none), # comments.
+// readSentimentTSV reads a set of ours from testdata/sentiment.
 func readSentimentTSV(t testing.TB, name string) []sentItem {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(sentimentTestdata, name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var items []sentItem
-	for i, line := range strings.Split(string(b), "\n") {
-		if line = strings.TrimRight(line, "\r"); line == "" || line[0] == '#' {
-			continue
-		}
-		f := strings.SplitN(line, "\t", 3)
-		if len(f) != 3 {
-			t.Fatalf("%s:%d: want LABEL<TAB>STARS<TAB>TEXT", name, i+1)
-		}
-		c, err := parseSentClass(f[0])
-		stars, err2 := strconv.Atoi(f[1])
-		if err != nil || err2 != nil || stars < 0 || stars > 5 {
-			t.Fatalf("%s:%d: bad label or stars: %q", name, i+1, line)
-		}
-		items = append(items, sentItem{Text: f[2], Class: c, Stars: stars})
+	items, err := parseSentimentTSV(name, b)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return items
-}
-
-// starClass is the weak label of a star rating: 1–2 negative, 3 neutral, 4–5 positive.
-func starClass(stars int) int {
-	switch {
-	case stars <= 2:
-		return classNegative
-	case stars == 3:
-		return classNeutral
-	}
-	return classPositive
 }
 
 // playstoreSentimentItems are the recorded reviews with their stars as weak labels.

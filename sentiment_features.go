@@ -27,8 +27,20 @@ const (
 	dExclaim
 	dQuestion
 	dLength
-	sentFeatureCount
+	dNoLex           // no word of the lexicon: what neutral statements look like
+	dNegatedPos      // the strength of negated praise ("not good")
+	dNegatedNeg      // the strength of negated complaints ("not bad", "never crashes")
+	dEmojiPos        // emoji valences, which read the same in every language
+	dEmojiNeg        //
+	dPostContrast    // the compound of the clause after the first "but"/"ولی", which dominates
+	dCompoundBin0    // the compound in 7 bins: lets a linear model place neutral in the middle
+	sentFeatureCount = dCompoundBin0 + compoundBinCount
 )
+
+// compoundBins are the upper bounds of the compound's bins but the last.
+const compoundBinCount = 7
+
+var compoundBins = [compoundBinCount - 1]float64{-0.6, -0.3, -0.05, 0.05, 0.3, 0.6}
 
 // Hash kinds keep the feature families apart in the shared buckets.
 const (
@@ -36,6 +48,7 @@ const (
 	hashNegWord = 'n'
 	hashBigram  = 'b'
 	hashChar    = 'c'
+	hashNegChar = 'C' // a negated word's character n-grams: "not bad" must not read as "bad"
 )
 
 type sentFeature struct {
@@ -48,6 +61,11 @@ type lexiconScore struct {
 	pos, neg   float64 // sums of positive and of (the magnitude of) negative valences, marks applied
 	nPos, nNeg int
 	negations  int
+	negPos     float64 // magnitudes of negated positive and negative valences, before negation
+	negNeg     float64
+	emoPos     float64 // emoji's share of pos and neg
+	emoNeg     float64
+	post       float64 // the summed valence after the first contrast word
 	exclaim    int
 	question   int
 	words      int
@@ -64,8 +82,12 @@ func (l lexiconScore) compound() float64 {
 }
 
 // negationScalar is VADER's: a negated word keeps three quarters of its
-// strength with the opposite sign.
-const negationScalar = -0.74
+// strength with the opposite sign. A negated complaint keeps less: "not
+// bad" leans positive but is weaker praise than "good" (negatedNegScalar).
+const (
+	negationScalar   = -0.74
+	negatedNegScalar = -0.5
+)
 
 // faSuffixes are stripped, longest first, from a Persian word the lexicon
 // does not hold: plural, possessive and copula endings (خوبه → خوب,
@@ -128,7 +150,13 @@ func (m *sentimentModel) scoreLexicon(sc *sentScratch, negations int) lexiconSco
 		// A two-word entry is negated only from outside: in "بدون تبلیغ"
 		// or "باز نمیشه" the negation is part of the entry.
 		if t.negated && (span == 1 || sc.toks[i+1].negated) {
-			x *= negationScalar
+			if x > 0 {
+				l.negPos += x
+				x *= negationScalar
+			} else {
+				l.negNeg -= x
+				x *= negatedNegScalar
+			}
 		}
 		if x > 0 {
 			l.pos += x
@@ -136,6 +164,16 @@ func (m *sentimentModel) scoreLexicon(sc *sentScratch, negations int) lexiconSco
 		} else {
 			l.neg -= x
 			l.nNeg++
+		}
+		if t.post {
+			l.post += x
+		}
+		if t.kind == tokEmoji {
+			if x > 0 {
+				l.emoPos += x
+			} else {
+				l.emoNeg -= x
+			}
 		}
 		i += span - 1
 	}
@@ -180,6 +218,7 @@ func (m *sentimentModel) extractFeatures(sc *sentScratch, lang string, l lexicon
 		if t.negated {
 			kind = hashNegWord
 		}
+		from := len(f)
 		f = append(f, sentFeature{sentBucket(sentHash(kind, w)), 1})
 		if prev >= 0 {
 			p := sc.toks[prev]
@@ -187,13 +226,22 @@ func (m *sentimentModel) extractFeatures(sc *sentScratch, lang string, l lexicon
 		}
 		prev = i
 		if t.kind == tokWord {
-			f = appendCharGrams(f, sc, w)
+			f = appendCharGrams(f, sc, w, t.negated)
+		}
+		// The clause after "but"/"ولی" weighs more here too, as in the
+		// lexicon score: "slow at first, but now it's great" is praise.
+		for k := from; k < len(f); k++ {
+			f[k].v = t.weight
 		}
 	}
 	if len(f) > 0 {
-		scale := float32(1 / math.Sqrt(float64(len(f))))
+		sum := 0.0
+		for _, x := range f {
+			sum += float64(x.v * x.v)
+		}
+		scale := float32(1 / math.Sqrt(sum))
 		for i := range f {
-			f[i].v = scale
+			f[i].v *= scale
 		}
 	}
 	c := l.compound()
@@ -216,11 +264,33 @@ func (m *sentimentModel) extractFeatures(sc *sentScratch, lang string, l lexicon
 	if l.question > 0 {
 		f = append(f, sentFeature{dQuestion, 1})
 	}
+	if l.nPos+l.nNeg == 0 {
+		f = append(f, sentFeature{dNoLex, 1})
+	}
+	f = append(f,
+		sentFeature{dNegatedPos, float32(math.Log1p(l.negPos))},
+		sentFeature{dNegatedNeg, float32(math.Log1p(l.negNeg))},
+		sentFeature{dEmojiPos, float32(math.Log1p(l.emoPos))},
+		sentFeature{dEmojiNeg, float32(math.Log1p(l.emoNeg))},
+		sentFeature{dPostContrast, float32(l.post / math.Sqrt(l.post*l.post+15))},
+	)
+	bin := len(compoundBins)
+	for i, hi := range compoundBins {
+		if c <= hi {
+			bin = i
+			break
+		}
+	}
+	f = append(f, sentFeature{uint32(dCompoundBin0 + bin), 1})
 	sc.feats = f
 }
 
 // appendCharGrams adds the character 3- and 4-grams of "^word$".
-func appendCharGrams(f []sentFeature, sc *sentScratch, w []byte) []sentFeature {
+func appendCharGrams(f []sentFeature, sc *sentScratch, w []byte, negated bool) []sentFeature {
+	kind := byte(hashChar)
+	if negated {
+		kind = hashNegChar
+	}
 	var offs [maxCharGramRunes + 3]int
 	sc.key = append(append(append(sc.key[:0], '^'), w...), '$')
 	n := 0
@@ -233,7 +303,7 @@ func appendCharGrams(f []sentFeature, sc *sentScratch, w []byte) []sentFeature {
 	offs[n] = len(sc.key)
 	for g := 3; g <= 4; g++ {
 		for j := 0; j+g <= n; j++ {
-			f = append(f, sentFeature{sentBucket(sentHash(hashChar, sc.key[offs[j]:offs[j+g]])), 1})
+			f = append(f, sentFeature{sentBucket(sentHash(kind, sc.key[offs[j]:offs[j+g]])), 1})
 		}
 	}
 	return f

@@ -98,6 +98,10 @@ type sentimentJob struct {
 	afterClaim func(ctx context.Context)
 
 	backlogAt time.Time // when the backlog was last counted
+	// watchModels: the job switches to the newest model of sentiment_models
+	// (refreshModel, sentiment_models.go), looked for at modelCheckedAt.
+	watchModels    bool
+	modelCheckedAt time.Time
 	// after is the last id of the previous batch when it was full, else 0:
 	// a pass over the work list goes up the ids and starts again at the
 	// bottom once it finds less than a batch (changed texts of older
@@ -120,6 +124,7 @@ func (j *sentimentJob) Run(ctx context.Context) error {
 	j.logger.Info("sentiment job started", "model", j.version, "batch", j.cfg.Batch, "interval", j.cfg.Interval)
 	failures := 0
 	for ctx.Err() == nil {
+		j.refreshModel(ctx)
 		n, err := j.scoreBatch(ctx)
 		if ctx.Err() != nil {
 			break

@@ -68,8 +68,10 @@ func TestSentimentTokensAndNegation(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
 		{"نمی شه", "نمیشه"},
 		{"برنامه ها", "برنامهها"},
-		{"this is not good at all, great", "this is not !good !at !all , great"},
-		{"I don't like it", "i dont !like !it"},
+		{"this is not good at all, great", "this is not !good at all , great"}, // "at all" is emphasis
+		{"I don't like it", "i dont !like it"},
+		{"اصلا خوب", "اصلا !خوب"},            // اصلا without a verb negates
+		{"اینو نمی‌پسندم", "!اینو نمیپسندم"}, // نمی‌ negates with every verb
 		{"never works", "never !works"},
 		{"اصلا خوب نیست", "!اصلا !خوب نیست"},
 		{"هیچ مشکلی نداره", "هیچ !مشکلی !نداره"},
@@ -96,6 +98,7 @@ func TestSentimentNegationFlips(t *testing.T) {
 		{"خوبه", 1}, {"خوب نیست", -1}, {"مشکل", -1}, {"هیچ مشکلی نداره", 1},
 		{"تبلیغ", -1}, {"بدون تبلیغ", 1}, {"باز نمیشه", -1}, {"کار نمیکنه", -1},
 		{"khoobe", 1}, {"kar nemikone", -1},
+		{"not bad at all", 1}, {"never crashes", 1}, {"not too bad", 1}, {"بد نیست", 1}, {"اصلا خوب", -1},
 	} {
 		lang := detectSentimentLang(c.text)
 		_, l := m.textProbabilities(c.text, lang)
@@ -136,6 +139,13 @@ func TestSentimentClassify(t *testing.T) {
 		{"افتضاحه، پولم برنگشت", 0, "NEGATIVE"},
 		{"좋아요", 5, "POSITIVE"}, // other script: the stars alone
 		{"좋아요", 0, "NEUTRAL"},
+		{"😍😍😍", 0, "POSITIVE"}, // emoji alone are read by the text model
+		{"😡", 0, "NEGATIVE"},
+		{"not bad at all", 5, "POSITIVE"},
+		{"never crashes", 0, "POSITIVE"},
+		{"بد نیست", 0, "POSITIVE"},
+		{"good app", 0, "POSITIVE"},
+		{"I updated the app yesterday", 0, "NEUTRAL"}, // a statement: the neutral band
 		{"", 0, "NEUTRAL"},
 		{"", 1, "NEGATIVE"},
 		{"   ...  ", 0, "NEUTRAL"},

@@ -16,6 +16,7 @@ type sentToken struct {
 	kind    sentTokKind
 	punct   byte // a break's ASCII punctuation
 	negated bool
+	post    bool    // after the first contrast word
 	weight  float32 // contrast × intensity, 1 when neither applies
 }
 
@@ -198,6 +199,8 @@ const (
 	roleContrast              // but, ولی, اما: what follows weighs more
 	roleIntensify             // very, خیلی
 	roleDampen                // a bit, یکم
+	roleNegBare               // اصلا: negates the next words when no other negator follows in its clause
+	roleResolve               // حل, fixed: a backward negation that reaches further (resolveScope)
 )
 
 var sentimentRoles = func() map[string]uint8 {
@@ -214,20 +217,52 @@ var sentimentRoles = func() map[string]uint8 {
 	add(roleNegBack, "نیست", "نیستش", "نیستن", "نیستند", "نبود", "نبودش", "نشد", "نشده", "نمیشه", "نمیشود",
 		"نداره", "ندارد", "نداشت", "نداشتم", "ندارم", "نکرد", "نکرده", "نکنید", "نباشه", "نمیارزه", "نمیکنه", "نمیکند",
 		"nist", "nabood", "nabud", "nashod", "nadare", "nemishe")
+	add(roleNegBack, "نیس", "نیستم", "نبودن", "نبودند", "نشدم", "نشدن", "نکن", "نکنین", "نکردم", "نکردن", "نخرید",
+		"نخرین", "نزنید", "نزنین", "نداشته", "ندارن", "ندیدم", "نمیدم", "نخورده", "نرفت", "نیومد", "نمیاد", "نیامد",
+		"nemikone", "nemiad", "nakonid", "nadaran", "nis", "nistam", "nakarde", "nakard", "nashode", "nadaram", "nemitoonam")
+	add(roleNegBare, "اصلا", "اصلن", "aslan", "asan")
+	// A fix undoes the complaint before it: "مشکل ورود حل شد", "login problem solved".
+	add(roleNegBack|roleResolve, "حل", "رفع", "solved", "fixed", "resolved")
 	add(roleContrast, "but", "however", "ولی", "اما", "ولیکن", "لیکن", "منتها", "vali", "amma", "ama")
 	add(roleIntensify, "very", "really", "so", "extremely", "super", "too", "absolutely", "totally", "completely",
 		"highly", "incredibly", "truly", "most", "soo", "realy",
 		"خیلی", "خیلیی", "بسیار", "واقعا", "کاملا", "شدیدا", "انقدر", "اینقدر", "بینهایت", "اصلا", "بشدت", "حسابی",
+		"اصلن", "asan", "aslan",
 		"kheili", "kheyli", "khili", "vaghean", "vaghan", "kheiliii")
 	add(roleDampen, "slightly", "somewhat", "kinda", "kindof", "bit", "little", "fairly", "barely",
 		"یکم", "کمی", "یکمی", "نسبتا", "تقریبا", "ykm", "yekam")
 	return m
 }()
 
+// sentimentRole is a word's role: the table's, and for any other Persian
+// verb negated by its prefix (نمی‌پسندم, نمی‌خوره, نمی‌ارزه) a backward
+// negation, so that "نمی‌" works with every verb, not only the listed ones.
+func sentimentRole(w []byte) uint8 {
+	if r, ok := sentimentRoles[string(w)]; ok {
+		return r
+	}
+	if len(w) > len(faNegVerbPrefix)+2 && string(w[:len(faNegVerbPrefix)]) == faNegVerbPrefix {
+		return roleNegBack
+	}
+	return 0
+}
+
+const faNegVerbPrefix = "نمی"
+
+// negTransparent words are neither negated nor counted in a negation's
+// reach: in "not bad at all" the negation is of "bad", and "at all" is
+// emphasis, not a negated thing.
+var negTransparent = map[string]bool{
+	"a": true, "an": true, "the": true, "at": true, "all": true, "it": true, "its": true, "this": true,
+	"that": true, "is": true, "be": true, "been": true, "to": true, "of": true, "for": true, "me": true,
+	"هم": true, "که": true, "رو": true, "را": true, "این": true, "اون": true, "آن": true, "ام": true,
+}
+
 // negationScope is how many words a negation reaches.
 const (
 	negFwdScope  = 3
 	negBackScope = 2
+	resolveScope = 4
 )
 
 // markSentimentTokens sets each token's negation and weight: a word is
@@ -245,10 +280,14 @@ func markSentimentTokens(sc *sentScratch) (negations int) {
 			fwd = 0
 			continue
 		}
-		role := sentimentRoles[string(sc.tb[t.s:t.e])]
-		if fwd > 0 && role&(roleNegFwd|roleContrast) == 0 {
+		role := sentimentRole(sc.tb[t.s:t.e])
+		transparent := negTransparent[string(sc.tb[t.s:t.e])]
+		if fwd > 0 && role&(roleNegFwd|roleContrast) == 0 && !transparent {
 			t.negated = true
 			fwd--
+		}
+		if role&roleNegBare != 0 && !negatorFollows(sc, i) {
+			role |= roleNegFwd // اصلا خوب: "not good at all", without the verb
 		}
 		if role&roleNegFwd != 0 {
 			fwd = negFwdScope
@@ -256,8 +295,16 @@ func markSentimentTokens(sc *sentScratch) (negations int) {
 		}
 		if role&roleNegBack != 0 {
 			negations++
-			for j, k := i-1, 0; j >= 0 && k < negBackScope && toks[j].kind != tokBreak; j-- {
-				if sentimentRoles[string(sc.tb[toks[j].s:toks[j].e])]&(roleNegFwd|roleNegBack) == 0 {
+			scope := negBackScope
+			if role&roleResolve != 0 {
+				scope = resolveScope
+			}
+			for j, k := i-1, 0; j >= 0 && k < scope && toks[j].kind != tokBreak; j-- {
+				w := sc.tb[toks[j].s:toks[j].e]
+				if negTransparent[string(w)] {
+					continue
+				}
+				if sentimentRole(w)&(roleNegFwd|roleNegBack) == 0 {
 					toks[j].negated = true // not the هیچ of هیچ مشکلی نداره
 				}
 				k++
@@ -284,8 +331,19 @@ func markSentimentTokens(sc *sentScratch) (negations int) {
 				toks[i].weight *= 0.5
 			} else if i > contrast {
 				toks[i].weight *= 1.5
+				toks[i].post = true
 			}
 		}
 	}
 	return negations
+}
+
+// negatorFollows tells whether a negator comes after token i in its clause.
+func negatorFollows(sc *sentScratch, i int) bool {
+	for j := i + 1; j < len(sc.toks) && sc.toks[j].kind != tokBreak; j++ {
+		if sentimentRole(sc.tb[sc.toks[j].s:sc.toks[j].e])&(roleNegFwd|roleNegBack) != 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -21,7 +21,9 @@ const sentimentUsage = `Usage: playwatch sentiment COMMAND
 Commands:
   run                                     run the sentiment job alone (scores stored reviews)
   rescore --all|--model-older             mark scored reviews for the job to score again
-  classify [--lang auto|fa|en] [--json]   label review texts read on stdin, one JSON line each
+  classify [--lang auto|fa|en] [--json] [--model embedded|db]
+                                          label review texts read on stdin, one JSON line each
+  adapt [--min-per-class N] [--dry-run]   train on the stored reviews' stars; keep the model if it is better
 `
 
 // cmdSentiment dispatches `playwatch sentiment`.
@@ -36,7 +38,9 @@ func cmdSentiment(ctx context.Context, args []string, getenv func(string) string
 	case "rescore":
 		return cmdSentimentRescore(ctx, args[1:], getenv, stdout, stderr)
 	case "classify":
-		return cmdSentimentClassify(ctx, args[1:], stdin, stdout, stderr)
+		return cmdSentimentClassify(ctx, args[1:], getenv, stdin, stdout, stderr)
+	case "adapt":
+		return cmdSentimentAdapt(ctx, args[1:], getenv, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, sentimentUsage)
 		return nil
@@ -45,7 +49,7 @@ func cmdSentiment(ctx context.Context, args []string, getenv func(string) string
 	return usageError{fmt.Sprintf("sentiment: unknown subcommand %q", args[0])}
 }
 
-const sentimentClassifyUsage = `Usage: playwatch sentiment classify [--lang auto|fa|en] [--json]
+const sentimentClassifyUsage = `Usage: playwatch sentiment classify [--lang auto|fa|en] [--json] [--model embedded|db]
 
 Reads one review per line on stdin and writes one JSON object per line on stdout:
   {"label":"POSITIVE|NEUTRAL|NEGATIVE","lang":"fa|en|other","p_positive":…,"p_neutral":…,"p_negative":…,"topics":[…]}
@@ -55,7 +59,7 @@ privacy, support, feature_request; [] for none.
 Without --json each line is the text; with --json each line is an object
 {"text": "...", "score": 1..5} (score optional: without it the label is the text's alone,
 with it the stored label of docs/sentiment.md §4). An empty text is NEUTRAL. Needs no
-database and no broker.
+database and no broker, except with --model db.
 
 A line that is not valid UTF-8 (or, with --json, not such an object: another field, a
 name given twice or a lone surrogate escape such as \ud83d are refused) is reported on stderr
@@ -65,6 +69,9 @@ exit status is 1 at the end.
 Flags:
   --lang auto|fa|en   language of the texts: auto decides per text by script (default "auto")
   --json              read JSON objects instead of plain lines
+  --model embedded|db the embedded model (default), or the newest that sentiment adapt
+                      kept in the database (DATABASE_URL, or the playwatch on the data
+                      directory), the one the sentiment jobs use
 `
 
 // sentimentOutput is one line of `sentiment classify`.
@@ -77,14 +84,17 @@ type sentimentOutput struct {
 	Topics    []string `json:"topics"`
 }
 
-func cmdSentimentClassify(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func cmdSentimentClassify(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sentiment classify", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	lang := fs.String("lang", "auto", "")
 	asJSON := fs.Bool("json", false, "")
+	modelFrom := fs.String("model", "embedded", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, sentimentClassifyUsage)
+			fmt.Fprintln(stdout, "\nEnvironment variables it reads with --model db ('playwatch --help' lists all):")
+			printSettings(stdout, commandSettingList("sentiment classify"))
 			if m, err := loadSentimentModel(); err == nil {
 				fmt.Fprintf(stdout, "\nModel: %s (docs/sentiment.md)\n", m.Version())
 			}
@@ -98,8 +108,13 @@ func cmdSentimentClassify(ctx context.Context, args []string, stdin io.Reader, s
 		return usageError{fmt.Sprintf("sentiment classify reads stdin and takes no arguments, got %q", fs.Args())}
 	case *lang != "auto" && *lang != "fa" && *lang != "en":
 		return usageError{fmt.Sprintf("sentiment classify: --lang must be auto, fa or en, got %q", *lang)}
+	case *modelFrom != "embedded" && *modelFrom != "db":
+		return usageError{fmt.Sprintf("sentiment classify: --model must be embedded or db, got %q", *modelFrom)}
 	}
 	model, err := loadSentimentModel()
+	if *modelFrom == "db" {
+		model, err = databaseSentimentModel(ctx, getenv, stderr)
+	}
 	if err != nil {
 		return err
 	}

@@ -33,7 +33,9 @@ func cmdSentimentRun(ctx context.Context, args []string, getenv func(string) str
 	if err != nil {
 		return err
 	}
-	err = newSentimentJob(be.pool, model, sentimentJobConfigOf(cl.cfg), prometheus.NewRegistry(), cl.logger).Run(ctx)
+	job := newSentimentJob(be.pool, model, sentimentJobConfigOf(cl.cfg), prometheus.NewRegistry(), cl.logger)
+	job.watchModels = true
+	err = job.Run(ctx)
 	return errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout))
 }
 
@@ -54,13 +56,14 @@ func cmdSentimentRescore(ctx context.Context, args []string, getenv func(string)
 	if all == older {
 		return usageError{"sentiment rescore needs exactly one of --all and --model-older"}
 	}
-	model, err := loadSentimentModel()
-	if err != nil {
-		return fmt.Errorf("sentiment model: %w", err)
-	}
 	be, err := openBackends(ctx, cl.cfg, cl.logger, backendOptions{attach: true})
 	if err != nil {
 		return err
+	}
+	// The model the jobs use: the newest sentiment adapt kept, else the embedded one.
+	model, err := currentSentimentModel(ctx, be.pool)
+	if err != nil {
+		return errors.Join(fmt.Errorf("sentiment model: %w", err), be.shutdown(ctx, cl.cfg.ShutdownTimeout))
 	}
 	n, err := rescoreSentiment(ctx, be.pool, all, model.Version(), sentimentRescoreBatch, func(marked, total int64) {
 		fmt.Fprintf(stderr, "marked %d of %d reviews\n", marked, total)
