@@ -505,6 +505,7 @@ var commandSettings = map[string][]string{
 	"dlq discard":       {"logging", "services"},
 	"sentiment run":     {"logging", "services", "sentiment"},
 	"sentiment rescore": {"logging", "services"},
+	"notify run":        {"logging", "services", "notifier"},
 	"reparse":           {"logging", "services", "kafka", "producer"},
 	"db-url":            {"PLAYWATCH_DATA_DIR", "DATABASE_URL"},
 }

@@ -85,7 +85,7 @@ func (e helpError) Unwrap() error { return e.usageError }
 const usageText = `playwatch watches Google Play apps: a registry, an hourly crawler, Kafka and PostgreSQL.
 
 Usage:
-  playwatch run [--roles registry,crawler,consumer,sentiment] [flags]
+  playwatch run [--roles registry,crawler,consumer,sentiment,notifier] [flags]
                                              run the appliance (all roles unless --roles picks some)
   playwatch crawl [--once] [flags]           the crawler role alone (--once: plan one cycle now, crawl it, print a summary)
   playwatch fetch [--lang L --country C] [--reviews N] [--max-wait D] PACKAGE
@@ -97,6 +97,7 @@ Usage:
   playwatch sentiment run|rescore [flags]    score stored reviews' sentiment alone, or mark them for re-scoring
   playwatch sentiment classify [--lang auto|fa|en] [--json]
                                              label review texts from stdin (no database, no broker)
+  playwatch notify run [flags]               run the notifier role alone (decide and deliver notifications)
   playwatch reparse [--since 24h] [--until T] [--package P] [--dry-run]
                                              parse the archived raw pages again and publish their messages
   playwatch db-url [--reader]                print a URL of the managed PostgreSQL (for psql, dashboards)
@@ -154,6 +155,8 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 		return cmdDBURL(rest, getenv, stdout, stderr)
 	case "sentiment":
 		return cmdSentiment(ctx, rest, getenv, os.Stdin, stdout, stderr)
+	case "notify":
+		return cmdNotify(ctx, rest, getenv, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "playwatch", version)
 		return nil
@@ -249,7 +252,7 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 }
 
 // allRoles are what `run --roles` can pick.
-var allRoles = []string{"registry", "crawler", "consumer", "sentiment"}
+var allRoles = []string{"registry", "crawler", "consumer", "sentiment", "notifier"}
 
 func parseRoles(s string) ([]string, error) {
 	var roles []string
@@ -336,6 +339,15 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 			return errors.Join(fmt.Errorf("sentiment model: %w", err), shutdown())
 		}
 		startRole("sentiment", newSentimentJob(be.pool, model, sentimentJobConfigOf(cfg), reg, logger).Run)
+	}
+	// The notifier stops before the sentiment job: its sends in flight get
+	// half of PLAYWATCH_SHUTDOWN_TIMEOUT to finish and be marked.
+	if slices.Contains(roles, "notifier") {
+		notifier, err := newNotifierRole(be.pool, cfg, reg, logger)
+		if err != nil {
+			return errors.Join(err, shutdown())
+		}
+		startRole("notifier", notifier)
 	}
 	checks := []readinessCheck{
 		{"database", be.pool.Ping},
