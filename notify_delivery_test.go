@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,39 +15,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// webhookSender is the tests' stand-in for the sender: a plain webhook POST
-// of the payload with X-Playwatch-Delivery, classified as the issue says
-// (2xx delivered; 408, 429 and 5xx retried with Retry-After; any other 4xx
-// permanent).
-type webhookSender struct{ client *http.Client }
-
-func (s webhookSender) Send(ctx context.Context, d destination, deliveryID string, p notifyPayload) sendResult {
-	body, _ := json.Marshal(p)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.Config.URL, bytes.NewReader(body))
+// newTestSender is the notifier's sender, allowed to reach the tests'
+// receivers on loopback.
+func newTestSender(t testing.TB) *notifySender {
+	t.Helper()
+	cfg := notifySenderConfig{AllowPrivate: true, Timeout: 10 * time.Second}
+	s, err := newNotifySender(cfg, testLogger(t))
 	if err != nil {
-		return sendResult{Err: err}
+		t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Playwatch-Delivery", deliveryID)
-	c := s.client
-	if c == nil {
-		c = http.DefaultClient
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return sendResult{Err: err}
-	}
-	defer resp.Body.Close()
-	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
-	if resp.StatusCode/100 == 2 {
-		return sendResult{HTTPStatus: resp.StatusCode}
-	}
-	res := sendResult{HTTPStatus: resp.StatusCode, Err: fmt.Errorf("%d %s", resp.StatusCode, bytes.TrimSpace(answer))}
-	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
-		res.RetryAfter = time.Duration(s) * time.Second
-	}
-	res.Permanent = resp.StatusCode/100 == 4 && resp.StatusCode != 408 && resp.StatusCode != 429
-	return res
+	return s
 }
 
 // webhookReceiver records what it got; answer decides each reply (nil: 200).
@@ -238,8 +212,8 @@ func TestNotifyDeliveryTwoServersSendEachOnce(t *testing.T) {
 	const n = 300
 	seedReviewMessages(t, pool, rule, dest, n)
 	regA, regB := prometheus.NewRegistry(), prometheus.NewRegistry()
-	runDelivery(t, pool, webhookSender{}, testDeliveryConfig(), regA)
-	runDelivery(t, newTestPoolFor(t, url), webhookSender{}, testDeliveryConfig(), regB)
+	runDelivery(t, pool, newTestSender(t), testDeliveryConfig(), regA)
+	runDelivery(t, newTestPoolFor(t, url), newTestSender(t), testDeliveryConfig(), regB)
 	waitFor(t, 30*time.Second, "every message sent", func() bool {
 		return count(t, pool, `SELECT count(*) FROM notifications WHERE status = 'sent'`) == n
 	})
@@ -294,7 +268,7 @@ func TestNotifyDeliveryRetriesWithBackoffAndRetryAfter(t *testing.T) {
 	rule := seedRule(t, pool, 0, dest)
 	seedReviewMessages(t, pool, rule, dest, 1)
 	reg := prometheus.NewRegistry()
-	runDelivery(t, pool, webhookSender{}, testDeliveryConfig(), reg)
+	runDelivery(t, pool, newTestSender(t), testDeliveryConfig(), reg)
 	waitFor(t, 10*time.Second, "the message sent", func() bool {
 		return count(t, pool, `SELECT count(*) FROM notifications WHERE status = 'sent'`) == 1
 	})
@@ -306,7 +280,7 @@ func TestNotifyDeliveryRetriesWithBackoffAndRetryAfter(t *testing.T) {
 		t.Fatalf("retried %v after a 429 with Retry-After: 1", gap)
 	}
 	for _, s := range notificationStates(t, pool) {
-		if s.Attempts != 4 || !strings.Contains(s.LastError, "429 rate limited") {
+		if s.Attempts != 4 || !strings.Contains(s.LastError, "HTTP 429: rate limited") {
 			t.Fatalf("row %+v, want 4 attempts and the 429's error", s)
 		}
 	}
@@ -337,7 +311,7 @@ func TestNotifyDeliveryBrokenDestination(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg := testDeliveryConfig()
 	cfg.Workers = 1
-	stop := runDelivery(t, pool, webhookSender{}, cfg, reg)
+	stop := runDelivery(t, pool, newTestSender(t), cfg, reg)
 	waitFor(t, 10*time.Second, "the destination broken", func() bool {
 		return count(t, pool, `SELECT count(*) FROM notify_destinations WHERE status = 'broken'`) == 1
 	})
@@ -349,7 +323,7 @@ func TestNotifyDeliveryBrokenDestination(t *testing.T) {
 	if err := pool.QueryRow(context.Background(), `SELECT last_error FROM notify_destinations WHERE id = $1`, dest).Scan(&lastError); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(lastError, "410 webhook deleted") || len(lastError) > 200 {
+	if !strings.HasPrefix(lastError, "HTTP 410: webhook deleted") || len(lastError) > 200 {
 		t.Fatalf("destination last_error %q (%d bytes), want the receiver's answer cut to 200 bytes", lastError, len(lastError))
 	}
 	if n := count(t, pool, `SELECT count(*) FROM notifications WHERE status = 'pending'`); n != 5 {
@@ -361,7 +335,7 @@ func TestNotifyDeliveryBrokenDestination(t *testing.T) {
 	stop()
 	// A restart counts the gauges at once.
 	reg = prometheus.NewRegistry()
-	stop = runDelivery(t, pool, webhookSender{}, cfg, reg)
+	stop = runDelivery(t, pool, newTestSender(t), cfg, reg)
 	waitFor(t, 5*time.Second, "the gauges", func() bool {
 		return metricValue(t, reg, "playwatch_notify_destinations_broken", nil) == 1 && metricValue(t, reg, "playwatch_notify_pending", nil) == 5
 	})
@@ -407,11 +381,11 @@ func TestNotifyDeliveryGivesUp(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg := testDeliveryConfig()
 	cfg.GiveUp = time.Hour
-	runDelivery(t, pool, webhookSender{}, cfg, reg)
+	runDelivery(t, pool, newTestSender(t), cfg, reg)
 	waitFor(t, 10*time.Second, "all failed", func() bool {
 		return count(t, pool, `SELECT count(*) FROM notifications WHERE status = 'failed'`) == 3
 	})
-	if n := count(t, pool, `SELECT count(*) FROM notifications WHERE destination_id = $1 AND last_error LIKE '502 down%' AND attempts > 1`, dest); n != 2 {
+	if n := count(t, pool, `SELECT count(*) FROM notifications WHERE destination_id = $1 AND last_error LIKE 'HTTP 502: down%' AND attempts > 1`, dest); n != 2 {
 		t.Fatalf("%d rows of the down receiver failed after attempts with its error, want 2", n)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM notifications WHERE destination_id = $1 AND last_error = 'not delivered within NOTIFY_GIVE_UP' AND attempts = 0`, broken); n != 1 {
@@ -451,7 +425,7 @@ func TestNotifyDeliveryShutdownMidSend(t *testing.T) {
 	cfg := testDeliveryConfig()
 	cfg.Workers = 1
 	cfg.Grace = 200 * time.Millisecond
-	stop := runDelivery(t, pool, webhookSender{}, cfg, prometheus.NewRegistry())
+	stop := runDelivery(t, pool, newTestSender(t), cfg, prometheus.NewRegistry())
 	<-entered
 	stop()
 	s := notificationStates(t, pool)
@@ -463,13 +437,13 @@ func TestNotifyDeliveryShutdownMidSend(t *testing.T) {
 	// Second run: the receiver answers 300 ms in, the shutdown starts at
 	// once with a second of grace: the send finishes and is marked.
 	cfg.Grace = 2 * time.Second
-	stop = runDelivery(t, pool, webhookSender{}, cfg, prometheus.NewRegistry())
+	stop = runDelivery(t, pool, newTestSender(t), cfg, prometheus.NewRegistry())
 	<-entered
 	stop()
 	if n := count(t, pool, `SELECT count(*) FROM notifications WHERE status = 'sent' AND attempts = 1`); n != 1 {
 		t.Fatalf("%d sent, want the message marked sent within the grace", n)
 	}
-	stop = runDelivery(t, pool, webhookSender{}, cfg, prometheus.NewRegistry())
+	stop = runDelivery(t, pool, newTestSender(t), cfg, prometheus.NewRegistry())
 	time.Sleep(300 * time.Millisecond)
 	stop()
 	if ms := recv.messages(); len(ms) != 2 || recv.okCount() != 1 {
@@ -487,7 +461,7 @@ func TestNotifyDeliveryThrottleDigest(t *testing.T) {
 	rule := seedRule(t, pool, 3, dest)
 	seedReviewMessages(t, pool, rule, dest, 10)
 	reg := prometheus.NewRegistry()
-	runDelivery(t, pool, webhookSender{}, testDeliveryConfig(), reg)
+	runDelivery(t, pool, newTestSender(t), testDeliveryConfig(), reg)
 	waitFor(t, 10*time.Second, "three sent, seven held back", func() bool {
 		return count(t, pool, `SELECT count(*) FROM notifications WHERE status = 'sent'`) == 3 &&
 			count(t, pool, `SELECT count(*) FROM notifications WHERE status = 'pending' AND last_error = $1 AND next_attempt_at > now() + interval '50 minutes'`, notifyThrottleNote) == 7
