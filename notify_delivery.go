@@ -161,35 +161,34 @@ FROM notifications n
 JOIN notify_destinations d ON d.id = n.destination_id AND d.status = 'ok'
 JOIN notify_rules r ON r.id = n.rule_id
 WHERE n.status = 'pending' AND n.next_attempt_at <= $1 AND n.digest_id IS NULL
-	AND NOT EXISTS (SELECT FROM unnest($2::bigint[], $3::bigint[]) AS b(rule_id, destination_id)
-		WHERE b.rule_id = n.rule_id AND b.destination_id = n.destination_id)
+	AND n.destination_id <> ALL (coalesce($2::bigint[], '{}'))
 ORDER BY n.next_attempt_at, n.id
 LIMIT 1 FOR UPDATE OF n SKIP LOCKED`
 
-// notifyBusyPairs bounds how many rule–destination pairs another worker
-// holds (throttled sends) one claim passes over before it waits a poll.
-const notifyBusyPairs = 8
+// notifyBusyDestinations bounds how many destinations that other workers
+// are sending to one claim passes over before it waits a poll.
+const notifyBusyDestinations = 8
 
 // deliverOne claims one due message and sends it (or holds it back, or
 // folds what was held back into a digest). did: there was one.
 func (nd *notifyDelivery) deliverOne(ctx, sendCtx context.Context) (did bool, err error) {
-	var busyRules, busyDests []int64
-	for len(busyRules) < notifyBusyPairs {
-		did, busy, err := nd.tryDeliver(ctx, sendCtx, busyRules, busyDests)
-		if busy == nil {
+	var busy []int64
+	for len(busy) < notifyBusyDestinations {
+		did, other, err := nd.tryDeliver(ctx, sendCtx, busy)
+		if other == 0 {
 			return did, err
 		}
-		busyRules, busyDests = append(busyRules, busy.RuleID), append(busyDests, busy.DestinationID)
+		busy = append(busy, other)
 	}
 	return false, nil
 }
 
-// tryDeliver is one claim, past the pairs busy*; busy: the claimed row's
-// pair is throttled and another worker holds it (the row is left as it was).
-func (nd *notifyDelivery) tryDeliver(ctx, sendCtx context.Context, busyRules, busyDests []int64) (did bool, busy *outboxRow, err error) {
+// tryDeliver is one claim, past the destinations busy; busyNow: the claimed
+// row's destination is another worker's (the row is left as it was).
+func (nd *notifyDelivery) tryDeliver(ctx, sendCtx context.Context, busy []int64) (did bool, busyNow int64, err error) {
 	tx, err := nd.pool.Begin(ctx)
 	if err != nil {
-		return false, nil, fmt.Errorf("begin: %w", err)
+		return false, 0, fmt.Errorf("begin: %w", err)
 	}
 	// The transaction ends on sendCtx: once claimed, a message is finished
 	// (or abandoned) on its own time, not cut off by the shutdown's start.
@@ -197,47 +196,48 @@ func (nd *notifyDelivery) tryDeliver(ctx, sendCtx context.Context, busyRules, bu
 	now := nd.cfg.Clock.Now()
 	var r outboxRow
 	var payload []byte
-	err = tx.QueryRow(ctx, notifyClaimSQL, now, busyRules, busyDests).Scan(&r.ID, &r.RuleID, &r.DestinationID, &r.Event, &r.EventKey, &payload, &r.Attempts,
+	err = tx.QueryRow(ctx, notifyClaimSQL, now, busy).Scan(&r.ID, &r.RuleID, &r.DestinationID, &r.Event, &r.EventKey, &payload, &r.Attempts,
 		&r.LastError, &r.EventAt, &r.CreatedAt, &r.SourceAt, &r.MaxPerHour)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil, nil
+		return false, 0, nil
 	}
 	if err != nil {
-		return false, nil, fmt.Errorf("claim: %w", err)
+		return false, 0, fmt.Errorf("claim: %w", err)
+	}
+	// One send at a time per destination, on all servers: a kill between
+	// a receiver's 2xx and the mark repeats at most one message per
+	// destination, messages go in order, and sends in flight cannot overrun
+	// max_per_hour. The lock lasts until the transaction ends. Not waiting
+	// for it leaves the row to the holder, which may fold it into a digest.
+	var got bool
+	if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtextextended('playwatch notify destination ' || $1::bigint, 0))`,
+		r.DestinationID).Scan(&got); err != nil {
+		return true, 0, fmt.Errorf("lock destination %d: %w", r.DestinationID, err)
+	}
+	if !got {
+		return false, r.DestinationID, nil
 	}
 	if err := json.Unmarshal(payload, &r.Payload); err != nil {
 		// A payload no sender can read will not get better: give it up.
-		return true, nil, nd.finish(sendCtx, tx, r, "failed", now, fmt.Sprintf("payload: %v", err))
+		return true, 0, nd.finish(sendCtx, tx, r, "failed", now, fmt.Sprintf("payload: %v", err))
 	}
 	if r.MaxPerHour > 0 && r.Event != "digest" {
-		// One send at a time per rule and destination, so that sends in
-		// flight elsewhere cannot overrun the count; the lock lasts until
-		// the transaction ends. Not waiting for it keeps the row unlocked
-		// for the holder, which may fold it into a digest.
-		var got bool
-		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtextextended('playwatch notify ' || $1::bigint || ' ' || $2::bigint, 0))`,
-			r.RuleID, r.DestinationID).Scan(&got); err != nil {
-			return true, nil, fmt.Errorf("lock the hour of rule %d: %w", r.RuleID, err)
-		}
-		if !got {
-			return false, &r, nil
-		}
 		held, err := nd.throttle(ctx, tx, r, now)
 		if err != nil || held {
-			return true, nil, err
+			return true, 0, err
 		}
 	}
 	d, err := loadDestination(ctx, tx, r.DestinationID)
 	if err != nil {
-		return true, nil, err
+		return true, 0, err
 	}
 	res := nd.sender.Send(sendCtx, d, notifyDeliveryID(r.ID), r.Payload)
 	if res.Err != nil && sendCtx.Err() != nil {
 		// Abandoned at shutdown: the row stays as it was, pending.
 		nd.logger.Info("notify delivery abandoned a send at shutdown; it stays pending", "notification", r.ID)
-		return true, nil, nil
+		return true, 0, nil
 	}
-	return true, nil, nd.record(sendCtx, tx, r, d, res)
+	return true, 0, nd.record(sendCtx, tx, r, d, res)
 }
 
 // notifyDeliveryID is a message's X-Playwatch-Delivery: the same on every
@@ -288,6 +288,10 @@ func (nd *notifyDelivery) record(ctx context.Context, tx pgx.Tx, r outboxRow, d 
 		}
 		log.Error("notify destination broken: the receiver refused for good; fix it with PATCH or test it")
 		nd.metrics.messages.WithLabelValues("broken").Inc()
+		// Shown at once, not at the next count.
+		if err := nd.refreshGauges(ctx); err != nil {
+			nd.logger.Debug("notify delivery cannot count its gauges", "err", err)
+		}
 		return nil
 	}
 	if now.Sub(r.CreatedAt) >= nd.cfg.GiveUp {
@@ -365,7 +369,8 @@ WHERE digest_id = $1 AND status = 'pending' RETURNING id, event, event_at, sourc
 // limit r and the pair's other due messages wait until the oldest of them
 // leaves the hour. Within it, what was held back goes out as one digest
 // per app; held: r is not to be sent now (it waits or was folded), and tx
-// is committed.
+// is committed. The caller holds the destination's lock: no other send to it
+// is in flight.
 func (nd *notifyDelivery) throttle(ctx context.Context, tx pgx.Tx, r outboxRow, now time.Time) (held bool, err error) {
 	var sent int
 	var oldest *time.Time

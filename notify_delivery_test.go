@@ -425,8 +425,15 @@ func TestNotifyDeliveryShutdownMidSend(t *testing.T) {
 	cfg := testDeliveryConfig()
 	cfg.Workers = 1
 	cfg.Grace = 200 * time.Millisecond
+	waitEntered := func() {
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no send reached the receiver")
+		}
+	}
 	stop := runDelivery(t, pool, newTestSender(t), cfg, prometheus.NewRegistry())
-	<-entered
+	waitEntered()
 	stop()
 	s := notificationStates(t, pool)
 	for _, st := range s {
@@ -438,7 +445,7 @@ func TestNotifyDeliveryShutdownMidSend(t *testing.T) {
 	// once with a second of grace: the send finishes and is marked.
 	cfg.Grace = 2 * time.Second
 	stop = runDelivery(t, pool, newTestSender(t), cfg, prometheus.NewRegistry())
-	<-entered
+	waitEntered()
 	stop()
 	if n := count(t, pool, `SELECT count(*) FROM notifications WHERE status = 'sent' AND attempts = 1`); n != 1 {
 		t.Fatalf("%d sent, want the message marked sent within the grace", n)
