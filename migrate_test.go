@@ -94,6 +94,7 @@ func TestSchemaColumnsMatchContract(t *testing.T) {
 		"reviews.sentiment_model":                       "character varying(40) NULL",
 		"reviews.sentiment_at":                          "timestamp with time zone NULL",
 		"reviews.sentiment_text_hash":                   "bytea NULL",
+		"reviews.text_lang":                             "character varying(8) NULL",
 		"network_metrics.id":                            "bigint NOT NULL nextval",
 		"network_metrics.application_id":                "bigint NOT NULL",
 		"network_metrics.analysis_id":                   "uuid NOT NULL",
@@ -172,6 +173,12 @@ func TestSchemaIndexes(t *testing.T) {
 		"dead_letter_events USING btree (topic, partition, kafka_offset, generation)",
 		"dead_letter_events USING btree (occurred_at DESC)",
 		"apps_registry_application USING btree (package_name)",
+		"reviews USING btree (first_seen_at)", // the event decider's (migration 12)
+		"reviews USING btree (sentiment_at)",
+		"notify_cursors USING btree (name)",
+		"notify_rule_scans USING btree (rule_id)",
+		"notify_crawl_streaks USING btree (application_id, country, lang, path)",
+		"notify_alert_state USING btree (rule_id, application_id, country, lang, path)",
 	}
 	rows, err := pool.Query(context.Background(), `SELECT indexdef FROM pg_indexes WHERE schemaname = 'public'`)
 	if err != nil {

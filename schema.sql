@@ -333,3 +333,49 @@ CREATE TABLE notifications (
 );
 CREATE INDEX notifications_due_idx ON notifications (next_attempt_at) WHERE status = 'pending';
 CREATE INDEX notifications_rule_destination_sent_at_idx ON notifications (rule_id, destination_id, sent_at) WHERE status = 'sent';
+
+-- The event decider's (notify_events.go). It finds new reviews by
+-- first_seen_at and new or changed texts by the sentiment job's
+-- sentiment_at, from cursors in notify_cursors (its clock, with a margin
+-- for transactions that commit late); a rule without a row in
+-- notify_rule_scans, or edited since, has the reviews of its backfill read
+-- once. notify_crawl_streaks follows each app's crawl outcomes (the
+-- consecutive failures and the last success of PlaywatchAppNotCrawled,
+-- which app_crawl_outcomes, one row per path, cannot say); notify_alert_state
+-- holds each rule's open alert episodes, so that an alert fires once when
+-- it starts (and crawl_failing once more when it ends).
+CREATE INDEX reviews_first_seen_at_idx ON reviews (first_seen_at);
+CREATE INDEX reviews_sentiment_at_idx ON reviews (sentiment_at);
+
+CREATE TABLE notify_cursors (
+    name VARCHAR(40) PRIMARY KEY,
+    at   TIMESTAMPTZ NOT NULL
+);
+
+CREATE TABLE notify_rule_scans (
+    rule_id         BIGINT PRIMARY KEY REFERENCES notify_rules (id) ON DELETE CASCADE,
+    rule_updated_at TIMESTAMPTZ NOT NULL
+);
+
+CREATE TABLE notify_crawl_streaks (
+    application_id BIGINT NOT NULL REFERENCES apps_registry_application (id) ON DELETE CASCADE,
+    country        VARCHAR(8) NOT NULL,
+    lang           VARCHAR(16) NOT NULL,
+    path           VARCHAR(8) NOT NULL,
+    outcome_at     TIMESTAMPTZ NOT NULL,
+    failures       INTEGER NOT NULL DEFAULT 0,
+    last_ok_at     TIMESTAMPTZ,
+    failing_since  TIMESTAMPTZ,
+    PRIMARY KEY (application_id, country, lang, path)
+);
+
+CREATE TABLE notify_alert_state (
+    rule_id        BIGINT NOT NULL REFERENCES notify_rules (id) ON DELETE CASCADE,
+    application_id BIGINT NOT NULL REFERENCES apps_registry_application (id) ON DELETE CASCADE,
+    country        VARCHAR(8) NOT NULL,
+    lang           VARCHAR(16) NOT NULL,
+    path           VARCHAR(8) NOT NULL DEFAULT '',
+    started_at     TIMESTAMPTZ NOT NULL,
+    cause          TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (rule_id, application_id, country, lang, path)
+);
