@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net/url"
 	"sync"
 	"time"
 
@@ -47,18 +46,18 @@ type notifyDeliveryConfig struct {
 
 // The workers' fixed parts; NOTIFY_GIVE_UP is the one setting.
 const (
-	notifyWorkers      = 4
-	notifyPoll         = 500 * time.Millisecond
-	notifyBackoff      = 5 * time.Second
-	notifyMaxBackoff   = 10 * time.Minute
-	notifyGaugesEvery  = 15 * time.Second
-	notifyErrorBytes   = 200 // last_error, as the API shows it
-	notifyThrottleNote = "held back by max_per_hour"
+	notifyWorkers         = 4
+	notifyPoll            = 500 * time.Millisecond
+	notifyRetryBackoff    = 5 * time.Second
+	notifyRetryMaxBackoff = 10 * time.Minute
+	notifyGaugesEvery     = 15 * time.Second
+	notifyErrorBytes      = 200 // last_error, as the API shows it
+	notifyThrottleNote    = "held back by max_per_hour"
 )
 
 func notifyDeliveryConfigOf(cfg Config) notifyDeliveryConfig {
 	return notifyDeliveryConfig{Workers: notifyWorkers, GiveUp: cfg.NotifyGiveUp, Poll: notifyPoll, Clock: systemClock{},
-		Backoff: notifyBackoff, MaxBackoff: notifyMaxBackoff, Grace: cfg.ShutdownTimeout / 2}
+		Backoff: notifyRetryBackoff, MaxBackoff: notifyRetryMaxBackoff, Grace: cfg.ShutdownTimeout / 2}
 }
 
 type notifyDelivery struct {
@@ -140,8 +139,8 @@ func (nd *notifyDelivery) housekeep(ctx context.Context) {
 	}
 }
 
-// outboxRow is a claimed notifications row.
-type outboxRow struct {
+// claimedRow is a notifications row a worker claimed.
+type claimedRow struct {
 	ID, RuleID, DestinationID int64
 	Event, EventKey           string
 	Payload                   notifyPayload
@@ -194,7 +193,7 @@ func (nd *notifyDelivery) tryDeliver(ctx, sendCtx context.Context, busy []int64)
 	// (or abandoned) on its own time, not cut off by the shutdown's start.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	now := nd.cfg.Clock.Now()
-	var r outboxRow
+	var r claimedRow
 	var payload []byte
 	err = tx.QueryRow(ctx, notifyClaimSQL, now, busy).Scan(&r.ID, &r.RuleID, &r.DestinationID, &r.Event, &r.EventKey, &payload, &r.Attempts,
 		&r.LastError, &r.EventAt, &r.CreatedAt, &r.SourceAt, &r.MaxPerHour)
@@ -245,13 +244,13 @@ func (nd *notifyDelivery) tryDeliver(ctx, sendCtx context.Context, busy []int64)
 func notifyDeliveryID(id int64) string { return fmt.Sprintf("pw-%d", id) }
 
 // record writes what an attempt came to and commits.
-func (nd *notifyDelivery) record(ctx context.Context, tx pgx.Tx, r outboxRow, d destination, res sendResult) error {
+func (nd *notifyDelivery) record(ctx context.Context, tx pgx.Tx, r claimedRow, d destination, res sendResult) error {
 	now := nd.cfg.Clock.Now()
 	if res.Err == nil {
 		if _, err := tx.Exec(ctx, `UPDATE notifications SET status = 'sent', sent_at = $2, attempts = attempts + 1 WHERE id = $1`, r.ID, now); err != nil {
 			return fmt.Errorf("mark %d sent: %w", r.ID, err)
 		}
-		var folded []outboxRow
+		var folded []claimedRow
 		if r.Event == "digest" {
 			var err error
 			if folded, err = nd.markFolded(ctx, tx, r.ID, "sent", now, ""); err != nil {
@@ -330,7 +329,7 @@ func (nd *notifyDelivery) backoff(attempt int, retryAfter time.Duration) time.Du
 }
 
 // finish ends a message for good (failed) with its error, and commits.
-func (nd *notifyDelivery) finish(ctx context.Context, tx pgx.Tx, r outboxRow, status string, now time.Time, msg string) error {
+func (nd *notifyDelivery) finish(ctx context.Context, tx pgx.Tx, r claimedRow, status string, now time.Time, msg string) error {
 	if _, err := tx.Exec(ctx, `UPDATE notifications SET status = $2, attempts = attempts + 1, last_error = $3 WHERE id = $1`, r.ID, status, msg); err != nil {
 		return fmt.Errorf("mark %d %s: %w", r.ID, status, err)
 	}
@@ -346,15 +345,15 @@ func (nd *notifyDelivery) finish(ctx context.Context, tx pgx.Tx, r outboxRow, st
 }
 
 // markFolded gives the rows folded into digest its fate, and returns them.
-func (nd *notifyDelivery) markFolded(ctx context.Context, tx pgx.Tx, digest int64, status string, now time.Time, msg string) ([]outboxRow, error) {
+func (nd *notifyDelivery) markFolded(ctx context.Context, tx pgx.Tx, digest int64, status string, now time.Time, msg string) ([]claimedRow, error) {
 	rows, err := tx.Query(ctx, `UPDATE notifications SET status = $2::text,
 	sent_at = CASE WHEN $2::text = 'sent' THEN $3::timestamptz END, last_error = coalesce(nullif($4::text, ''), last_error)
 WHERE digest_id = $1 AND status = 'pending' RETURNING id, event, event_at, source_at`, digest, status, now, msg)
 	if err != nil {
 		return nil, fmt.Errorf("mark the messages of digest %d %s: %w", digest, status, err)
 	}
-	folded, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxRow, error) {
-		var f outboxRow
+	folded, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimedRow, error) {
+		var f claimedRow
 		return f, row.Scan(&f.ID, &f.Event, &f.EventAt, &f.SourceAt)
 	})
 	if err != nil {
@@ -371,7 +370,7 @@ WHERE digest_id = $1 AND status = 'pending' RETURNING id, event, event_at, sourc
 // per app; held: r is not to be sent now (it waits or was folded), and tx
 // is committed. The caller holds the destination's lock: no other send to it
 // is in flight.
-func (nd *notifyDelivery) throttle(ctx context.Context, tx pgx.Tx, r outboxRow, now time.Time) (held bool, err error) {
+func (nd *notifyDelivery) throttle(ctx context.Context, tx pgx.Tx, r claimedRow, now time.Time) (held bool, err error) {
 	var sent int
 	var oldest *time.Time
 	if err := tx.QueryRow(ctx, `SELECT count(*), min(sent_at) FROM notifications
@@ -432,7 +431,7 @@ ORDER BY id FOR UPDATE`, r.RuleID, r.DestinationID, now, pkg, r.ID, notifyThrott
 		}
 	}
 	p := notifyPayload{Event: "digest", App: r.Payload.App, Digest: &payloadDigest{Count: len(ids), Of: r.Event},
-		Links: payloadLinks{Play: playAppURL(r.Payload.App), StatusPage: r.Payload.Links.StatusPage}}
+		Links: payloadLinks{Play: playURL(r.Payload.App.PackageName, r.Payload.App.Lang, ""), StatusPage: r.Payload.Links.StatusPage}}
 	body, err := json.Marshal(p)
 	if err != nil {
 		return false, fmt.Errorf("digest payload: %w", err)
@@ -452,15 +451,6 @@ VALUES ($1, $2, 'digest', $3, $4, $5, $6) RETURNING id`, r.RuleID, r.Destination
 	}
 	nd.logger.Info("notify digest made of messages held back by max_per_hour", "rule", r.RuleID, "destination", r.DestinationID, "digest", digest, "count", len(ids))
 	return true, nil
-}
-
-// playAppURL is the app's page on Google Play, in the storefront's language.
-func playAppURL(a payloadApp) string {
-	v := url.Values{"id": {a.PackageName}}
-	if a.Lang != "" {
-		v.Set("hl", a.Lang)
-	}
-	return "https://play.google.com/store/apps/details?" + v.Encode()
 }
 
 // giveUpStale fails the messages that waited GiveUp without an attempt
@@ -549,7 +539,7 @@ func newNotifyMetrics(reg prometheus.Registerer) *notifyMetrics {
 	return m
 }
 
-func (m *notifyMetrics) observeDelivered(r outboxRow, at time.Time) {
+func (m *notifyMetrics) observeDelivered(r claimedRow, at time.Time) {
 	m.delivery.Observe(max(at.Sub(r.EventAt).Seconds(), 0))
 	if r.Event == "review" && r.SourceAt != nil {
 		m.reviewAge.Observe(max(at.Sub(*r.SourceAt).Seconds(), 0))

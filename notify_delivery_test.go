@@ -494,7 +494,7 @@ func TestNotifyDeliveryThrottleDigest(t *testing.T) {
 	}
 	d := ms[3].Payload
 	if d.Event != "digest" || d.Digest == nil || d.Digest.Count != 7 || d.Digest.Of != "review" || d.App.DisplayName != "Telegram" ||
-		d.Links.Play != "https://play.google.com/store/apps/details?hl=en&id=org.telegram.messenger" {
+		d.Links.Play != "https://play.google.com/store/apps/details?id=org.telegram.messenger&hl=en" {
 		t.Fatalf("digest payload %+v %+v", d, d.Digest)
 	}
 	var digest int64

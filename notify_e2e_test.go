@@ -18,29 +18,31 @@ import (
 
 // chatReceiver stands for Slack's incoming webhooks and Telegram's Bot
 // API: it answers as they document (Slack: 200 "ok"; Telegram: 200
-// {"ok":true,"result":{...}}) and records the review ids its messages link
-// to (the Play link's reviewId).
+// {"ok":true,"result":{...}}) and records the review of each message.
 type chatReceiver struct {
 	srv *httptest.Server
 
 	mu      sync.Mutex
 	reviews []string // one per message, "" for a message without a review link
-	paths   []string
+	bodies  []string
 }
 
-var reviewIDInLink = regexp.MustCompile(`reviewId(?:=|\\u003d)([0-9a-zA-Z-]+)`)
+// replayReviewText finds a replayed review's number in its text ("Review
+// -3 of org.telegram.messenger: …").
+var replayReviewText = regexp.MustCompile(`Review (-?[0-9]+) of ` + regexp.QuoteMeta(notifyE2EPackage))
 
 func newChatReceiver(t testing.TB, telegram bool) *chatReceiver {
 	r := &chatReceiver{}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
 		id := ""
-		if m := reviewIDInLink.FindSubmatch(body); m != nil {
-			id = string(m[1])
+		if m := replayReviewText.FindSubmatch(body); m != nil {
+			i, _ := strconv.Atoi(string(m[1]))
+			id = replayReviewID(notifyE2EPackage, i)
 		}
 		r.mu.Lock()
 		r.reviews = append(r.reviews, id)
-		r.paths = append(r.paths, req.URL.Path)
+		r.bodies = append(r.bodies, req.URL.Path+" "+string(body))
 		n := len(r.reviews)
 		r.mu.Unlock()
 		if telegram {
@@ -83,7 +85,7 @@ const notifyE2EPackage = "org.telegram.messenger"
 
 func startNotifyE2E(t *testing.T) *notifyE2E {
 	e := &notifyE2E{t: t, replay: newReplayPlayStore(t)}
-	e.replay.setApp(notifyE2EPackage, replayApp{Title: "Telegram", Reviews: 30})
+	e.replay.setApp(notifyE2EPackage, replayApp{Title: "Telegram", Reviews: 30, Replies: -1})
 	e.hook, e.other, e.gone = newWebhookReceiver(t), newWebhookReceiver(t), newWebhookReceiver(t)
 	e.slack, e.telegram = newChatReceiver(t, false), newChatReceiver(t, true)
 	e.hook.setAnswer(func(_ int, _ receivedMessage, w http.ResponseWriter) bool {
@@ -110,6 +112,20 @@ func startNotifyE2E(t *testing.T) *notifyE2E {
 		"TELEGRAM_API_URL":     e.telegram.srv.URL,
 	}
 	e.a = startE2EAppliance(t, e.env, "--roles", "registry,consumer,sentiment,notifier")
+	t.Cleanup(func() {
+		if t.Failed() {
+			var n int
+			var maxAt, minCrawl, ruleAt time.Time
+			err := e.a.pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM reviews), (SELECT max(at) FROM reviews),
+	(SELECT min(crawled_at) FROM app_stats), (SELECT min(created_at) FROM notify_rules)`).Scan(&n, &maxAt, &minCrawl, &ruleAt)
+			t.Logf("reviews %d, newest at %s, first crawl %s, rules from %s (%v)", n, maxAt, minCrawl, ruleAt, err)
+			for line := range strings.Lines(e.a.logs.String()) {
+				if strings.Contains(line, "notif") {
+					t.Log(strings.TrimSpace(line))
+				}
+			}
+		}
+	})
 	if code, body := httpDo(t, http.MethodPost, e.a.base+"/api/v1/apps", `{"package_name":"`+notifyE2EPackage+`","display_name":"Telegram"}`); code != http.StatusCreated {
 		t.Fatalf("register: %d %s", code, body)
 	}
@@ -217,6 +233,9 @@ func (e *notifyE2E) waitDelivered(want []string) {
 		"telegram": e.telegram.reviewIDs(),
 	} {
 		if g := slices.Sorted(slices.Values(got)); !slices.Equal(g, sorted) {
+			e.slack.mu.Lock()
+			e.t.Logf("slack's first message: %.600s", e.slack.bodies[0])
+			e.slack.mu.Unlock()
 			e.t.Fatalf("%s got reviews %v, want each of %v once", name, g, sorted)
 		}
 	}
