@@ -76,6 +76,8 @@ func newNotifyHTTPClient(cfg notifySenderConfig) (*http.Client, error) {
 		IdleConnTimeout:       90 * time.Second,
 		ForceAttemptHTTP2:     true,
 	}
+	// No proxy from the environment (HTTPS_PROXY): NOTIFY_PROXY is the one
+	// the check below knows about.
 	if proxyURL != nil {
 		transport.Proxy = func(req *http.Request) (*url.URL, error) {
 			if !cfg.AllowPrivate && literalPrivateHost(req.URL.Hostname()) {

@@ -121,7 +121,7 @@ func buildNotifyMessage(p notifyPayload) notifyMessage {
 		link("Google Play", p.Links.Play)
 	case p.Review != nil:
 		r := p.Review
-		m.Title = fmt.Sprintf("%s New %d★ review of %s", stars(r.Stars), r.Stars, appLabel)
+		m.Title = fmt.Sprintf("New %d★ review of %s", r.Stars, appLabel)
 		sentiment := r.Sentiment
 		if sentiment == "" {
 			sentiment = "not labelled"
@@ -129,7 +129,7 @@ func buildNotifyMessage(p notifyPayload) notifyMessage {
 		if r.SentimentFromStars {
 			sentiment += " (from stars)"
 		}
-		facts := "Sentiment: " + sentiment
+		facts := stars(r.Stars) + " · Sentiment: " + sentiment
 		if r.TextLang != "" {
 			facts += " · language: " + r.TextLang
 		}
@@ -323,11 +323,21 @@ func renderSlack(m notifyMessage) slackBody {
 }
 
 // Discord: content is markdown; every markdown character of user text is
-// backslash-escaped, and allowed_mentions is empty so "@everyone" in a
+// backslash-escaped (a heading, list or quote mark only at a line's start,
+// where it means one), and allowed_mentions is empty so "@everyone" in a
 // review pings nobody.
-var discordEscaper = strings.NewReplacer(`\`, `\\`, `*`, `\*`, `_`, `\_`, "~", `\~`, "`", "\\`", `|`, `\|`, `>`, `\>`, `#`, `\#`, `[`, `\[`, `]`, `\]`, `-`, `\-`)
+var discordEscaper = strings.NewReplacer(`\`, `\\`, `*`, `\*`, `_`, `\_`, "~", `\~`, "`", "\\`", `|`, `\|`, `[`, `\[`, `]`, `\]`)
 
-func discordEscape(s string) string { return discordEscaper.Replace(s) }
+func discordEscape(s string) string {
+	lines := strings.Split(discordEscaper.Replace(s), "\n")
+	for i, l := range lines {
+		body := strings.TrimLeft(l, rlm+rli+fsi+" ")
+		if strings.HasPrefix(body, "#") || strings.HasPrefix(body, "-") || strings.HasPrefix(body, ">") {
+			lines[i] = l[:len(l)-len(body)] + `\` + body
+		}
+	}
+	return strings.Join(lines, "\n")
+}
 
 type discordEmbed struct {
 	Title       string `json:"title"`

@@ -168,12 +168,18 @@ func cutBytes(s string, n int) string {
 	return s[:n]
 }
 
-// postJSON sends body to target and reads the answer; the caller turns
+var errBadReceiverURL = errors.New("the receiver URL is not an http(s) URL with a host")
+
+// post sends the JSON body to target and reads the answer; the caller turns
 // it into a sendResult with classifyHTTP.
 func (s *notifySender) post(ctx context.Context, target string, body []byte, header http.Header) (*http.Response, []byte, error) {
+	u, err := url.Parse(target)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, nil, errBadReceiverURL // url.Parse errors quote the URL
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
 	if err != nil {
-		return nil, nil, errors.New("bad receiver URL") // url.Parse errors quote the URL
+		return nil, nil, errBadReceiverURL
 	}
 	for k, v := range header {
 		req.Header[k] = v
@@ -211,7 +217,7 @@ func notifyTransportError(err error, timeout time.Duration) error {
 // transient; any other 4xx (and a redirect, never followed) permanent.
 func httpResult(resp *http.Response, answer []byte, err error) sendResult {
 	if err != nil && resp == nil {
-		return sendResult{Permanent: errors.Is(err, errPrivateReceiver), Err: err}
+		return sendResult{Permanent: errors.Is(err, errPrivateReceiver) || errors.Is(err, errBadReceiverURL), Err: err}
 	}
 	r := sendResult{HTTPStatus: resp.StatusCode, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
 	code := resp.StatusCode

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,24 +21,24 @@ import (
 
 // receiver is a local HTTP server answering as one real service does; it
 // keeps every request it got.
-type receiver struct {
+type notifyTestReceiver struct {
 	*httptest.Server
 	mu   sync.Mutex
-	reqs []receivedRequest
+	reqs []notifyReceivedRequest
 }
 
-type receivedRequest struct {
+type notifyReceivedRequest struct {
 	Path   string
 	Header http.Header
 	Body   []byte
 }
 
-func newReceiver(t *testing.T, answer func(w http.ResponseWriter, r receivedRequest)) *receiver {
+func newNotifyTestReceiver(t *testing.T, answer func(w http.ResponseWriter, r notifyReceivedRequest)) *notifyTestReceiver {
 	t.Helper()
-	rc := &receiver{}
+	rc := &notifyTestReceiver{}
 	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		got := receivedRequest{Path: r.URL.Path, Header: r.Header.Clone(), Body: body}
+		got := notifyReceivedRequest{Path: r.URL.Path, Header: r.Header.Clone(), Body: body}
 		rc.mu.Lock()
 		rc.reqs = append(rc.reqs, got)
 		rc.mu.Unlock()
@@ -47,13 +48,19 @@ func newReceiver(t *testing.T, answer func(w http.ResponseWriter, r receivedRequ
 	return rc
 }
 
-func (rc *receiver) requests() []receivedRequest {
+func (rc *notifyTestReceiver) requests() []notifyReceivedRequest {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	return append([]receivedRequest(nil), rc.reqs...)
+	return append([]notifyReceivedRequest(nil), rc.reqs...)
 }
 
-func (rc *receiver) only(t *testing.T) receivedRequest {
+func (rc *notifyTestReceiver) reset() {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.reqs = nil
+}
+
+func (rc *notifyTestReceiver) only(t *testing.T) notifyReceivedRequest {
 	t.Helper()
 	reqs := rc.requests()
 	if len(reqs) != 1 {
@@ -62,7 +69,7 @@ func (rc *receiver) only(t *testing.T) receivedRequest {
 	return reqs[0]
 }
 
-func testSender(t *testing.T, cfg notifySenderConfig) *notifySender {
+func newTestNotifySender(t *testing.T, cfg notifySenderConfig) *notifySender {
 	t.Helper()
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 5 * time.Second
@@ -96,7 +103,7 @@ func testReviewPayload() notifyPayload {
 
 func TestNotifyWebhookSignedBody(t *testing.T) {
 	const secret = "s3cr3t-webhook-key"
-	rc := newReceiver(t, func(w http.ResponseWriter, r receivedRequest) {
+	rc := newNotifyTestReceiver(t, func(w http.ResponseWriter, r notifyReceivedRequest) {
 		ts := r.Header.Get("X-Playwatch-Timestamp")
 		mac := hmac.New(sha256.New, []byte(secret))
 		mac.Write([]byte(ts + "."))
@@ -107,7 +114,7 @@ func TestNotifyWebhookSignedBody(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	s := testSender(t, notifySenderConfig{AllowPrivate: true})
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true})
 	d := destination{ID: 1, Type: "webhook", Config: destinationConfig{URL: rc.URL + "/hook", Secret: secret}}
 	p := testReviewPayload()
 	r := s.Send(context.Background(), d, "42-7", p)
@@ -154,8 +161,8 @@ func TestNotifyWebhookSignedBody(t *testing.T) {
 }
 
 func TestNotifyPrivateReceiverRefused(t *testing.T) {
-	rc := newReceiver(t, func(w http.ResponseWriter, _ receivedRequest) { w.WriteHeader(200) })
-	s := testSender(t, notifySenderConfig{AllowPrivate: false})
+	rc := newNotifyTestReceiver(t, func(w http.ResponseWriter, _ notifyReceivedRequest) { w.WriteHeader(200) })
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: false})
 	// By name: the check is on the address the name resolved to.
 	url := strings.Replace(rc.URL, "127.0.0.1", "localhost", 1)
 	for _, u := range []string{rc.URL, url} {
@@ -186,7 +193,7 @@ func TestNotifyStalledReceiver(t *testing.T) {
 			t.Cleanup(func() { c.Close() })
 		}
 	}()
-	s := testSender(t, notifySenderConfig{AllowPrivate: true, Timeout: 700 * time.Millisecond})
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true, Timeout: 700 * time.Millisecond})
 	start := time.Now()
 	r := s.Send(context.Background(), destination{Type: "slack", Config: destinationConfig{URL: "http://" + ln.Addr().String() + "/services/T0/B0/XYZSECRET"}}, "1", testReviewPayload())
 	if r.Err == nil || r.Permanent || !strings.Contains(r.Err.Error(), "timeout") || strings.Contains(r.Err.Error(), "XYZSECRET") {
@@ -204,9 +211,9 @@ func TestNotifyStalledReceiver(t *testing.T) {
 }
 
 func TestNotifySlackAnswers(t *testing.T) {
-	answer := func(w http.ResponseWriter, _ receivedRequest) { io.WriteString(w, "ok") }
-	rc := newReceiver(t, func(w http.ResponseWriter, r receivedRequest) { answer(w, r) })
-	s := testSender(t, notifySenderConfig{AllowPrivate: true})
+	answer := func(w http.ResponseWriter, _ notifyReceivedRequest) { io.WriteString(w, "ok") }
+	rc := newNotifyTestReceiver(t, func(w http.ResponseWriter, r notifyReceivedRequest) { answer(w, r) })
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true})
 	d := destination{Type: "slack", Config: destinationConfig{URL: rc.URL + "/services/T000/B000/XXXXSECRET"}}
 	p := testReviewPayload()
 	p.App.DisplayName = "Tele<gram> & co"
@@ -232,7 +239,7 @@ func TestNotifySlackAnswers(t *testing.T) {
 	}
 	head, text, reply, links := body.Blocks[0], body.Blocks[1], body.Blocks[2], body.Blocks[3]
 	if !strings.Contains(body.Text, "New 1★ review of Tele&lt;gram&gt; &amp; co (ir/fa)") || head.Text.Type != "mrkdwn" ||
-		!strings.Contains(head.Text.Text, "*★☆☆☆☆ New 1★ review of Tele&lt;gram&gt; &amp; co (ir/fa)*") ||
+		!strings.Contains(head.Text.Text, "*New 1★ review of Tele&lt;gram&gt; &amp; co (ir/fa)*") ||
 		!strings.Contains(head.Text.Text, "Sentiment: negative · language: fa") || !strings.Contains(head.Text.Text, "App version: 11.2.0") ||
 		!strings.Contains(head.Text.Text, "By "+fsi+"علی"+pdi) {
 		t.Errorf("head: %q / %q", body.Text, head.Text.Text)
@@ -250,7 +257,7 @@ func TestNotifySlackAnswers(t *testing.T) {
 
 	// A long review is cut to the block's 3000.
 	p.Review.Text = strings.Repeat("خیلی بد ", 600)
-	rc.reqs = nil
+	rc.reset()
 	s.Send(context.Background(), d, "2", p)
 	json.Unmarshal(rc.only(t).Body, &body)
 	if tb := body.Blocks[1].Text.Text; utf16Len(tb) > slackBlockLimit || utf16Len(tb) < slackBlockLimit-10 || !strings.HasSuffix(tb, "…"+pdi) {
@@ -273,7 +280,7 @@ func TestNotifySlackAnswers(t *testing.T) {
 		{500, "rollup_error", "", false, 0},
 		{408, "", "", false, 0},
 	} {
-		answer = func(w http.ResponseWriter, _ receivedRequest) {
+		answer = func(w http.ResponseWriter, _ notifyReceivedRequest) {
 			if c.retryAfter != "" {
 				w.Header().Set("Retry-After", c.retryAfter)
 			}
@@ -290,12 +297,12 @@ func TestNotifySlackAnswers(t *testing.T) {
 		}
 	}
 	// An error never quotes the webhook's path, even one the receiver echoes.
-	answer = func(w http.ResponseWriter, r receivedRequest) { http.Error(w, "unknown hook "+r.Path, 404) }
+	answer = func(w http.ResponseWriter, r notifyReceivedRequest) { http.Error(w, "unknown hook "+r.Path, 404) }
 	if r := s.Send(context.Background(), d, "4", p); r.Err == nil || strings.Contains(r.Err.Error(), "XXXXSECRET") {
 		t.Errorf("echoed path: %v", r.Err)
 	}
 	// A Retry-After as an HTTP date.
-	answer = func(w http.ResponseWriter, _ receivedRequest) {
+	answer = func(w http.ResponseWriter, _ notifyReceivedRequest) {
 		w.Header().Set("Retry-After", time.Now().Add(90*time.Second).UTC().Format(http.TimeFormat))
 		w.WriteHeader(429)
 	}
@@ -305,12 +312,12 @@ func TestNotifySlackAnswers(t *testing.T) {
 }
 
 func TestNotifyDiscordAnswers(t *testing.T) {
-	answer := func(w http.ResponseWriter, _ receivedRequest) { w.WriteHeader(204) }
-	rc := newReceiver(t, func(w http.ResponseWriter, r receivedRequest) { answer(w, r) })
-	s := testSender(t, notifySenderConfig{AllowPrivate: true})
+	answer := func(w http.ResponseWriter, _ notifyReceivedRequest) { w.WriteHeader(204) }
+	rc := newNotifyTestReceiver(t, func(w http.ResponseWriter, r notifyReceivedRequest) { answer(w, r) })
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true})
 	d := destination{Type: "discord", Config: destinationConfig{URL: rc.URL + "/api/webhooks/123/TOKENPART"}}
 	p := testReviewPayload()
-	p.Review.Text = "*bold* @everyone " + strings.Repeat("کند ", 1000)
+	p.Review.Text = "*bold* @everyone\n# big - not a list\n> quote\n" + strings.Repeat("کند ", 1000)
 	if r := s.Send(context.Background(), d, "1", p); r.Err != nil || r.HTTPStatus != 204 {
 		t.Fatalf("send: %+v", r)
 	}
@@ -330,8 +337,8 @@ func TestNotifyDiscordAnswers(t *testing.T) {
 	if n := utf16Len(body.Content); n > discordContentLimit || n < discordContentLimit-20 {
 		t.Errorf("content is %d units", n)
 	}
-	if !strings.HasPrefix(body.Content, "**★☆☆☆☆ New 1★ review of Telegram (ir/fa)**\n") ||
-		!strings.Contains(body.Content, `\*bold\* @everyone`) || !strings.Contains(body.Content, "*Developer reply:*\n"+rlm+rli+p.Review.ReplyText+pdi) {
+	if !strings.HasPrefix(body.Content, "**New 1★ review of Telegram (ir/fa)**\n★☆☆☆☆ · ") ||
+		!strings.Contains(body.Content, "\\*bold\\* @everyone\n\\# big - not a list\n\\> quote\n"+rlm+rli+"کند کند") || !strings.Contains(body.Content, "*Developer reply:*\n"+rlm+rli+p.Review.ReplyText+pdi) {
 		t.Errorf("content: %q", body.Content)
 	}
 	if body.AllowedMentions.Parse == nil || len(body.AllowedMentions.Parse) != 0 || len(body.Embeds) != 1 ||
@@ -341,7 +348,7 @@ func TestNotifyDiscordAnswers(t *testing.T) {
 
 	// Discord's 429 (discord.com/developers/docs/topics/rate-limits): the
 	// JSON retry_after wins over the header's rounded seconds.
-	answer = func(w http.ResponseWriter, _ receivedRequest) {
+	answer = func(w http.ResponseWriter, _ notifyReceivedRequest) {
 		w.Header().Set("Retry-After", "2")
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(429)
@@ -351,14 +358,14 @@ func TestNotifyDiscordAnswers(t *testing.T) {
 		!strings.Contains(r.Err.Error(), "You are being rate limited.") {
 		t.Errorf("429: %+v", r)
 	}
-	answer = func(w http.ResponseWriter, _ receivedRequest) {
+	answer = func(w http.ResponseWriter, _ notifyReceivedRequest) {
 		w.WriteHeader(404)
 		io.WriteString(w, `{"message": "Unknown Webhook", "code": 10015}`)
 	}
 	if r := s.Send(context.Background(), d, "3", p); !r.Permanent || r.Err.Error() != `HTTP 404: {"message": "Unknown Webhook", "code": 10015}` {
 		t.Errorf("404: %+v", r)
 	}
-	answer = func(w http.ResponseWriter, _ receivedRequest) { w.WriteHeader(502) }
+	answer = func(w http.ResponseWriter, _ notifyReceivedRequest) { w.WriteHeader(502) }
 	if r := s.Send(context.Background(), d, "4", p); r.Permanent || r.Err == nil {
 		t.Errorf("502: %+v", r)
 	}
@@ -366,12 +373,12 @@ func TestNotifyDiscordAnswers(t *testing.T) {
 
 func TestNotifyTelegramAnswers(t *testing.T) {
 	const token = "123456:AAHsecretTokenPart"
-	answer := func(w http.ResponseWriter, _ receivedRequest) {
+	answer := func(w http.ResponseWriter, _ notifyReceivedRequest) {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"ok":true,"result":{"message_id":1,"from":{"id":123456,"is_bot":true,"first_name":"playwatch"},"chat":{"id":-100777,"type":"supergroup"},"date":1764650000,"text":"..."}}`)
 	}
-	rc := newReceiver(t, func(w http.ResponseWriter, r receivedRequest) { answer(w, r) })
-	s := testSender(t, notifySenderConfig{AllowPrivate: true, TelegramAPIURL: rc.URL + "/"})
+	rc := newNotifyTestReceiver(t, func(w http.ResponseWriter, r notifyReceivedRequest) { answer(w, r) })
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true, TelegramAPIURL: rc.URL + "/"})
 	d := destination{Type: "telegram", Config: destinationConfig{BotToken: token, ChatID: "-100777"}}
 	p := testReviewPayload()
 	if r := s.Send(context.Background(), d, "1", p); r.Err != nil || r.HTTPStatus != 200 {
@@ -389,8 +396,8 @@ func TestNotifyTelegramAnswers(t *testing.T) {
 	if got.Path != "/bot"+token+"/sendMessage" || body.ChatID != "-100777" || body.ParseMode != "HTML" {
 		t.Errorf("request: %s %s", got.Path, got.Body)
 	}
-	want := "<b>★☆☆☆☆ New 1★ review of Telegram (ir/fa)</b>\n" +
-		"Sentiment: negative · language: fa\nApp version: 11.2.0\nBy " + fsi + "علی" + pdi + " · 2026-11-30 09:15 UTC\n\n" +
+	want := "<b>New 1★ review of Telegram (ir/fa)</b>\n" +
+		"★☆☆☆☆ · Sentiment: negative · language: fa\nApp version: 11.2.0\nBy " + fsi + "علی" + pdi + " · 2026-11-30 09:15 UTC\n\n" +
 		rlm + rli + "برنامه &lt;بد&gt; &amp; کند است" + pdi + "\n\n" +
 		"<i>Developer reply:</i>\n" + rlm + rli + p.Review.ReplyText + pdi + "\n\n" +
 		`<a href="https://play.google.com/store/apps/details?id=org.telegram.messenger&amp;reviewId=gp:AOqpTOE1&amp;hl=fa">Google Play</a> · ` +
@@ -402,11 +409,11 @@ func TestNotifyTelegramAnswers(t *testing.T) {
 	// Cut to 4096 though escaping makes the text longer.
 	p.Review.Text = strings.Repeat("<&> ", 2000)
 	p.Review.SentimentFromStars = true
-	rc.reqs = nil
+	rc.reset()
 	s.Send(context.Background(), d, "2", p)
 	json.Unmarshal(rc.only(t).Body, &body)
 	if n := utf16Len(body.Text); n > telegramTextLimit || n < telegramTextLimit-20 || !strings.Contains(body.Text, "Sentiment: negative (from stars)") ||
-		!strings.Contains(body.Text, "&lt;&amp;&gt; …") || !strings.HasSuffix(body.Text, "Status page</a>") {
+		!regexp.MustCompile(`(&lt;|&amp;|&gt;| )…\n\n<i>Developer reply:</i>`).MatchString(body.Text) || !strings.HasSuffix(body.Text, "Status page</a>") {
 		t.Errorf("cut text: %d units %q", n, body.Text[:200])
 	}
 
@@ -423,8 +430,9 @@ func TestNotifyTelegramAnswers(t *testing.T) {
 		{400, `{"ok":false,"error_code":400,"description":"Bad Request: chat not found"}`, true, 0, "HTTP 400: Bad Request: chat not found"},
 		{401, `{"ok":false,"error_code":401,"description":"Unauthorized"}`, true, 0, "HTTP 401: Unauthorized"},
 		{502, `<html>Bad Gateway</html>`, false, 0, "HTTP 502: <html>Bad Gateway</html>"},
+		{404, `{"ok":false,"error_code":404,"description":"Not Found: /bot` + token + `/sendMessage"}`, true, 0, "HTTP 404: Not Found: /bot********/sendMessage"},
 	} {
-		answer = func(w http.ResponseWriter, _ receivedRequest) {
+		answer = func(w http.ResponseWriter, _ notifyReceivedRequest) {
 			w.WriteHeader(c.code)
 			io.WriteString(w, c.body)
 		}
@@ -443,9 +451,9 @@ func TestNotifyTelegramAnswers(t *testing.T) {
 
 // Test sends the "test" event and reports the receiver's status and answer.
 func TestNotifyTestMessage(t *testing.T) {
-	answer := func(w http.ResponseWriter, _ receivedRequest) { w.WriteHeader(200) }
-	rc := newReceiver(t, func(w http.ResponseWriter, r receivedRequest) { answer(w, r) })
-	s := testSender(t, notifySenderConfig{AllowPrivate: true})
+	answer := func(w http.ResponseWriter, _ notifyReceivedRequest) { w.WriteHeader(200) }
+	rc := newNotifyTestReceiver(t, func(w http.ResponseWriter, r notifyReceivedRequest) { answer(w, r) })
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true})
 	d := destination{Type: "webhook", Config: destinationConfig{URL: rc.URL}}
 	if code, err := s.Test(context.Background(), d); code != 200 || err != nil {
 		t.Fatalf("test: %d %v", code, err)
@@ -455,7 +463,7 @@ func TestNotifyTestMessage(t *testing.T) {
 	if body["event"] != "test" {
 		t.Errorf("test body: %v", body)
 	}
-	answer = func(w http.ResponseWriter, _ receivedRequest) { http.Error(w, strings.Repeat("x", 500), 410) }
+	answer = func(w http.ResponseWriter, _ notifyReceivedRequest) { http.Error(w, strings.Repeat("x", 500), 410) }
 	if code, err := s.Test(context.Background(), d); code != 410 || err == nil || len(err.Error()) != 200 {
 		t.Errorf("gone: %d %v", code, err)
 	}
@@ -463,28 +471,28 @@ func TestNotifyTestMessage(t *testing.T) {
 
 // Redirects are never followed: the redirect target gets nothing.
 func TestNotifyNoRedirect(t *testing.T) {
-	target := newReceiver(t, func(w http.ResponseWriter, _ receivedRequest) { w.WriteHeader(200) })
-	rc := newReceiver(t, func(w http.ResponseWriter, _ receivedRequest) {
+	target := newNotifyTestReceiver(t, func(w http.ResponseWriter, _ notifyReceivedRequest) { w.WriteHeader(200) })
+	rc := newNotifyTestReceiver(t, func(w http.ResponseWriter, _ notifyReceivedRequest) {
 		w.Header().Set("Location", target.URL)
 		w.WriteHeader(http.StatusTemporaryRedirect)
 	})
-	s := testSender(t, notifySenderConfig{AllowPrivate: true})
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true})
 	r := s.Send(context.Background(), destination{Type: "webhook", Config: destinationConfig{URL: rc.URL}}, "1", testReviewPayload())
 	if r.Err == nil || !r.Permanent || r.HTTPStatus != 307 || len(target.requests()) != 0 {
 		t.Errorf("redirect: %+v, target got %d", r, len(target.requests()))
 	}
 }
 
-// testProxy is an HTTP proxy: absolute-URI requests are forwarded, CONNECT
+// notifyTestProxy is an HTTP proxy: absolute-URI requests are forwarded, CONNECT
 // is tunnelled. It records what it was asked for.
-type testProxy struct {
+type notifyTestProxy struct {
 	*httptest.Server
 	mu   sync.Mutex
 	seen []string
 }
 
-func newTestProxy(t *testing.T) *testProxy {
-	px := &testProxy{}
+func newNotifyTestProxy(t *testing.T) *notifyTestProxy {
+	px := &notifyTestProxy{}
 	px.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		px.mu.Lock()
 		px.seen = append(px.seen, r.Method+" "+r.RequestURI)
@@ -524,7 +532,7 @@ func newTestProxy(t *testing.T) *testProxy {
 	return px
 }
 
-func (px *testProxy) requests() []string {
+func (px *notifyTestProxy) requests() []string {
 	px.mu.Lock()
 	defer px.mu.Unlock()
 	return append([]string(nil), px.seen...)
@@ -534,9 +542,9 @@ func (px *testProxy) requests() []string {
 // one (the Telegram case) through CONNECT; a literal private target is
 // refused before the proxy is asked, though the proxy itself is local.
 func TestNotifyThroughProxy(t *testing.T) {
-	px := newTestProxy(t)
-	plain := newReceiver(t, func(w http.ResponseWriter, _ receivedRequest) { io.WriteString(w, "ok") })
-	s := testSender(t, notifySenderConfig{AllowPrivate: true, Proxy: px.URL})
+	px := newNotifyTestProxy(t)
+	plain := newNotifyTestReceiver(t, func(w http.ResponseWriter, _ notifyReceivedRequest) { io.WriteString(w, "ok") })
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true, Proxy: px.URL})
 	if r := s.Send(context.Background(), destination{Type: "slack", Config: destinationConfig{URL: plain.URL + "/services/A/B/C"}}, "1", testReviewPayload()); r.Err != nil {
 		t.Fatalf("through proxy: %+v", r)
 	}
@@ -549,7 +557,7 @@ func TestNotifyThroughProxy(t *testing.T) {
 	}))
 	t.Cleanup(tg.Close)
 	roots := tg.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
-	s = testSender(t, notifySenderConfig{AllowPrivate: true, Proxy: px.URL, TelegramAPIURL: tg.URL, RootCAs: roots})
+	s = newTestNotifySender(t, notifySenderConfig{AllowPrivate: true, Proxy: px.URL, TelegramAPIURL: tg.URL, RootCAs: roots})
 	if r := s.Send(context.Background(), destination{Type: "telegram", Config: destinationConfig{BotToken: "1:tok", ChatID: "5"}}, "2", testReviewPayload()); r.Err != nil {
 		t.Fatalf("telegram through CONNECT: %+v", r)
 	}
@@ -557,7 +565,7 @@ func TestNotifyThroughProxy(t *testing.T) {
 		t.Errorf("proxy saw %v", seen)
 	}
 
-	s = testSender(t, notifySenderConfig{AllowPrivate: false, Proxy: px.URL})
+	s = newTestNotifySender(t, notifySenderConfig{AllowPrivate: false, Proxy: px.URL})
 	for _, u := range []string{plain.URL, strings.Replace(plain.URL, "127.0.0.1", "localhost", 1), "http://[::1]:9/", "http://10.1.2.3/"} {
 		r := s.Send(context.Background(), destination{Type: "webhook", Config: destinationConfig{URL: u}}, "3", testReviewPayload())
 		if r.Err == nil || !r.Permanent || !strings.Contains(r.Err.Error(), "NOTIFY_ALLOW_PRIVATE") {
@@ -566,5 +574,139 @@ func TestNotifyThroughProxy(t *testing.T) {
 	}
 	if seen := px.requests(); len(seen) != 2 {
 		t.Errorf("the proxy was asked for a private target: %v", seen)
+	}
+}
+
+// Alerts, their end, digests and a Persian app name, as a Telegram
+// receiver gets them.
+func TestNotifyAlertAndDigestMessages(t *testing.T) {
+	rc := newNotifyTestReceiver(t, func(w http.ResponseWriter, _ notifyReceivedRequest) {
+		io.WriteString(w, `{"ok":true,"result":{"message_id":2}}`)
+	})
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true, TelegramAPIURL: rc.URL})
+	d := destination{Type: "telegram", Config: destinationConfig{BotToken: "1:t", ChatID: "9"}}
+	start, end := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC), time.Date(2026, 12, 1, 9, 30, 0, 0, time.UTC)
+	app := payloadApp{PackageName: "ir.divar", DisplayName: "دیوار", Country: "ir", Lang: "fa"}
+	links := payloadLinks{Play: "https://play.google.com/store/apps/details?id=ir.divar", StatusPage: "https://pw.example.com/apps/ir.divar"}
+	for _, c := range []struct {
+		p    notifyPayload
+		want []string
+	}{
+		{notifyPayload{Event: "rating_drop", App: app, Links: links, Alert: &payloadAlert{Kind: "rating_drop", Summary: "rating down 0.12 in 24 h", Value: "4.21", Previous: "4.33", StartedAt: start}},
+			[]string{"<b>Rating drop: " + fsi + "دیوار" + pdi + " (ir/fa)</b>\nValue: 4.21 (before: 4.33)\nStarted: 2026-12-01T08:00:00Z\n\nrating down 0.12 in 24 h\n\n<a href=\"https://pw.example.com/apps/ir.divar\">Status page</a> · <a href"}},
+		{notifyPayload{Event: "crawl_failing", App: app, Links: links, Alert: &payloadAlert{Kind: "crawl_failing", Summary: "cause not_found", StartedAt: start, EndedAt: &end}},
+			[]string{"<b>Crawl recovered: ", "Ended: 2026-12-01T09:30:00Z"}},
+		{notifyPayload{Event: "new_version", App: app, Links: links, Alert: &payloadAlert{Kind: "new_version", Summary: "version 12.1 (was 12.0)", Value: "4.3", Previous: "4.4", StartedAt: start}},
+			[]string{"<b>New version: ", "Value: 4.3 (before: 4.4)"}},
+		{notifyPayload{Event: "digest", App: app, Links: links, Digest: &payloadDigest{Count: 37, Of: "review"}},
+			[]string{"<b>and 37 more reviews of " + fsi + "دیوار" + pdi + " (ir/fa) in the last hour</b>", `<a href="https://pw.example.com/apps/ir.divar">Status page</a>`}},
+		{notifyPayload{Event: "digest", App: app, Links: links, Digest: &payloadDigest{Count: 1, Of: "negative_spike"}},
+			[]string{"and 1 more negative review spike of "}},
+	} {
+		rc.reset()
+		if r := s.Send(context.Background(), d, "1", c.p); r.Err != nil {
+			t.Fatalf("%s: %+v", c.p.Event, r)
+		}
+		var body struct{ Text string }
+		json.Unmarshal(rc.only(t).Body, &body)
+		for _, w := range c.want {
+			if !strings.Contains(body.Text, w) {
+				t.Errorf("%s: %q lacks %q", c.p.Event, body.Text, w)
+			}
+		}
+	}
+}
+
+func TestNotifyBadURLIsPermanent(t *testing.T) {
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true})
+	for _, u := range []string{"", "ftp://example.com/x", "http:///nohost", "https://hooks.slack.com/services/%zz/SECRETPATH"} {
+		r := s.Send(context.Background(), destination{Type: "slack", Config: destinationConfig{URL: u}}, "1", testReviewPayload())
+		if r.Err == nil || !r.Permanent || strings.Contains(r.Err.Error(), "SECRETPATH") {
+			t.Errorf("%q: %+v", u, r)
+		}
+	}
+}
+
+// startTestSOCKS5 is a minimal SOCKS5 proxy (RFC 1928: no authentication,
+// CONNECT); it records the address each client asked for.
+func startTestSOCKS5(t *testing.T) (addr string, asked func() []string) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var mu sync.Mutex
+	var seen []string
+	serve := func(c net.Conn) {
+		defer c.Close()
+		buf := make([]byte, 262)
+		if _, err := io.ReadFull(c, buf[:2]); err != nil {
+			return
+		}
+		if _, err := io.ReadFull(c, buf[:buf[1]]); err != nil {
+			return
+		}
+		c.Write([]byte{5, 0})
+		if _, err := io.ReadFull(c, buf[:4]); err != nil || buf[1] != 1 {
+			return
+		}
+		var host string
+		switch buf[3] {
+		case 1:
+			io.ReadFull(c, buf[:4])
+			host = net.IP(buf[:4]).String()
+		case 4:
+			io.ReadFull(c, buf[:16])
+			host = net.IP(buf[:16]).String()
+		case 3:
+			io.ReadFull(c, buf[:1])
+			n := int(buf[0])
+			io.ReadFull(c, buf[:n])
+			host = string(buf[:n])
+		}
+		io.ReadFull(c, buf[:2])
+		target := net.JoinHostPort(host, strconv.Itoa(int(buf[0])<<8|int(buf[1])))
+		mu.Lock()
+		seen = append(seen, target)
+		mu.Unlock()
+		up, err := net.Dial("tcp", target)
+		if err != nil {
+			c.Write([]byte{5, 5, 0, 1, 0, 0, 0, 0, 0, 0})
+			return
+		}
+		defer up.Close()
+		c.Write([]byte{5, 0, 0, 1, 0, 0, 0, 0, 0, 0})
+		go io.Copy(up, c)
+		io.Copy(c, up)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go serve(c)
+		}
+	}()
+	return ln.Addr().String(), func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), seen...)
+	}
+}
+
+// Through a socks5 NOTIFY_PROXY the receiver's name goes to the proxy,
+// which resolves it (not the local resolver, which a filtered network
+// makes lie).
+func TestNotifyThroughSOCKS5(t *testing.T) {
+	addr, asked := startTestSOCKS5(t)
+	rc := newNotifyTestReceiver(t, func(w http.ResponseWriter, _ notifyReceivedRequest) { w.WriteHeader(204) })
+	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true, Proxy: "socks5://" + addr})
+	target := strings.Replace(rc.URL, "127.0.0.1", "localhost", 1)
+	if r := s.Send(context.Background(), destination{Type: "discord", Config: destinationConfig{URL: target + "/api/webhooks/1/x"}}, "1", testReviewPayload()); r.Err != nil {
+		t.Fatalf("through socks5: %+v", r)
+	}
+	if got := asked(); len(got) != 1 || got[0] != strings.TrimPrefix(target, "http://") || len(rc.requests()) != 1 {
+		t.Errorf("socks5 proxy was asked for %v; receiver got %d", got, len(rc.requests()))
 	}
 }
