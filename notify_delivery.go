@@ -220,15 +220,20 @@ func (nd *notifyDelivery) tryDeliver(ctx, sendCtx context.Context, busy []int64)
 		// A payload no sender can read will not get better: give it up.
 		return true, 0, nd.finish(sendCtx, tx, r, "failed", now, fmt.Sprintf("payload: %v", err))
 	}
+	d, err := loadDestination(ctx, tx, r.DestinationID)
+	if err != nil {
+		return true, 0, err
+	}
+	if d.Status != "ok" {
+		// Broken since the claim read it, by the worker that held its lock
+		// then: nothing more is tried for it.
+		return true, 0, nil
+	}
 	if r.MaxPerHour > 0 && r.Event != "digest" {
 		held, err := nd.throttle(ctx, tx, r, now)
 		if err != nil || held {
 			return true, 0, err
 		}
-	}
-	d, err := loadDestination(ctx, tx, r.DestinationID)
-	if err != nil {
-		return true, 0, err
 	}
 	res := nd.sender.Send(sendCtx, d, notifyDeliveryID(r.ID), r.Payload)
 	if res.Err != nil && sendCtx.Err() != nil {
