@@ -508,6 +508,7 @@ var commandSettings = map[string][]string{
 	"sentiment adapt":    {"logging", "services"},
 	"sentiment classify": {"logging", "services"},
 	"reparse":            {"logging", "services", "kafka", "producer"},
+	"notify run":         {"logging", "services", "notifier"},
 	"notify list":        {"logging", "services"},
 	"notify retry":       {"logging", "services"},
 	"db-url":             {"PLAYWATCH_DATA_DIR", "DATABASE_URL"},

@@ -85,7 +85,7 @@ func (e helpError) Unwrap() error { return e.usageError }
 const usageText = `playwatch watches Google Play apps: a registry, an hourly crawler, Kafka and PostgreSQL.
 
 Usage:
-  playwatch run [--roles registry,crawler,consumer,sentiment] [flags]
+  playwatch run [--roles registry,crawler,consumer,sentiment,notifier] [flags]
                                              run the appliance (all roles unless --roles picks some)
   playwatch crawl [--once] [flags]           the crawler role alone (--once: plan one cycle now, crawl it, print a summary)
   playwatch fetch [--lang L --country C] [--reviews N] [--max-wait D] PACKAGE
@@ -99,6 +99,7 @@ Usage:
                                              label review texts from stdin (no database, no broker, but with --model db)
   playwatch sentiment adapt [--min-per-class N] [--dry-run] [flags]
                                              train on the stored reviews' stars; keep the model only if it is better
+  playwatch notify run [flags]               run the notifier role alone (decide and deliver notifications)
   playwatch notify list [--status S] [--rule ID] [--destination ID] [--limit N]
                                              show the notifications of the outbox, newest first
   playwatch notify retry ID...|--failed      send failed (or the given) notifications again
@@ -256,7 +257,7 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 }
 
 // allRoles are what `run --roles` can pick.
-var allRoles = []string{"registry", "crawler", "consumer", "sentiment"}
+var allRoles = []string{"registry", "crawler", "consumer", "sentiment", "notifier"}
 
 func parseRoles(s string) ([]string, error) {
 	var roles []string
@@ -346,6 +347,15 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		job.watchModels = true // the newest model sentiment adapt kept, if any
 		startRole("sentiment", job.Run)
 	}
+	// The notifier stops before the sentiment job: its sends in flight get
+	// half of PLAYWATCH_SHUTDOWN_TIMEOUT to finish and be marked.
+	if slices.Contains(roles, "notifier") {
+		notifier, err := newNotifierRole(be.pool, cfg, reg, logger)
+		if err != nil {
+			return errors.Join(err, shutdown())
+		}
+		startRole("notifier", notifier)
+	}
 	checks := []readinessCheck{
 		{"database", be.pool.Ping},
 		{"broker", be.brokerReady},
@@ -382,7 +392,14 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		}
 		be.onClose(func(context.Context) error { reads.Close(); return nil })
 		api = &registryAPI{store: newRegistryStore(be.pool, reads), token: cfg.RegistryToken, locales: cfg.Locales, logger: logger}
-		more = append(more, &notifyAPI{pool: be.pool, reads: reads, token: cfg.RegistryToken, allowPrivate: cfg.NotifyAllowPrivate, logger: logger})
+		// POST /api/v1/destinations/{id}/test sends through the sender the
+		// notifier uses, with the same egress rules (NOTIFY_ALLOW_PRIVATE, NOTIFY_PROXY).
+		sender, err := newNotifySender(notifySenderConfigOf(cfg), logger)
+		if err != nil {
+			return errors.Join(err, shutdown())
+		}
+		more = append(more, &notifyAPI{pool: be.pool, reads: reads, token: cfg.RegistryToken, allowPrivate: cfg.NotifyAllowPrivate,
+			tester: sender, logger: logger})
 		status = newStatusPage(statusDB{reads}, reg, cfg.StatusPageToken, cfg.CrawlInterval, cfg.AppGaugesInterval, cfg.StatusPageMaxRenders, logger)
 		startRole("app gauges", status.appGauges.run)
 	}

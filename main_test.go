@@ -159,6 +159,7 @@ func TestRunCommandLine(t *testing.T) {
 		{[]string{"sentiment", "--help"}, "  rescore --all|--model-older"},
 		{[]string{"sentiment", "run", "--help"}, "Usage: playwatch sentiment run"},
 		{[]string{"sentiment", "rescore", "--help"}, "--model-older\tmark the reviews another model version scored\n"},
+		{[]string{"notify", "run", "--help"}, "Usage: playwatch notify run"},
 	} {
 		out.Reset()
 		errOut.Reset()

@@ -13,14 +13,16 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // `playwatch notify …`: the notifier's commands.
 
 const (
+	notifyRunSynopsis   = "notify run [flags]"
 	notifyListSynopsis  = "notify list [--status pending|sent|failed] [--rule ID] [--destination ID] [--limit N] [flags]"
 	notifyRetrySynopsis = "notify retry [flags] (--failed | ID...)"
-	notifyUsage         = "Usage:\n  playwatch " + notifyListSynopsis + "\n  playwatch " + notifyRetrySynopsis + "\n"
+	notifyUsage         = "Usage:\n  playwatch " + notifyRunSynopsis + "\n  playwatch " + notifyListSynopsis + "\n  playwatch " + notifyRetrySynopsis + "\n"
 )
 
 func cmdNotify(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -30,17 +32,41 @@ func cmdNotify(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, notifyUsage)
-		return usageError{"notify needs a subcommand: list or retry"}
+		return usageError{"notify needs a subcommand: run, list or retry"}
 	}
 	switch sub, rest := args[0], args[1:]; sub {
+	case "run":
+		return cmdNotifyRun(ctx, rest, getenv, stdout, stderr)
 	case "list":
 		return cmdNotifyList(ctx, rest, getenv, stdout, stderr)
 	case "retry":
 		return cmdNotifyRetry(ctx, rest, getenv, stdout, stderr)
 	default:
 		fmt.Fprint(stderr, notifyUsage)
-		return usageError{fmt.Sprintf("notify: unknown subcommand %q (known: list, retry)", sub)}
+		return usageError{fmt.Sprintf("notify: unknown subcommand %q (known: run, list, retry)", sub)}
 	}
+}
+
+// cmdNotifyRun is the notifier role alone, attached to the database of a
+// running playwatch (or DATABASE_URL), until a signal.
+func cmdNotifyRun(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cl, err := parseCommandLine("notify run", notifyRunSynopsis, args, getenv, stdout, stderr, nil)
+	if err != nil {
+		return err
+	}
+	if len(cl.args) > 0 {
+		return usageError{fmt.Sprintf("notify run takes no arguments, got %q", cl.args)}
+	}
+	be, err := openBackends(ctx, cl.cfg, cl.logger, backendOptions{attach: true})
+	if err != nil {
+		return err
+	}
+	role, err := newNotifierRole(be.pool, cl.cfg, prometheus.NewRegistry(), cl.logger)
+	if err != nil {
+		return errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout))
+	}
+	err = role(ctx)
+	return errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout))
 }
 
 func cmdNotifyList(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
