@@ -351,6 +351,16 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		}
 		be.onClose(func(context.Context) error { cl.Close(); return nil })
 		startRole("consumer", func(ctx context.Context) error { return sc.Run(ctx, cl) })
+		// Reviews stored before migration 15 or with an older search
+		// normalisation get their search text in the background; a
+		// failure is logged, and the next start tries again.
+		startRole("search backfill", func(ctx context.Context) error {
+			if _, err := backfillSearchText(ctx, be.pool, logger); err != nil && ctx.Err() == nil {
+				logger.Error("search backfill failed; searches miss the reviews it did not reach until the next start", "err", err)
+			}
+			<-ctx.Done()
+			return nil
+		})
 	}
 	if slices.Contains(roles, "crawler") {
 		cr, err := newCrawlerRole(cfg, be, reg, logger)
@@ -371,8 +381,10 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 			return errors.Join(err, shutdown())
 		}
 		be.onClose(func(context.Context) error { reads.Close(); return nil })
-		api = &registryAPI{store: newRegistryStore(be.pool, reads), token: cfg.RegistryToken, locales: cfg.Locales, logger: logger}
+		api = &registryAPI{store: newRegistryStore(be.pool, reads), token: cfg.RegistryToken, locales: cfg.Locales, logger: logger,
+			reviews: newReviewsAPI(reads, cfg.Locales, reviewsToken(cfg), logger)}
 		status = newStatusPage(statusDB{reads}, reg, cfg.StatusPageToken, cfg.CrawlInterval, cfg.AppGaugesInterval, cfg.StatusPageMaxRenders, logger)
+		status.reviews = &reviewsSource{pager: reviewsDB{pool: reads, locales: cfg.Locales}, token: reviewsToken(cfg)}
 		startRole("app gauges", status.appGauges.run)
 	}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -656,7 +668,10 @@ func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	fmt.Fprintln(stdout, be.schema)
-	return be.shutdown(ctx, cl.cfg.ShutdownTimeout)
+	// The search text of the reviews stored before migration 15 (or with
+	// an older normalisation), with its progress in the log.
+	_, err = backfillSearchText(ctx, be.pool, cl.logger)
+	return errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout))
 }
 
 func cmdPcap(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
