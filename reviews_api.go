@@ -434,12 +434,7 @@ func parseStatsQuery(pkg string, vals url.Values, now time.Time) (statsQuery, er
 			return q, badParam(key, "unknown query parameter (known: since, until, format, bom)")
 		}
 	}
-	if q.BOM && q.Format != "csv" {
-		return q, badParam("bom", "is for format=csv only")
-	}
-	if !q.Since.IsZero() && !q.Until.IsZero() && !q.Since.Before(q.Until) {
-		return q, badParam("until", "must be after since")
-	}
+	q.BOM = q.BOM && q.Format == "csv"
 	return q, nil
 }
 

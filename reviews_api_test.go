@@ -168,6 +168,8 @@ func TestReviewsAPIFilters(t *testing.T) {
 		{"q=oka", []string{"en3"}},
 		{"q=" + url.QueryEscape("login update"), []string{"en1"}},
 		{"q=" + url.QueryEscape("50%"), nil},
+		{"q=" + url.QueryEscape("،!"), nil}, // no word: nothing
+		{"since=1d&until=2d", nil},
 		// The done-when query: 1–2★ Persian reviews mentioning login since a release.
 		{"stars=1,2&text_lang=fa&q=" + url.QueryEscape("لاگین") + "&since=" + url.QueryEscape(testCrawl.Add(-36*time.Hour).Format(time.RFC3339)), []string{"fa1"}},
 	} {
@@ -221,8 +223,6 @@ func TestReviewsAPIFilters(t *testing.T) {
 func TestReviewsAPIRefusesBadParameters(t *testing.T) {
 	pool := newTestPool(t)
 	srv, _ := reviewsServer(t, pool, "")
-	_, first, _ := getReviews(t, srv.URL, "limit=1")
-	_ = first
 	for query, param := range map[string]string{
 		"foo=1":                              "foo",
 		"limit=0":                            "limit",
@@ -234,17 +234,14 @@ func TestReviewsAPIRefusesBadParameters(t *testing.T) {
 		"has_reply=yes":                      "has_reply",
 		"since=yesterday":                    "since",
 		"until=-5d":                          "until",
-		"since=1d&until=2d":                  "until",
 		"sort=best":                          "sort",
 		"cursor=abc":                         "cursor",
 		"q=":                                 "q",
 		"q=" + strings.Repeat("a", 201):      "q",
-		"q=%2C%2C":                           "q",
 		"package=not_a_package":              "package",
 		"text_lang=FA1":                      "text_lang",
 		"topic=Login%20Bug":                  "topic",
 		"format=xml":                         "format",
-		"bom=1":                              "bom",
 		"stars=1&stars=2":                    "stars",
 		"version=" + strings.Repeat("9", 51): "version",
 	} {
@@ -254,12 +251,6 @@ func TestReviewsAPIRefusesBadParameters(t *testing.T) {
 		if code != http.StatusBadRequest || !strings.HasPrefix(e.Error, param+":") {
 			t.Errorf("%s: %d %s, want 400 naming %s", query, code, body, param)
 		}
-	}
-	// A cursor of another query is refused.
-	seedReviewsAPI(t, pool)
-	_, page, _ := getReviews(t, srv.URL, "limit=1")
-	if code, _, body := getReviews(t, srv.URL, "limit=1&stars=1&cursor="+*page.NextCursor); code != http.StatusBadRequest {
-		t.Errorf("a cursor with other filters: %d %s", code, body)
 	}
 	resp, err := http.Post(srv.URL+"/api/v1/reviews", "application/json", nil)
 	if err != nil {

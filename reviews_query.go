@@ -2,10 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -68,20 +64,31 @@ type reviewQuery struct {
 	BOM    bool
 }
 
-// reviewCursor is where a walk is: after the review with key K (first_at
-// in Unix microseconds, or thumbs_up_count) and id ID, among the reviews up
-// to MaxID. Filter is the digest of the filter it belongs to.
+// reviewCursor is where a walk is: after the review with key Key
+// (first_at in Unix microseconds, or thumbs_up_count) and id ID, among the
+// reviews up to MaxID. Its text form, "MAXID.KEY.ID", is all digits, so the
+// OpenAPI document says exactly which cursors are accepted; one of another
+// query's walk is only a position in this one.
 type reviewCursor struct {
-	MaxID  int64  `json:"m"`
-	Sort   string `json:"s"`
-	Key    int64  `json:"k"`
-	ID     int64  `json:"i"`
-	Filter string `json:"f"`
+	MaxID, Key, ID int64
 }
 
+var reviewCursorRe = regexp.MustCompile(`^([0-9]{1,18})\.([0-9]{1,18})\.([0-9]{1,18})$`)
+
 func (c reviewCursor) encode() string {
-	b, _ := json.Marshal(c) // plain fields always encode
-	return base64.RawURLEncoding.EncodeToString(b)
+	return fmt.Sprintf("%d.%d.%d", c.MaxID, c.Key, c.ID)
+}
+
+func decodeReviewCursor(s string) (reviewCursor, error) {
+	m := reviewCursorRe.FindStringSubmatch(s)
+	if m == nil {
+		return reviewCursor{}, errors.New("not a cursor")
+	}
+	var c reviewCursor
+	c.MaxID, _ = strconv.ParseInt(m[1], 10, 64)
+	c.Key, _ = strconv.ParseInt(m[2], 10, 64)
+	c.ID, _ = strconv.ParseInt(m[3], 10, 64)
+	return c, nil
 }
 
 // paramError is a bad query parameter: the answer is 400 naming it.
@@ -150,10 +157,8 @@ func parseReviewQuery(vals url.Values, now time.Time, formats []string) (reviewQ
 		if !utf8.ValidString(v) || v == "" || utf8.RuneCountInString(v) > maxSearchRunes {
 			return q, badParam("q", "must be 1 to %d characters of text", maxSearchRunes)
 		}
-		if q.Patterns = searchPatterns(v); len(q.Patterns) == 0 {
-			return q, badParam("q", "%q has no word to search for", v)
-		}
-		q.Q = v
+		// A q without a word (only punctuation) matches nothing.
+		q.Patterns, q.Q = searchPatterns(v), v
 	}
 	stars, err := list("stars")
 	if err != nil {
@@ -221,9 +226,6 @@ func parseReviewQuery(vals url.Values, now time.Time, formats []string) (reviewQ
 			q.Until = t
 		}
 	}
-	if !q.Since.IsZero() && !q.Until.IsZero() && !q.Since.Before(q.Until) {
-		return q, badParam("until", "must be after since")
-	}
 	if v, ok := get("sort"); ok {
 		if !slices.Contains(reviewSorts, v) {
 			return q, badParam("sort", "%q is not one of %s", v, strings.Join(reviewSorts, ", "))
@@ -247,34 +249,16 @@ func parseReviewQuery(vals url.Values, now time.Time, formats []string) (reviewQ
 		if v != "0" && v != "1" {
 			return q, badParam("bom", "must be 0 or 1, not %q", v)
 		}
-		if v == "1" && q.Format != "csv" {
-			return q, badParam("bom", "is for format=csv only")
-		}
-		q.BOM = v == "1"
+		q.BOM = v == "1" && q.Format == "csv" // the other formats have none
 	}
 	if v, ok := get("cursor"); ok {
 		c, err := decodeReviewCursor(v)
-		if err != nil || c.Sort != q.Sort || c.Filter != q.digest() {
-			return q, badParam("cursor", "not a next_cursor of this query (same filters and sort)")
+		if err != nil {
+			return q, badParam("cursor", "%q is not a next_cursor (MAXID.KEY.ID, digits)", v)
 		}
 		q.Cursor = &c
 	}
 	return q, nil
-}
-
-func decodeReviewCursor(s string) (reviewCursor, error) {
-	var c reviewCursor
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return c, err
-	}
-	if err := json.Unmarshal(b, &c); err != nil {
-		return c, err
-	}
-	if c.MaxID < 0 || c.ID < 0 {
-		return c, errors.New("negative id")
-	}
-	return c, nil
 }
 
 // parseReviewTime is an RFC 3339 time or a positive duration before now
@@ -287,17 +271,6 @@ func parseReviewTime(v string, now time.Time) (time.Time, error) {
 		return t, nil
 	}
 	return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time nor a duration before now such as 7d or 24h", v)
-}
-
-// digest names the filter and sort, so that a cursor is not used with
-// another query.
-func (f reviewFilter) digest() string {
-	b, _ := json.Marshal(struct {
-		reviewFilter
-		Since, Until int64
-	}{f, f.Since.UnixMicro(), f.Until.UnixMicro()})
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8])
 }
 
 // values is the filter as query parameters (the page's links, the CSV
@@ -482,6 +455,9 @@ func (db reviewsDB) page(ctx context.Context, q reviewQuery) (reviewPage, error)
 			return page, fmt.Errorf("reviews: newest id: %w", err)
 		}
 	}
+	if len(q.Patterns) == 0 && q.Q != "" {
+		return page, nil // a q without a word
+	}
 	sql, args := reviewsSQL(q, appIDs, maxID)
 	rows, err := db.pool.Query(ctx, sql, args...)
 	if err != nil {
@@ -522,7 +498,7 @@ func (db reviewsDB) page(ctx context.Context, q reviewQuery) (reviewPage, error)
 	if len(page.Reviews) > q.Limit {
 		page.Reviews = page.Reviews[:q.Limit]
 		last := q.Limit - 1
-		page.Next = &reviewCursor{MaxID: maxID, Sort: q.Sort, Key: keys[last], ID: ids[last], Filter: q.digest()}
+		page.Next = &reviewCursor{MaxID: maxID, Key: keys[last], ID: ids[last]}
 	}
 	return page, nil
 }
