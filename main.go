@@ -99,6 +99,8 @@ Usage:
                                              label review texts from stdin (no database, no broker)
   playwatch reparse [--since 24h] [--until T] [--package P] [--dry-run]
                                              parse the archived raw pages again and publish their messages
+  playwatch export reviews|stats [--package P] [--q Q] [--stars S] [--sentiment L] [--since D] [--until T] [--format csv|ndjson|json] [--output FILE]
+                                             export reviews or an app's listing history from the database
   playwatch db-url [--reader]                print a URL of the managed PostgreSQL (for psql, dashboards)
   playwatch version                          print the version and exit
 
@@ -150,6 +152,8 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 		return cmdDLQ(ctx, rest, getenv, stdout, stderr)
 	case "reparse":
 		return cmdReparse(ctx, rest, getenv, stdout, stderr)
+	case "export":
+		return cmdExport(ctx, rest, getenv, stdout, stderr)
 	case "db-url":
 		return cmdDBURL(rest, getenv, stdout, stderr)
 	case "sentiment":
