@@ -61,7 +61,7 @@ func testReview(pkg, id string, stars int, content string, at time.Time) reviewM
 }
 
 // reviewsServer serves the registry API with the reviews API on pool.
-func reviewsServer(t *testing.T, pool *pgxpool.Pool, token string) (*httptest.Server, *reviewsAPI) {
+func reviewsServer(t testing.TB, pool *pgxpool.Pool, token string) (*httptest.Server, *reviewsAPI) {
 	t.Helper()
 	ra := newReviewsAPI(pool, testLocales, token, testLogger(t))
 	ra.now = func() time.Time { return testCrawl }

@@ -367,7 +367,9 @@ func reviewsSQL(q reviewQuery, appIDs []int64, maxID int64) (string, []any) {
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))
 	}
-	where := []string{"r.id <= $1"}
+	// id + 0: the pin keeps nearly every row, so the primary key is never
+	// the index to read them by.
+	where := []string{"r.id + 0 <= $1"}
 	switch {
 	case len(appIDs) == 1:
 		where = append(where, "r.application_id = "+arg(appIDs[0]))
@@ -419,11 +421,18 @@ func reviewsSQL(q reviewQuery, appIDs []int64, maxID int64) (string, []any) {
 		}
 		where = append(where, "("+key+", r.id) "+cmp+" ("+arg(k)+", "+arg(c.ID)+")")
 	}
+	order := key
+	if len(q.Patterns) > 0 {
+		// A search reads the matches through the trigram index and sorts
+		// them: walking the order's index until enough match would read
+		// all of it for a rare word.
+		order += " + " + map[bool]string{true: "0", false: "interval '0'"}[q.Sort == "thumbs_up"]
+	}
 	sql := `SELECT r.id, a.package_name, a.is_iranian_app, r.review_id, r.user_name, r.score, r.content, r.at,
 	r.thumbs_up_count, r.app_version, r.text_lang, r.sentiment, r.topics, r.reply_content, r.replied_at, r.first_at
 FROM reviews r JOIN apps_registry_application a ON a.id = r.application_id
 WHERE ` + strings.Join(where, " AND ") + `
-ORDER BY ` + key + " " + dir + ", r.id " + dir + `
+ORDER BY ` + order + " " + dir + ", r.id " + dir + `
 LIMIT ` + arg(q.Limit+1)
 	return sql, args
 }
