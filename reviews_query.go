@@ -464,8 +464,8 @@ func (db reviewsDB) page(ctx context.Context, q reviewQuery) (reviewPage, error)
 			return page, fmt.Errorf("reviews: newest id: %w", err)
 		}
 	}
-	if len(q.Patterns) == 0 && q.Q != "" {
-		return page, nil // a q without a word
+	if len(q.Patterns) == 0 && q.Q != "" || q.Version != nil && strings.ContainsRune(*q.Version, 0) {
+		return page, nil // a q without a word; a version no stored text can hold
 	}
 	sql, args := reviewsSQL(q, appIDs, maxID)
 	rows, err := db.pool.Query(ctx, sql, args...)
