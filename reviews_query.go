@@ -415,11 +415,13 @@ func reviewsSQL(q reviewQuery, appIDs []int64, maxID int64) (string, []any) {
 		key = "r.thumbs_up_count"
 	}
 	if c := q.Cursor; c != nil {
-		var k any = c.Key
-		if q.Sort != "thumbs_up" {
-			k = time.UnixMicro(c.Key)
+		var k string
+		if q.Sort == "thumbs_up" {
+			k = arg(c.Key) + "::bigint" // a cursor's key may be past integer
+		} else {
+			k = arg(time.UnixMicro(c.Key))
 		}
-		where = append(where, "("+key+", r.id) "+cmp+" ("+arg(k)+", "+arg(c.ID)+")")
+		where = append(where, "("+key+", r.id) "+cmp+" ("+k+", "+arg(c.ID)+")")
 	}
 	order := key
 	if len(q.Patterns) > 0 {
