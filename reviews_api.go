@@ -87,7 +87,8 @@ func tokenGiven(r *http.Request, token string) bool {
 func (a *reviewsAPI) requireAccess(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !tokenGiven(r, a.token) {
-			w.Header().Set("WWW-Authenticate", `Basic realm="playwatch reviews", charset="UTF-8"`)
+			// The page's realm: a browser signed in there downloads the CSV.
+			w.Header().Set("WWW-Authenticate", `Basic realm="playwatch status", charset="UTF-8"`)
 			writeError(w, http.StatusUnauthorized, "reviews need the token (STATUS_PAGE_TOKEN, else REGISTRY_TOKEN) as HTTP basic auth password or Authorization: Bearer")
 			return
 		}
