@@ -512,6 +512,9 @@ var commandSettings = map[string][]string{
 	"notify list":        {"logging", "services"},
 	"notify retry":       {"logging", "services"},
 	"db-url":             {"PLAYWATCH_DATA_DIR", "DATABASE_URL"},
+	// The storefront languages: a review's Google Play link, a listing's country and lang.
+	"export reviews": {"logging", "services", "PLAYSTORE_LANG", "PLAYSTORE_COUNTRY", "PLAYSTORE_IRAN_LANG", "PLAYSTORE_IRAN_COUNTRY"},
+	"export stats":   {"logging", "services", "PLAYSTORE_LANG", "PLAYSTORE_COUNTRY", "PLAYSTORE_IRAN_LANG", "PLAYSTORE_IRAN_COUNTRY"},
 }
 
 // commandSettingList is what a command reads, in the order of settings;

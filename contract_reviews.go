@@ -174,11 +174,18 @@ var reviewsContract = newTableContract(tableContract[reviewMessage, *reviewMessa
 		{"reply_content", "text", func(m *reviewMessage) any { return m.ReplyContent }},
 		{"replied_at", "timestamptz", func(m *reviewMessage) any { return m.RepliedAt }},
 		{"app_version", "text", func(m *reviewMessage) any { return m.AppVersion }},
+		// The search columns (reviews_search.go): the normal form is Go
+		// code, so it is computed here and stored with the review.
+		{"search_text", "text", func(m *reviewMessage) any { return searchTextOf(m.Content) }},
+		{"search_version", "smallint", func(m *reviewMessage) any { return searchTextVersion }},
+		// Set on insert only: the reviews API's paging key never moves.
+		{"first_at", "timestamptz", func(m *reviewMessage) any { return m.At }},
 	},
 	conflict: `ON CONFLICT (review_id) DO UPDATE SET
 	user_name = EXCLUDED.user_name, thumbs_up_count = EXCLUDED.thumbs_up_count, score = EXCLUDED.score,
 	content = EXCLUDED.content, at = EXCLUDED.at, last_synced_at = EXCLUDED.last_synced_at,
-	reply_content = EXCLUDED.reply_content, replied_at = EXCLUDED.replied_at, app_version = EXCLUDED.app_version
+	reply_content = EXCLUDED.reply_content, replied_at = EXCLUDED.replied_at, app_version = EXCLUDED.app_version,
+	search_text = EXCLUDED.search_text, search_version = EXCLUDED.search_version
 WHERE EXCLUDED.last_synced_at > t.last_synced_at`,
 	prepare: keepNewestReviews,
 })

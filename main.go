@@ -105,6 +105,8 @@ Usage:
   playwatch notify retry ID...|--failed      send failed (or the given) notifications again
   playwatch reparse [--since 24h] [--until T] [--package P] [--dry-run]
                                              parse the archived raw pages again and publish their messages
+  playwatch export reviews|stats [--package P] [--q Q] [--stars S] [--sentiment L] [--since D] [--until T] [--format csv|ndjson|json] [--output FILE]
+                                             export reviews or an app's listing history from the database
   playwatch db-url [--reader]                print a URL of the managed PostgreSQL (for psql, dashboards)
   playwatch version                          print the version and exit
 
@@ -156,6 +158,8 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 		return cmdDLQ(ctx, rest, getenv, stdout, stderr)
 	case "reparse":
 		return cmdReparse(ctx, rest, getenv, stdout, stderr)
+	case "export":
+		return cmdExport(ctx, rest, getenv, stdout, stderr)
 	case "db-url":
 		return cmdDBURL(rest, getenv, stdout, stderr)
 	case "sentiment":
@@ -370,6 +374,16 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		}
 		be.onClose(func(context.Context) error { cl.Close(); return nil })
 		startRole("consumer", func(ctx context.Context) error { return sc.Run(ctx, cl) })
+		// Reviews stored before migration 15 or with an older search
+		// normalisation get their search text in the background; a
+		// failure is logged, and the next start tries again.
+		startRole("search backfill", func(ctx context.Context) error {
+			if _, err := backfillSearchText(ctx, be.pool, logger); err != nil && ctx.Err() == nil {
+				logger.Error("search backfill failed; searches miss the reviews it did not reach until the next start", "err", err)
+			}
+			<-ctx.Done()
+			return nil
+		})
 	}
 	if slices.Contains(roles, "crawler") {
 		cr, err := newCrawlerRole(cfg, be, reg, logger)
@@ -391,7 +405,8 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 			return errors.Join(err, shutdown())
 		}
 		be.onClose(func(context.Context) error { reads.Close(); return nil })
-		api = &registryAPI{store: newRegistryStore(be.pool, reads), token: cfg.RegistryToken, locales: cfg.Locales, logger: logger}
+		api = &registryAPI{store: newRegistryStore(be.pool, reads), token: cfg.RegistryToken, locales: cfg.Locales, logger: logger,
+			reviews: newReviewsAPI(reads, cfg.Locales, reviewsToken(cfg), logger)}
 		// POST /api/v1/destinations/{id}/test sends through the sender the
 		// notifier uses, with the same egress rules (NOTIFY_ALLOW_PRIVATE, NOTIFY_PROXY).
 		sender, err := newNotifySender(notifySenderConfigOf(cfg), logger)
@@ -401,6 +416,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		more = append(more, &notifyAPI{pool: be.pool, reads: reads, token: cfg.RegistryToken, allowPrivate: cfg.NotifyAllowPrivate,
 			tester: sender, logger: logger})
 		status = newStatusPage(statusDB{reads}, reg, cfg.StatusPageToken, cfg.CrawlInterval, cfg.AppGaugesInterval, cfg.StatusPageMaxRenders, logger)
+		status.reviews = &reviewsSource{pager: reviewsDB{pool: reads, locales: cfg.Locales}, token: reviewsToken(cfg)}
 		startRole("app gauges", status.appGauges.run)
 	}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -684,7 +700,10 @@ func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	fmt.Fprintln(stdout, be.schema)
-	return be.shutdown(ctx, cl.cfg.ShutdownTimeout)
+	// The search text of the reviews stored before migration 15 (or with
+	// an older normalisation), with its progress in the log.
+	_, err = backfillSearchText(ctx, be.pool, cl.logger)
+	return errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout))
 }
 
 func cmdPcap(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {

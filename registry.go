@@ -19,6 +19,7 @@ type registryAPI struct {
 	token   string         // empty: writes need no token (loopback only, see config)
 	locales localeDefaults // PLAYSTORE_*: the storefront of an app's last_crawl
 	logger  *slog.Logger
+	reviews *reviewsAPI // GET /api/v1/reviews and the apps' stats (reviews_api.go)
 }
 
 const (
@@ -44,6 +45,7 @@ func (api *registryAPI) register(mux routeMux) {
 	mux.HandleFunc("DELETE /api/v1/apps/{package_name}", api.requireToken(api.delete))
 	mux.HandleFunc("/api/v1/apps", methodNotAllowed("GET, POST"))
 	mux.HandleFunc("/api/v1/apps/{package_name}", methodNotAllowed("GET, PATCH, DELETE"))
+	api.reviews.register(mux)
 }
 
 func (api *registryAPI) requireToken(next http.HandlerFunc) http.HandlerFunc {

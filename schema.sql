@@ -409,3 +409,24 @@ CREATE TABLE sentiment_models (
     created_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 CREATE INDEX sentiment_models_created_at_idx ON sentiment_models (created_at DESC);
+
+-- migration 15: review search
+-- search_text is the consumer's: the review's text in the sentiment code's
+-- normal form (reviews_search.go), written with the review; search_version
+-- is the version of that normalisation, so that a change of it is written
+-- again by the backfill (playwatch migrate, or the consumer at start), which
+-- also fills the rows stored before this migration. pg_trgm's GIN index
+-- serves substring and word searches; Debian's postgresql ships it, on
+-- another server: CREATE EXTENSION pg_trgm as a superuser first.
+-- first_at is the review's `at` when first stored, never changed (an edited
+-- review's `at` moves): the reviews API pages by it, so a walk over the
+-- pages returns each review once however the reviews are re-synced.
+CREATE EXTENSION IF NOT EXISTS pg_trgm;
+ALTER TABLE reviews
+    ADD COLUMN search_text    TEXT,
+    ADD COLUMN search_version SMALLINT,
+    ADD COLUMN first_at       TIMESTAMPTZ;
+UPDATE reviews SET first_at = at;
+CREATE INDEX reviews_search_text_idx ON reviews USING GIN (search_text gin_trgm_ops);
+CREATE INDEX reviews_first_at_idx ON reviews (first_at, id);
+CREATE INDEX reviews_application_id_first_at_idx ON reviews (application_id, first_at, id);

@@ -65,6 +65,7 @@ type statusPage struct {
 	renders   chan struct{}      // a slot per page being drawn: STATUS_PAGE_MAX_RENDERS
 	now       func() time.Time
 	logger    *slog.Logger
+	reviews   *reviewsSource // /reviews (statuspage_reviews.go); nil: not served
 }
 
 func newStatusPage(db statusDB, health prometheus.Gatherer, token string, interval, gaugesEvery time.Duration, maxRenders int, logger *slog.Logger) *statusPage {
@@ -80,6 +81,7 @@ func (p *statusPage) register(mux *http.ServeMux) {
 	mux.HandleFunc("/{$}", methodNotAllowed("GET"))
 	mux.HandleFunc("GET /apps/{package}", p.requireToken(p.limitRenders(p.serveApp)))
 	mux.HandleFunc("/apps/{package}", methodNotAllowed("GET"))
+	p.registerReviews(mux)
 }
 
 // requireToken asks for HTTP basic auth with STATUS_PAGE_TOKEN as the
@@ -561,8 +563,9 @@ type appPage struct {
 	Network   []networkView
 	RTT       chart
 	ShowNet   bool
-	NoListing string        // what the facts say when no listing is stored
-	Outcomes  []outcomeView // the last crawl of each path and storefront
+	NoListing string          // what the facts say when no listing is stored
+	Outcomes  []outcomeView   // the last crawl of each path and storefront
+	Links     *appReviewLinks // to the reviews page; nil when it is not served
 }
 
 type outcomeView struct {
@@ -574,6 +577,7 @@ type fact struct{ Label, Value, Title string }
 
 type negativeView struct {
 	When, Stars, User, Content, Version, Why string
+	Reply, RepliedAt                         string
 }
 
 type networkView struct {
@@ -598,7 +602,16 @@ func (p *statusPage) serveApp(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, r, err)
 		return
 	}
-	p.render(w, r, "app", p.appPageOf(d, now))
+	page := p.appPageOf(d, now)
+	if p.reviews != nil {
+		var version *string
+		if d.Latest != nil {
+			version = d.Latest.Version
+		}
+		links := appReviewLinksOf(d.Package, version)
+		page.Links = &links
+	}
+	p.render(w, r, "app", page)
 }
 
 func (p *statusPage) appPageOf(d appDetail, now time.Time) appPage {
@@ -681,6 +694,10 @@ func (p *statusPage) appPageOf(d appDetail, now time.Time) appPage {
 			Version: optString(r.Version), Stars: "no stars"}
 		if r.Score != nil {
 			v.Stars = strings.Repeat("★", int(*r.Score)) + strings.Repeat("☆", 5-int(*r.Score))
+		}
+		v.Reply = optText(r.Reply)
+		if r.RepliedAt != nil {
+			v.RepliedAt = r.RepliedAt.UTC().Format("2 Jan 2006 15:04")
 		}
 		v.Why = "sentiment: negative"
 		if r.Sentiment == nil {

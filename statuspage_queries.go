@@ -287,6 +287,8 @@ type negativeReview struct {
 	Content   *string
 	Sentiment *string
 	Version   *string
+	Reply     *string
+	RepliedAt *time.Time
 }
 
 type networkSample struct {
@@ -321,7 +323,7 @@ const (
 		FROM reviews WHERE application_id = $1 AND at > $2 AND at <= $3 GROUP BY 1 ORDER BY 1`
 	// Negative: what the sentiment job labelled so, and until it has scored
 	// a review, one or two stars.
-	appNegativeSQL = `SELECT at, score, user_name, content, sentiment, app_version FROM reviews
+	appNegativeSQL = `SELECT at, score, user_name, content, sentiment, app_version, reply_content, replied_at FROM reviews
 		WHERE application_id = $1 AND (sentiment = 'NEGATIVE' OR (sentiment IS NULL AND score <= 2))
 		ORDER BY at DESC LIMIT $2`
 	appNetworkSQL = `SELECT scenario, analyzed_at, rtt_handshake, retransmission_count, out_of_order_count,
@@ -404,7 +406,7 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (a
 	}
 	for rows.Next() {
 		var r negativeReview
-		if err := rows.Scan(&r.At, &r.Score, &r.UserName, &r.Content, &r.Sentiment, &r.Version); err != nil {
+		if err := rows.Scan(&r.At, &r.Score, &r.UserName, &r.Content, &r.Sentiment, &r.Version, &r.Reply, &r.RepliedAt); err != nil {
 			rows.Close()
 			return d, fmt.Errorf("status page: negative reviews of %s: %w", pkg, err)
 		}

@@ -1,0 +1,515 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The reviews API's query (GET /api/v1/reviews, the /reviews page, the
+// exports and `playwatch export`): its parameters, their checks, its SQL
+// and its exact paging.
+//
+// Paging is keyset paging pinned to the reviews stored when the first page
+// was read: the cursor holds the largest reviews.id then, and the walk
+// orders by a key that never changes (first_at, id), so every review that
+// matches throughout a walk comes exactly once however many reviews are
+// stored or re-synced meanwhile. sort=thumbs_up orders by thumbs_up_count,
+// which a re-sync changes: that order is best effort.
+
+const (
+	defaultReviewLimit = 50
+	maxReviewLimit     = 500
+	maxSearchRunes     = 200
+)
+
+// reviewSorts are the values of sort.
+var reviewSorts = []string{"newest", "oldest", "thumbs_up"}
+
+// reviewQueryParams are the query parameters of GET /api/v1/reviews.
+var reviewQueryParams = []string{"package", "q", "stars", "sentiment", "text_lang", "topic", "version", "has_reply",
+	"since", "until", "sort", "limit", "cursor", "format", "bom"}
+
+// reviewFilter is what selects reviews; zero fields do not filter.
+type reviewFilter struct {
+	Packages   []string
+	Q          string
+	Patterns   []string // searchPatterns(Q)
+	Stars      []int16
+	Sentiments []string
+	TextLangs  []string
+	Topics     []string
+	Version    *string
+	HasReply   *bool
+	Since      time.Time
+	Until      time.Time
+	Sort       string
+}
+
+// reviewQuery is one request: the filter, the page size, where the walk is.
+type reviewQuery struct {
+	reviewFilter
+	Limit  int
+	Cursor *reviewCursor
+	Format string // json, csv, ndjson
+	BOM    bool
+}
+
+// reviewCursor is where a walk is: after the review with key Key
+// (first_at in Unix microseconds, or thumbs_up_count) and id ID, among the
+// reviews up to MaxID. Its text form, "MAXID.KEY.ID", is all digits, so the
+// OpenAPI document says exactly which cursors are accepted; one of another
+// query's walk is only a position in this one.
+type reviewCursor struct {
+	MaxID, Key, ID int64
+}
+
+var reviewCursorRe = regexp.MustCompile(`^([0-9]{1,18})\.([0-9]{1,18})\.([0-9]{1,18})$`)
+
+func (c reviewCursor) encode() string {
+	return fmt.Sprintf("%d.%d.%d", c.MaxID, c.Key, c.ID)
+}
+
+func decodeReviewCursor(s string) (reviewCursor, error) {
+	m := reviewCursorRe.FindStringSubmatch(s)
+	if m == nil {
+		return reviewCursor{}, errors.New("not a cursor")
+	}
+	var c reviewCursor
+	c.MaxID, _ = strconv.ParseInt(m[1], 10, 64)
+	c.Key, _ = strconv.ParseInt(m[2], 10, 64)
+	c.ID, _ = strconv.ParseInt(m[3], 10, 64)
+	return c, nil
+}
+
+// paramError is a bad query parameter: the answer is 400 naming it.
+type paramError struct {
+	param string
+	msg   string
+}
+
+func (e *paramError) Error() string { return e.param + ": " + e.msg }
+
+func badParam(param, format string, args ...any) error {
+	return &paramError{param, fmt.Sprintf(format, args...)}
+}
+
+var (
+	textLangRe = regexp.MustCompile(`^[a-z]{2,8}$`)
+	topicRe    = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,39}$`)
+)
+
+// parseReviewQuery reads the query parameters; formats says which values
+// of format are accepted (the page takes none).
+func parseReviewQuery(vals url.Values, now time.Time, formats []string) (reviewQuery, error) {
+	q := reviewQuery{Limit: defaultReviewLimit, Format: "json"}
+	q.Sort = "newest"
+	for key, vs := range vals {
+		if !slices.Contains(reviewQueryParams, key) || (key == "format" || key == "bom") && formats == nil {
+			return q, badParam(key, "unknown query parameter (known: %s)", strings.Join(reviewQueryParams, ", "))
+		}
+		if len(vs) > 1 {
+			return q, badParam(key, "given %d times; give it once (lists are comma-separated)", len(vs))
+		}
+	}
+	get := func(k string) (string, bool) {
+		vs, ok := vals[k]
+		if !ok {
+			return "", false
+		}
+		return vs[0], true
+	}
+	list := func(k string) ([]string, error) {
+		v, ok := get(k)
+		if !ok {
+			return nil, nil
+		}
+		var out []string
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s == "" {
+				return nil, badParam(k, "%q has an empty item", v)
+			}
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+		return out, nil
+	}
+	var err error
+	if q.Packages, err = list("package"); err != nil {
+		return q, err
+	}
+	for _, p := range q.Packages {
+		if err := validatePackageName(p); err != nil {
+			return q, badParam("package", "%q: %v", p, err)
+		}
+	}
+	if v, ok := get("q"); ok {
+		if !utf8.ValidString(v) || v == "" || utf8.RuneCountInString(v) > maxSearchRunes {
+			return q, badParam("q", "must be 1 to %d characters of text", maxSearchRunes)
+		}
+		// A q without a word (only punctuation) matches nothing.
+		q.Patterns, q.Q = searchPatterns(v), v
+	}
+	stars, err := list("stars")
+	if err != nil {
+		return q, err
+	}
+	for _, s := range stars {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 5 {
+			return q, badParam("stars", "%q is not 1 to 5 (a list: 1,2)", s)
+		}
+		q.Stars = append(q.Stars, int16(n))
+	}
+	sents, err := list("sentiment")
+	if err != nil {
+		return q, err
+	}
+	for _, s := range sents {
+		u := strings.ToUpper(s)
+		if u != "POSITIVE" && u != "NEUTRAL" && u != "NEGATIVE" {
+			return q, badParam("sentiment", "%q is not POSITIVE, NEUTRAL or NEGATIVE", s)
+		}
+		q.Sentiments = append(q.Sentiments, u)
+	}
+	if q.TextLangs, err = list("text_lang"); err != nil {
+		return q, err
+	}
+	for _, l := range q.TextLangs {
+		if !textLangRe.MatchString(l) {
+			return q, badParam("text_lang", "%q is not a language code such as fa or en", l)
+		}
+	}
+	if q.Topics, err = list("topic"); err != nil {
+		return q, err
+	}
+	for _, t := range q.Topics {
+		if !topicRe.MatchString(t) {
+			return q, badParam("topic", "%q is not a topic (lower-case letters, digits, _ and -, at most 40)", t)
+		}
+	}
+	if v, ok := get("version"); ok {
+		if v == "" || !utf8.ValidString(v) || utf8.RuneCountInString(v) > maxVersion {
+			return q, badParam("version", "must be 1 to %d characters", maxVersion)
+		}
+		q.Version = &v
+	}
+	if v, ok := get("has_reply"); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil || (v != "true" && v != "false") {
+			return q, badParam("has_reply", "must be true or false, not %q", v)
+		}
+		q.HasReply = &b
+	}
+	for _, k := range []string{"since", "until"} {
+		v, ok := get(k)
+		if !ok {
+			continue
+		}
+		t, err := parseReviewTime(v, now)
+		if err != nil {
+			return q, badParam(k, "%v", err)
+		}
+		if k == "since" {
+			q.Since = t
+		} else {
+			q.Until = t
+		}
+	}
+	if v, ok := get("sort"); ok {
+		if !slices.Contains(reviewSorts, v) {
+			return q, badParam("sort", "%q is not one of %s", v, strings.Join(reviewSorts, ", "))
+		}
+		q.Sort = v
+	}
+	if v, ok := get("limit"); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxReviewLimit {
+			return q, badParam("limit", "must be an integer from 1 to %d, not %q", maxReviewLimit, v)
+		}
+		q.Limit = n
+	}
+	if v, ok := get("format"); ok {
+		if !slices.Contains(formats, v) {
+			return q, badParam("format", "%q is not one of %s", v, strings.Join(formats, ", "))
+		}
+		q.Format = v
+	}
+	if v, ok := get("bom"); ok {
+		if v != "0" && v != "1" {
+			return q, badParam("bom", "must be 0 or 1, not %q", v)
+		}
+		q.BOM = v == "1" && q.Format == "csv" // the other formats have none
+	}
+	if v, ok := get("cursor"); ok {
+		c, err := decodeReviewCursor(v)
+		if err != nil {
+			return q, badParam("cursor", "%q is not a next_cursor (MAXID.KEY.ID, digits)", v)
+		}
+		q.Cursor = &c
+	}
+	return q, nil
+}
+
+// parseReviewTime is an RFC 3339 time or a positive duration before now
+// (7d, 24h).
+func parseReviewTime(v string, now time.Time) (time.Time, error) {
+	if d, err := parseDuration(v); err == nil && d > 0 {
+		return now.Add(-d), nil
+	}
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time nor a duration before now such as 7d or 24h", v)
+}
+
+// values is the filter as query parameters (the page's links, the CSV
+// download).
+func (f reviewFilter) values() url.Values {
+	v := url.Values{}
+	join := func(k string, s []string) {
+		if len(s) > 0 {
+			v.Set(k, strings.Join(s, ","))
+		}
+	}
+	join("package", f.Packages)
+	if f.Q != "" {
+		v.Set("q", f.Q)
+	}
+	var stars []string
+	for _, s := range f.Stars {
+		stars = append(stars, strconv.Itoa(int(s)))
+	}
+	join("stars", stars)
+	join("sentiment", f.Sentiments)
+	join("text_lang", f.TextLangs)
+	join("topic", f.Topics)
+	if f.Version != nil {
+		v.Set("version", *f.Version)
+	}
+	if f.HasReply != nil {
+		v.Set("has_reply", strconv.FormatBool(*f.HasReply))
+	}
+	if !f.Since.IsZero() {
+		v.Set("since", f.Since.UTC().Format(time.RFC3339))
+	}
+	if !f.Until.IsZero() {
+		v.Set("until", f.Until.UTC().Format(time.RFC3339))
+	}
+	if f.Sort != "newest" {
+		v.Set("sort", f.Sort)
+	}
+	return v
+}
+
+// reviewOut is one review of the answer, its fields in the order of the
+// CSV columns.
+type reviewOut struct {
+	PackageName string     `json:"package_name"`
+	ReviewID    string     `json:"review_id"`
+	UserName    *string    `json:"user_name"`
+	Stars       *int16     `json:"stars"`
+	Text        *string    `json:"text"`
+	At          time.Time  `json:"at"`
+	ThumbsUp    int64      `json:"thumbs_up"`
+	AppVersion  *string    `json:"app_version"`
+	TextLang    *string    `json:"text_lang"`
+	Sentiment   *string    `json:"sentiment"`
+	Topics      []string   `json:"topics"`
+	ReplyText   *string    `json:"reply_text"`
+	RepliedAt   *time.Time `json:"replied_at"`
+	URL         string     `json:"url"`
+}
+
+// reviewCSVFields are the JSON field names of reviewOut, in order: the CSV
+// header.
+var reviewCSVFields = []string{"package_name", "review_id", "user_name", "stars", "text", "at", "thumbs_up", "app_version",
+	"text_lang", "sentiment", "topics", "reply_text", "replied_at", "url"}
+
+// reviewPage is one page of a walk; Next is nil after the last one.
+type reviewPage struct {
+	Reviews []reviewOut
+	Next    *reviewCursor
+}
+
+// reviewPager reads pages of reviews; reviewsDB is the one playwatch uses.
+type reviewPager interface {
+	page(ctx context.Context, q reviewQuery) (reviewPage, error)
+}
+
+// reviewsDB reads the reviews on pool (in `run`, the read pool), each page
+// one statement: no transaction stays open across pages.
+type reviewsDB struct {
+	pool    querier
+	locales localeDefaults // a review's link is in its app's language
+}
+
+// playReviewURL is a review on Google Play.
+func playReviewURL(pkg, reviewID, lang string) string {
+	return "https://play.google.com/store/apps/details?id=" + url.QueryEscape(pkg) + "&reviewId=" + url.QueryEscape(reviewID) +
+		"&hl=" + url.QueryEscape(lang)
+}
+
+// reviewsSQL builds the page's statement.
+func reviewsSQL(q reviewQuery, appIDs []int64, maxID int64) (string, []any) {
+	args := []any{maxID}
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	// id + 0: the pin keeps nearly every row, so the primary key is never
+	// the index to read them by.
+	where := []string{"r.id + 0 <= $1"}
+	switch {
+	case len(appIDs) == 1:
+		where = append(where, "r.application_id = "+arg(appIDs[0]))
+	case len(appIDs) > 1:
+		where = append(where, "r.application_id = ANY("+arg(appIDs)+"::bigint[])")
+	}
+	for _, p := range q.Patterns {
+		where = append(where, "r.search_text LIKE "+arg(p))
+	}
+	if len(q.Stars) > 0 {
+		where = append(where, "r.score = ANY("+arg(q.Stars)+"::smallint[])")
+	}
+	if len(q.Sentiments) > 0 {
+		where = append(where, "r.sentiment = ANY("+arg(q.Sentiments)+"::text[])")
+	}
+	if len(q.TextLangs) > 0 {
+		where = append(where, "r.text_lang = ANY("+arg(q.TextLangs)+"::text[])")
+	}
+	if len(q.Topics) > 0 {
+		where = append(where, "r.topics && "+arg(q.Topics)+"::text[]")
+	}
+	if q.Version != nil {
+		where = append(where, "r.app_version = "+arg(*q.Version))
+	}
+	if q.HasReply != nil {
+		if *q.HasReply {
+			where = append(where, "r.reply_content IS NOT NULL")
+		} else {
+			where = append(where, "r.reply_content IS NULL")
+		}
+	}
+	if !q.Since.IsZero() {
+		where = append(where, "r.at >= "+arg(q.Since))
+	}
+	if !q.Until.IsZero() {
+		where = append(where, "r.at < "+arg(q.Until))
+	}
+	key, dir, cmp := "r.first_at", "DESC", "<"
+	switch q.Sort {
+	case "oldest":
+		dir, cmp = "ASC", ">"
+	case "thumbs_up":
+		key = "r.thumbs_up_count"
+	}
+	if c := q.Cursor; c != nil {
+		var k string
+		if q.Sort == "thumbs_up" {
+			k = arg(c.Key) + "::bigint" // a cursor's key may be past integer
+		} else {
+			k = arg(time.UnixMicro(c.Key))
+		}
+		where = append(where, "("+key+", r.id) "+cmp+" ("+k+", "+arg(c.ID)+")")
+	}
+	order := key
+	if len(q.Patterns) > 0 {
+		// A search reads the matches through the trigram index and sorts
+		// them: walking the order's index until enough match would read
+		// all of it for a rare word.
+		order += " + " + map[bool]string{true: "0", false: "interval '0'"}[q.Sort == "thumbs_up"]
+	}
+	sql := `SELECT r.id, a.package_name, a.is_iranian_app, r.review_id, r.user_name, r.score, r.content, r.at,
+	r.thumbs_up_count, r.app_version, r.text_lang, r.sentiment, r.topics, r.reply_content, r.replied_at, r.first_at
+FROM reviews r JOIN apps_registry_application a ON a.id = r.application_id
+WHERE ` + strings.Join(where, " AND ") + `
+ORDER BY ` + order + " " + dir + ", r.id " + dir + `
+LIMIT ` + arg(q.Limit+1)
+	return sql, args
+}
+
+func (db reviewsDB) page(ctx context.Context, q reviewQuery) (reviewPage, error) {
+	var page reviewPage
+	var appIDs []int64
+	if len(q.Packages) > 0 {
+		rows, err := db.pool.Query(ctx, `SELECT id FROM apps_registry_application WHERE package_name = ANY($1)`, q.Packages)
+		if err != nil {
+			return page, fmt.Errorf("reviews: packages: %w", err)
+		}
+		if appIDs, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+			return page, fmt.Errorf("reviews: packages: %w", err)
+		}
+		if len(appIDs) == 0 {
+			return page, nil // none registered: no review
+		}
+	}
+	maxID := int64(0)
+	if q.Cursor != nil {
+		maxID = q.Cursor.MaxID
+	} else {
+		rows, err := db.pool.Query(ctx, `SELECT coalesce(max(id), 0) FROM reviews`)
+		if err != nil {
+			return page, fmt.Errorf("reviews: newest id: %w", err)
+		}
+		if maxID, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64]); err != nil {
+			return page, fmt.Errorf("reviews: newest id: %w", err)
+		}
+	}
+	if len(q.Patterns) == 0 && q.Q != "" || q.Version != nil && strings.ContainsRune(*q.Version, 0) {
+		return page, nil // a q without a word; a version no stored text can hold
+	}
+	sql, args := reviewsSQL(q, appIDs, maxID)
+	rows, err := db.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return page, fmt.Errorf("reviews: %w", err)
+	}
+	var ids []int64
+	var keys []int64
+	var r reviewOut
+	var id int64
+	var iranian bool
+	var thumbs int32
+	var firstAt *time.Time
+	_, err = pgx.ForEachRow(rows, []any{&id, &r.PackageName, &iranian, &r.ReviewID, &r.UserName, &r.Stars, &r.Text, &r.At,
+		&thumbs, &r.AppVersion, &r.TextLang, &r.Sentiment, &r.Topics, &r.ReplyText, &r.RepliedAt, &firstAt}, func() error {
+		out := r
+		out.At = out.At.UTC()
+		if out.RepliedAt != nil {
+			t := out.RepliedAt.UTC()
+			out.RepliedAt = &t
+		}
+		out.ThumbsUp = int64(thumbs)
+		out.URL = playReviewURL(out.PackageName, out.ReviewID, db.locales.forApp(iranian).Lang)
+		page.Reviews = append(page.Reviews, out)
+		ids = append(ids, id)
+		if q.Sort == "thumbs_up" {
+			keys = append(keys, int64(thumbs))
+		} else if firstAt != nil {
+			keys = append(keys, firstAt.UnixMicro())
+		} else {
+			keys = append(keys, out.At.UnixMicro())
+		}
+		r = reviewOut{}
+		return nil
+	})
+	if err != nil {
+		return reviewPage{}, fmt.Errorf("reviews: %w", err)
+	}
+	if len(page.Reviews) > q.Limit {
+		page.Reviews = page.Reviews[:q.Limit]
+		last := q.Limit - 1
+		page.Next = &reviewCursor{MaxID: maxID, Key: keys[last], ID: ids[last]}
+	}
+	return page, nil
+}
