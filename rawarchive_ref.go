@@ -86,22 +86,32 @@ func (c *rawCopies) add(p rawPage, cp rawCopy) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := slotOf(p)
-	copies := slices.DeleteFunc(c.slots[s], func(o rawCopy) bool { return o.sum == cp.sum })
+	// A copy no page may refer to any more is forgotten.
+	copies := slices.DeleteFunc(c.slots[s], func(o rawCopy) bool { return o.sum == cp.sum || cp.fetched.Sub(o.fetched) >= rawFullEvery })
 	if len(copies) >= rawCopiesPerSlot {
 		copies = copies[1:]
 	}
 	c.slots[s] = append(copies, cp)
 }
 
-// pageDataSum hashes what the parser reads of a page: a listing's
-// AF_initDataCallback blocks, a reviews answer's frames up to the
-// per-answer counters at their end (["di",…],["af.httprm",…]). A page
-// without them is hashed whole. The sum covers the length too.
+// pageDataSum hashes what the parser reads of a page: a listing's routing
+// table (AF_dataServiceRequests) and AF_initDataCallback blocks, a reviews
+// answer's frames up to the per-answer counters at their end
+// (["di",…],["af.httprm",…]). A page without them is hashed whole. The sum
+// covers the lengths too.
 func (c *rawCopies) pageDataSum(kind string, body []byte) uint64 {
 	var h maphash.Hash
 	h.SetSeed(c.seed)
 	switch {
 	case kind == pageDetails && bytes.Contains(body, []byte(">AF_initDataCallback(")):
+		if start := bytes.Index(body, []byte("AF_dataServiceRequests")); start >= 0 {
+			table := body[start:]
+			if end := bytes.Index(table, []byte("AF_initDataChunkQueue")); end >= 0 {
+				table = table[:end]
+			}
+			h.Write(table)
+			h.WriteString(strconv.Itoa(len(table)))
+		}
 		for key, data := range dataBlocks(body) {
 			h.WriteString(key)
 			h.WriteByte(0)

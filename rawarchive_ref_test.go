@@ -163,9 +163,13 @@ func TestRawArchiveUnchangedPageIsAReference(t *testing.T) {
 	flush2()
 	restarted.archive(ctx, page(pageDetails, "en", details, crawl4.Add(rawFullEvery)))
 	flush2()
-	recs = consumeAll(t, brokers, topicRawPages, 10)
+	// What the parser reads changed: the routing table, a data block.
+	restarted.archive(ctx, page(pageDetails, "en", replace(details, "id:'Ws7gDc'", "id:'Xs7gDc'"), crawl4.Add(rawFullEvery+time.Minute)))
+	restarted.archive(ctx, page(pageDetails, "en", replace(details, ", sideChannel:", ",1, sideChannel:"), crawl4.Add(rawFullEvery+2*time.Minute)))
+	flush2()
+	recs = consumeAll(t, brokers, topicRawPages, 12)
 	slices.SortFunc(recs, func(a, b *kgo.Record) int { return int(a.Offset - b.Offset) })
-	for i, want := range []string{rawEncoding, rawEncodingRef, rawEncoding} {
+	for i, want := range []string{rawEncoding, rawEncodingRef, rawEncoding, rawEncoding, rawEncoding} {
 		if got := recordHeader(recs[7+i], headerEncoding); got != want {
 			t.Errorf("after the restart, page %d: %s %q, want %q", i, headerEncoding, got, want)
 		}
@@ -180,7 +184,7 @@ func TestRawArchiveUnchangedPageIsAReference(t *testing.T) {
 		}
 	})
 	sum := reparseRange(t, brokers, &reparser{parser: storeParser{}}, afterFirst.Add(-time.Hour), nil)
-	if sum.Read != 8 || sum.Parsed != 5 || sum.Failing["details: the unchanged page it refers to was trimmed"] != 2 ||
+	if sum.Read != 10 || sum.Parsed != 6 || sum.Failing["details: the unchanged page it refers to was trimmed"] != 2 ||
 		sum.Failing["reviews: the unchanged page it refers to was trimmed"] != 1 {
 		t.Errorf("reparse after the trim: %s", sum)
 	}
