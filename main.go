@@ -1104,7 +1104,8 @@ func cmdReparse(ctx context.Context, args []string, getenv func(string) string, 
 		return fmt.Errorf("kafka consumer of %s: %w", topicRawPages, err)
 	}
 	defer reader.Close()
-	rp := &reparser{parser: storeParser{}, pkg: f.pkg, progress: stderr, logStarts: rawLogStarts(kadm.NewClient(be.kafka))}
+	rp := &reparser{parser: storeParser{}, pkg: f.pkg, progress: stderr, logStarts: rawLogStarts(kadm.NewClient(be.kafka)),
+		fetch: rawRecordFetcher(kafkaClientOptions(cl.cfg.Kafka, be.brokers))}
 	if !f.dryRun {
 		producer, err := newProducer(cl.cfg, be.brokers)
 		if err != nil {

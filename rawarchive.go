@@ -107,6 +107,9 @@ type rawArchive struct {
 	// the wait for the store, and each encoder holds its window's memory.
 	encoder *zstd.Encoder
 	scratch sync.Pool // *[]byte, the encoder's output before it is copied
+	// copies are the pages archived in full, which an unchanged page
+	// refers to (rawarchive_ref.go).
+	copies  *rawCopies
 	metrics *rawArchiveMetrics
 	logger  *slog.Logger
 	// lastLog is when a failure was last logged (unix nanoseconds): one
@@ -137,12 +140,20 @@ func newRawArchive(p rawProducer, reg prometheus.Registerer, logger *slog.Logger
 	if err != nil {
 		return nil, fmt.Errorf("raw archive compressor: %w", err)
 	}
-	return &rawArchive{producer: p, encoder: enc, metrics: newRawArchiveMetrics(reg), logger: logger,
+	return &rawArchive{producer: p, encoder: enc, copies: newRawCopies(), metrics: newRawArchiveMetrics(reg), logger: logger,
 		scratch: sync.Pool{New: func() any { return new([]byte) }}}, nil
 }
 
 func (a *rawArchive) archive(ctx context.Context, p rawPage) {
-	value := a.compress(p.Body)
+	sum := a.copies.pageDataSum(p.Kind, p.Body)
+	full, unchanged := a.copies.find(p, sum)
+	var value []byte
+	encoding := rawEncoding
+	if unchanged {
+		encoding = rawEncodingRef
+	} else {
+		value = a.compress(p.Body)
+	}
 	r := &kgo.Record{Topic: topicRawPages, Key: []byte(p.Package), Value: value, Headers: []kgo.RecordHeader{
 		{Key: headerURL, Value: []byte(p.URL)},
 		{Key: headerKind, Value: []byte(p.Kind)},
@@ -152,14 +163,26 @@ func (a *rawArchive) archive(ctx context.Context, p rawPage) {
 		{Key: headerFetchedAt, Value: []byte(p.FetchedAt.UTC().Format(time.RFC3339Nano))},
 		{Key: headerCrawledAt, Value: []byte(crawledAtHeader(p))},
 		{Key: headerParserVersion, Value: []byte(parserVersion)},
-		{Key: headerEncoding, Value: []byte(rawEncoding)},
+		{Key: headerEncoding, Value: []byte(encoding)},
 	}}
+	if unchanged {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: headerRefPartition, Value: []byte(strconv.Itoa(int(full.partition)))},
+			kgo.RecordHeader{Key: headerRefOffset, Value: []byte(strconv.FormatInt(full.offset, 10))})
+	}
+	// The promise must not keep p.Body: its buffer is reused.
+	p.Body = nil
 	// Not the crawl's ctx: franz-go fails a buffered record whose context
 	// ends, and a crawl that ended need not lose its pages.
 	a.producer.TryProduce(context.WithoutCancel(ctx), r, func(r *kgo.Record, err error) {
 		if err != nil {
 			a.failed(p, err)
 			return
+		}
+		if unchanged {
+			a.metrics.unchanged.WithLabelValues(p.Kind).Inc()
+		} else {
+			// Only a page the broker has can be referred to.
+			a.copies.add(p, rawCopy{sum: sum, partition: r.Partition, offset: r.Offset, fetched: p.FetchedAt})
 		}
 		a.metrics.pages.WithLabelValues(p.Kind).Inc()
 		a.metrics.bytes.WithLabelValues(p.Kind).Add(float64(len(r.Value)))
@@ -248,9 +271,10 @@ func recordHeader(r *kgo.Record, key string) string {
 }
 
 type rawArchiveMetrics struct {
-	pages    *prometheus.CounterVec
-	bytes    *prometheus.CounterVec
-	failures prometheus.Counter
+	pages     *prometheus.CounterVec
+	unchanged *prometheus.CounterVec
+	bytes     *prometheus.CounterVec
+	failures  prometheus.Counter
 }
 
 func newRawArchiveMetrics(reg prometheus.Registerer) *rawArchiveMetrics {
@@ -258,6 +282,10 @@ func newRawArchiveMetrics(reg prometheus.Registerer) *rawArchiveMetrics {
 		pages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "playwatch_raw_pages_archived_total",
 			Help: "Play Store answers the broker confirmed on " + topicRawPages + ", by kind (details, reviews).",
+		}, []string{"kind"}),
+		unchanged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "playwatch_raw_pages_unchanged_total",
+			Help: "Of the answers confirmed on " + topicRawPages + ", those archived as a reference to an earlier answer with the same data blocks, by kind.",
 		}, []string{"kind"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "playwatch_raw_page_bytes_archived_total",
@@ -268,9 +296,10 @@ func newRawArchiveMetrics(reg prometheus.Registerer) *rawArchiveMetrics {
 			Help: "Play Store answers not archived (buffer full, broker refused or unreachable); the crawl goes on without them.",
 		}),
 	}
-	reg.MustRegister(m.pages, m.bytes, m.failures)
+	reg.MustRegister(m.pages, m.unchanged, m.bytes, m.failures)
 	for _, k := range []string{pageDetails, pageReviews} {
 		m.pages.WithLabelValues(k)
+		m.unchanged.WithLabelValues(k)
 		m.bytes.WithLabelValues(k)
 	}
 	return m

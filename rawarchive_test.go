@@ -95,6 +95,7 @@ func reparseRange(t testing.TB, brokers []string, rp *reparser, since time.Time,
 	}
 	defer admCl.Close()
 	rp.logStarts = rawLogStarts(kadm.NewClient(admCl))
+	rp.fetch = rawRecordFetcher([]kgo.Opt{kgo.SeedBrokers(brokers...)})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sum, err := rp.run(ctx, cl, rng)

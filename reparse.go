@@ -136,6 +136,10 @@ type reparser struct {
 	logStarts func(context.Context) (map[int32]int64, error)
 	// progress gets a line every progressEvery while the run lasts.
 	progress io.Writer
+	// fetch reads a full page a reference record names from before the
+	// range (rawRecordFetcher); nil: only pages of the range resolve.
+	fetch func(context.Context, rawOffset) (*kgo.Record, error)
+	refs  *rawRefResolver // set by run
 }
 
 // reparseSummary is what a run did.
@@ -186,6 +190,7 @@ func (rp *reparser) run(ctx context.Context, poller recordPoller, rng rawRange) 
 		return reparseSummary{}, err
 	}
 	defer dec.close()
+	rp.refs = newRawRefResolver(rp.fetch)
 	sum := reparseSummary{Failing: map[string]int{}, DryRun: rp.pub == nil}
 	left := map[int32]int64{} // partition → its end offset, while records are due
 	for p, o := range rng {
@@ -387,9 +392,24 @@ func (rp *reparser) page(ctx context.Context, d *rawPageDecoder, r *kgo.Record) 
 		return fail("bad key or " + headerCrawledAt + " header")
 	}
 	crawledAt = messageTime(crawledAt)
-	body, err := d.decode(r)
+	full := r
+	if recordHeader(r, headerEncoding) == rawEncodingRef {
+		// An unchanged page: the full page it names has its data blocks.
+		switch full, err = rp.refs.resolve(ctx, r); {
+		case errors.Is(err, errRawRefGone):
+			return fail("the unchanged page it refers to was trimmed")
+		case errors.Is(err, errRawEncoding):
+			return fail("cannot decode")
+		case err != nil:
+			return fail("cannot read the page it refers to")
+		}
+	}
+	body, err := d.decode(full)
 	if err != nil {
 		return fail("cannot decode")
+	}
+	if full == r {
+		rp.refs.keep(r) // for the references that follow
 	}
 	res := pageResult{read: 1, parsed: 1}
 	if kind == pageDetails {
