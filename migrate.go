@@ -110,6 +110,13 @@ func migrateSchema(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger)
 			return err
 		})
 		if err != nil {
+			if strings.Contains(m.SQL, "CREATE EXTENSION IF NOT EXISTS pg_trgm") && strings.Contains(err.Error(), "pg_trgm") {
+				// A server without the contrib package, or a role that may
+				// not create extensions: say what to run.
+				return state, fmt.Errorf("migration %d (%s): %w: the reviews search needs PostgreSQL's pg_trgm extension; "+
+					"install the server's contrib package (postgresql-contrib) and run CREATE EXTENSION pg_trgm; as a superuser in this database, then start playwatch again",
+					m.Version, m.Name, err)
+			}
 			return state, fmt.Errorf("migration %d (%s): %w", m.Version, m.Name, err)
 		}
 		state.Version, state.Applied = m.Version, append(state.Applied, m.Version)

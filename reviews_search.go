@@ -26,10 +26,18 @@ const searchTextVersion = 1
 
 // searchTextOf is reviews.search_text of a review's content: NULL for no
 // content or no word.
-func searchTextOf(content *string) *string {
+func searchTextOf(content *string) (text *string) {
 	if content == nil {
 		return nil
 	}
+	// The consumer calls this while it writes a batch, where a panic is not
+	// recovered: one review the normaliser fails on would stop the consumer,
+	// and again at every restart. Such a review is stored unsearchable.
+	defer func() {
+		if recover() != nil {
+			text = nil
+		}
+	}()
 	words := searchWords(*content)
 	if len(words) == 0 {
 		return nil

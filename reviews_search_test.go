@@ -110,9 +110,10 @@ func TestReviewsQueryPlans(t *testing.T) {
 		registerApps(t, pool, fmt.Sprintf("com.example.app%d", i))
 	}
 	// 20,000 reviews over 11 apps, texts of varied trigrams.
-	if _, err := pool.Exec(ctx, `INSERT INTO reviews (application_id, review_id, score, content, search_text, search_version, at, first_at, last_synced_at)
+	if _, err := pool.Exec(ctx, `INSERT INTO reviews (application_id, review_id, score, content, search_text, search_version, at, first_at, last_synced_at, topics)
 		SELECT a.ids[1 + g % array_length(a.ids, 1)], 'gen' || g, 1 + g % 5, md5(g::text), ' ' || md5(g::text) || ' ', 1,
-			now() - g * interval '1 minute', now() - g * interval '1 minute', now()
+			now() - g * interval '1 minute', now() - g * interval '1 minute', now(),
+			CASE WHEN g % 500 = 0 THEN ARRAY['battery'] ELSE ARRAY['ui'] END
 		FROM generate_series(1, 20000) g, (SELECT array_agg(id) AS ids FROM apps_registry_application) a;
 		ANALYZE reviews`); err != nil {
 		t.Fatal(err)
@@ -130,6 +131,7 @@ func TestReviewsQueryPlans(t *testing.T) {
 		"search in an app": {reviewQuery{reviewFilter: reviewFilter{Patterns: searchPatterns("کیفیت"), Sort: "newest"}, Limit: 50}, []int64{divar}, "reviews_search_text_idx reviews_application_id_at_idx"}, // a small app's reviews are read and filtered
 		"an app, newest":   {reviewQuery{reviewFilter: reviewFilter{Sort: "newest"}, Limit: 50, Cursor: &reviewCursor{MaxID: 1 << 40, Key: 1 << 60, ID: 1 << 40}}, []int64{divar}, "reviews_application_id_first_at_idx"},
 		"all, oldest":      {reviewQuery{reviewFilter: reviewFilter{Sort: "oldest"}, Limit: 50}, nil, "reviews_first_at_idx"},
+		"a rare topic":     {reviewQuery{reviewFilter: reviewFilter{Topics: []string{"battery"}, Sort: "newest"}, Limit: 50}, nil, "reviews_topics_idx"},
 	} {
 		sql, args := reviewsSQL(c.q, c.apps, 1<<40)
 		var plan []byte

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// `playwatch sentiment adapt` (docs/sentiment.md §8): the stored reviews
+// `playwatch sentiment adapt` (docs/sentiment.md §10): the stored reviews
 // with their stars are the user's own in-domain labels (1–2★ NEGATIVE, 3★
 // NEUTRAL, 4–5★ POSITIVE; the text alone is the input). adapt goes on
 // training the embedded model on them, per language and class-balanced,

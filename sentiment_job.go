@@ -274,7 +274,7 @@ func (j *sentimentJob) classifyOne(s *scoredRow) {
 				"id", s.id, "model", j.version, "label", s.result.Label, "err", recoveredPanic(v))
 		}
 	}()
-	s.topics = strings.Join(j.topics.Classify(s.text), ",")
+	s.topics = strings.Join(j.topicsRecovering(s.id, s.text), ",")
 	s.result = j.model.Classify(s.text, s.stars)
 }
 

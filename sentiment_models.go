@@ -12,20 +12,23 @@ import (
 )
 
 // Sentiment models that `playwatch sentiment adapt` kept (schema.sql
-// migration 14, docs/sentiment.md §8): every sentiment job uses the newest,
+// migration 14, docs/sentiment.md §10): every sentiment job uses the newest,
 // the embedded model while there is none.
 
 // sentimentModelCheckEvery is how often a running job looks for a newer
 // model in the database.
 const sentimentModelCheckEvery = time.Minute
 
-// newestSentimentModelVersion is the version of the newest stored model, ""
-// without one.
+// newestSentimentModelVersion is the version of the newest stored model
+// adapted from this binary's embedded model, "" without one: after an
+// upgrade brings a new embedded model (or lexicon), the models adapted from
+// the old one are left alone until adapt runs again.
 func newestSentimentModelVersion(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }) (string, error) {
 	var v string
-	err := q.QueryRow(ctx, `SELECT version FROM sentiment_models ORDER BY created_at DESC, version DESC LIMIT 1`).Scan(&v)
+	err := q.QueryRow(ctx, `SELECT version FROM sentiment_models WHERE figures->>'base' = $1
+		ORDER BY created_at DESC, version DESC LIMIT 1`, sentimentModelVersion(sentimentModelFile)).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil
 	}

@@ -111,7 +111,7 @@ func (j *sentimentJob) backfillTopics(ctx context.Context) (int, error) {
 	}
 	topics := make([]string, len(ids))
 	for i, t := range texts {
-		topics[i] = strings.Join(j.topics.Classify(t), ",")
+		topics[i] = strings.Join(j.topicsRecovering(ids[i], t), ",")
 	}
 	if _, err := tx.Exec(ctx, topicsWriteSQL, ids, topics); err != nil {
 		return 0, fmt.Errorf("topics backfill: write: %w", err)
@@ -131,4 +131,18 @@ func (j *sentimentJob) backfillTopics(ctx context.Context) (int, error) {
 		j.logger.Info("topics backfill progress", "done", b.done, "remaining", b.remaining)
 	}
 	return len(ids), nil
+}
+
+// topicsRecovering classifies one review's topics. A panic is that review's
+// failure alone (it gets none, logged): not recovered, it would end the
+// sentiment role, and the same batch, claimed again, would end it again.
+func (j *sentimentJob) topicsRecovering(id int64, text string) (topics []string) {
+	defer func() {
+		if v := recover(); v != nil {
+			topics = []string{}
+			j.metrics.reviewErrors.Inc()
+			j.logger.Error("topic classifier failed on a review; it gets no topics", "id", id, "err", recoveredPanic(v))
+		}
+	}()
+	return j.topics.Classify(text)
 }
