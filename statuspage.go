@@ -560,6 +560,7 @@ type appPage struct {
 	Histogram chart
 	Negative  []negativeView
 	Topics    []topicView // the last 7 days
+	Releases  releasesSection
 	Network   []networkView
 	RTT       chart
 	ShowNet   bool
@@ -661,8 +662,9 @@ func (p *statusPage) appPageOf(d appDetail, now time.Time) appPage {
 		}
 	}
 	page.Charts = append(page.Charts,
-		timeSeriesChart(newChart("rating", "Rating", fmt.Sprintf("stars, %g–5", ratingFloor)), from, now,
+		withMarks(timeSeriesChart(newChart("rating", "Rating", fmt.Sprintf("stars, %g–5", ratingFloor)), from, now,
 			[]namedSeries{{Class: "s-rating", Values: rating}}, ratingFloor, 5, func(v float64) string { return fmt.Sprintf("%.2f stars", v) }),
+			releaseMarks(d.Releases)), // when each version appeared
 		timeSeriesChart(newChart("installs", "Installs", "exact count"), from, now,
 			[]namedSeries{{Class: "s-installs", Values: installs}}, 0, math.NaN(), func(v float64) string { return groupDigits(int64(v)) + " installs" }))
 	var days []stackedDays
@@ -707,6 +709,7 @@ func (p *statusPage) appPageOf(d appDetail, now time.Time) appPage {
 	}
 
 	page.Topics = topicViews(d.Topics)
+	page.Releases = releasesSection{Rows: releaseViews(d.Releases), Chart: releasesChart(d.Releases)}
 
 	page.ShowNet = d.Messaging || len(d.Network) > 0
 	byScenario := map[string]*networkView{}

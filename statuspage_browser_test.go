@@ -58,7 +58,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		{"overview", "/", 1280, false, []string{"spark"}, []string{"Google Translate", "دیوار", "System health", "Dead letters, 24 h"}},
 		{"overview-phone-dark", "/", 390, true, []string{"spark"}, []string{"Google Translate"}},
 		{"app-translate", "/apps/com.google.android.apps.translate", 1280, false,
-			[]string{"rating", "installs", "reviews", "histogram", "rtt"}, []string{"Newest negative reviews", "UPLOAD", "DOWNLOAD"}},
+			[]string{"rating", "installs", "reviews", "histogram", "rtt", "releases"}, []string{"Newest negative reviews", "Releases and ratings", "UPLOAD", "DOWNLOAD"}},
 		{"app-divar-phone", "/apps/ir.divar", 390, false, []string{"rating", "installs", "reviews"}, []string{"دیوار"}},
 	} {
 		t.Run(pg.name, func(t *testing.T) {

@@ -251,6 +251,7 @@ type appDetail struct {
 	ReviewsUntil       time.Time // the end of ReviewDays' 90 days: now, or the newest review's time if older
 	Negative           []negativeReview
 	Topics             []topicCount    // the last 7 days', most reviews first
+	Releases           []releaseStat   // the last 180 days' versions, newest first
 	Network            []networkSample // newest first
 	Outcomes           []outcomeRow    // the last crawl of each path and storefront: stats first
 }
@@ -417,6 +418,9 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (a
 	}
 
 	if d.Topics, err = loadAppTopics(ctx, tx, d.ID, now); err != nil {
+		return d, err
+	}
+	if d.Releases, err = loadAppReleases(ctx, tx, d.ID, now); err != nil {
 		return d, err
 	}
 

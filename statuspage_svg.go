@@ -32,6 +32,36 @@ type chart struct {
 	Horizontal    bool   // bars run left to right: the grid follows XTicks
 	Range         string // the period drawn, e.g. "17 Nov – 1 Dec 2026"
 	Note          string // a remark under the title, e.g. that one sample is all there is
+	Marks         []mark // vertical ticks at moments, e.g. when a version appeared
+	xs            scale  // a time-series chart's x axis, for withMarks
+}
+
+// timeMark is a labelled moment to mark on a time-series chart.
+type timeMark struct {
+	T            time.Time
+	Label, Title string
+}
+
+// mark is a drawn timeMark: a vertical tick at X with its label at LabelY.
+type mark struct {
+	X, LabelY    float64
+	Label, Title string
+}
+
+// withMarks adds marks to a time-series chart, those within its period
+// only; labels alternate between two rows so that close ones stay legible.
+func withMarks(c chart, marks []timeMark) chart {
+	if c.Empty != "" {
+		return c
+	}
+	for _, m := range marks {
+		v := float64(m.T.Unix())
+		if v < c.xs.d0 || v > c.xs.d1 {
+			continue
+		}
+		c.Marks = append(c.Marks, mark{X: c.xs.at(v), LabelY: c.Plot.Y + 10 + float64(len(c.Marks)%2)*12, Label: m.Label, Title: m.Title})
+	}
+	return c
 }
 
 type box struct{ X, Y, W, H float64 }
@@ -279,6 +309,7 @@ func timeSeriesChart(c chart, from, to time.Time, series []namedSeries, yFloor, 
 	}
 	ys := scale{yt[0], yt[len(yt)-1], c.Plot.Bottom(), c.Plot.Y}
 	xs := scale{float64(from.Unix()), float64(to.Unix()), c.Plot.X, c.Plot.Right()}
+	c.xs = xs
 	for _, v := range yt {
 		c.YTicks = append(c.YTicks, tick{ys.at(v), compactNumber(v)})
 	}

@@ -505,6 +505,7 @@ func TestStatusPageQueryPlans(t *testing.T) {
 		"network":         {appNetworkSQL, []any{id}},
 		"topics":          {appTopicsSQL, []any{id, statusNow}},
 		"topic gauges":    {appTopicGaugesSQL, []any{statusNow}},
+		"releases":        {appReleasesSQL, []any{id, statusNow, releasesShown + 1}},
 	} {
 		var plan []byte
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
