@@ -398,7 +398,7 @@ func (api *notifyAPI) testDestination(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	status, err := api.tester.Test(ctx, d)
 	if err == nil {
-		if _, err := api.pool.Exec(r.Context(), `UPDATE notify_destinations SET status = 'ok', last_error = NULL WHERE id = $1`, id); err != nil {
+		if _, err := api.pool.Exec(r.Context(), `UPDATE notify_destinations SET status = 'ok', last_error = NULL, updated_at = now() WHERE id = $1`, id); err != nil {
 			api.internalError(w, r, fmt.Errorf("destination %d: mark ok: %w", id, err))
 			return
 		}

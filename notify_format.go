@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"html"
 	"strings"
@@ -122,7 +123,7 @@ func buildNotifyMessage(p notifyPayload) notifyMessage {
 	case p.Review != nil:
 		r := p.Review
 		m.Title = fmt.Sprintf("New %d★ review of %s", r.Stars, appLabel)
-		sentiment := r.Sentiment
+		sentiment := sentimentLabel(r.Sentiment)
 		if sentiment == "" {
 			sentiment = "not labelled"
 		}
@@ -147,7 +148,8 @@ func buildNotifyMessage(p notifyPayload) notifyMessage {
 		m.Facts = append(m.Facts, by)
 		m.Text = r.Text
 		m.Reply = r.ReplyText
-		link("Google Play", p.Links.Play)
+		// The review itself; the app's page when the payload has no review URL.
+		link("Google Play", cmp.Or(r.URL, p.Links.Play))
 		link("Status page", p.Links.StatusPage)
 	case p.Alert != nil:
 		a := p.Alert
@@ -175,6 +177,9 @@ func buildNotifyMessage(p notifyPayload) notifyMessage {
 	}
 	return m
 }
+
+// sentimentLabel is a stored label (NEGATIVE) as a person reads it (negative).
+func sentimentLabel(s string) string { return strings.ToLower(s) }
 
 func alertTitle(a *payloadAlert) string {
 	switch a.Kind {
