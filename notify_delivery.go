@@ -31,7 +31,7 @@ type messageSender interface {
 
 type notifyDeliveryConfig struct {
 	Workers int           // concurrent sends of this server
-	GiveUp  time.Duration // NOTIFY_GIVE_UP: a message still unsent this long after it was decided is failed
+	GiveUp  time.Duration // NOTIFY_GIVE_UP: a message still unsent this long after it was decided (or retried) is failed
 	Poll    time.Duration // wait when nothing is due
 	Clock   clock
 	// Backoff is the wait before the first retry; it doubles with each
@@ -146,7 +146,8 @@ type claimedRow struct {
 	Payload                   notifyPayload
 	Attempts                  int
 	LastError                 string
-	EventAt, CreatedAt        time.Time
+	EventAt                   time.Time
+	GiveUpFrom                time.Time // created_at, or the last notify retry
 	SourceAt                  *time.Time
 	MaxPerHour                int
 }
@@ -155,7 +156,7 @@ type claimedRow struct {
 // broken (a broken destination's rows wait, unclaimed, until the API sets
 // it ok again). A row folded into a digest is sent by its digest.
 const notifyClaimSQL = `SELECT n.id, n.rule_id, n.destination_id, n.event, n.event_key, n.payload, n.attempts, coalesce(n.last_error, ''),
-	n.event_at, n.created_at, n.source_at, r.max_per_hour
+	n.event_at, coalesce(n.retry_from, n.created_at), n.source_at, r.max_per_hour
 FROM notifications n
 JOIN notify_destinations d ON d.id = n.destination_id AND d.status = 'ok'
 JOIN notify_rules r ON r.id = n.rule_id
@@ -196,7 +197,7 @@ func (nd *notifyDelivery) tryDeliver(ctx, sendCtx context.Context, busy []int64)
 	var r claimedRow
 	var payload []byte
 	err = tx.QueryRow(ctx, notifyClaimSQL, now, busy).Scan(&r.ID, &r.RuleID, &r.DestinationID, &r.Event, &r.EventKey, &payload, &r.Attempts,
-		&r.LastError, &r.EventAt, &r.CreatedAt, &r.SourceAt, &r.MaxPerHour)
+		&r.LastError, &r.EventAt, &r.GiveUpFrom, &r.SourceAt, &r.MaxPerHour)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, 0, nil
 	}
@@ -298,7 +299,7 @@ func (nd *notifyDelivery) record(ctx context.Context, tx pgx.Tx, r claimedRow, d
 		}
 		return nil
 	}
-	if now.Sub(r.CreatedAt) >= nd.cfg.GiveUp {
+	if now.Sub(r.GiveUpFrom) >= nd.cfg.GiveUp {
 		log.Warn("notification failed: undelivered for NOTIFY_GIVE_UP")
 		return nd.finish(ctx, tx, r, "failed", now, msg)
 	}
@@ -310,7 +311,7 @@ func (nd *notifyDelivery) record(ctx context.Context, tx pgx.Tx, r claimedRow, d
 	// receiver that is down is not tried once per message and, back, gets
 	// them roughly in order. Rows other workers hold are left to them.
 	if _, err := tx.Exec(ctx, `UPDATE notifications SET next_attempt_at = $3 WHERE id IN (
-	SELECT id FROM notifications WHERE status = 'pending' AND next_attempt_at < $3 AND destination_id = $1 AND id <> $2
+	SELECT id FROM notifications WHERE status = 'pending' AND next_attempt_at < $3 AND destination_id = $1 AND id <> $2 AND digest_id IS NULL
 	FOR UPDATE SKIP LOCKED)`, d.ID, r.ID, next); err != nil {
 		return fmt.Errorf("postpone destination %d: %w", d.ID, err)
 	}
@@ -464,7 +465,7 @@ func (nd *notifyDelivery) giveUpStale(ctx context.Context) error {
 	var n int64
 	err := nd.pool.QueryRow(ctx, `WITH gone AS (
 	UPDATE notifications SET status = 'failed', last_error = coalesce(last_error, 'not delivered within NOTIFY_GIVE_UP')
-	WHERE id IN (SELECT id FROM notifications WHERE status = 'pending' AND created_at <= $1 AND digest_id IS NULL FOR UPDATE SKIP LOCKED)
+	WHERE id IN (SELECT id FROM notifications WHERE status = 'pending' AND coalesce(retry_from, created_at) <= $1 AND digest_id IS NULL FOR UPDATE SKIP LOCKED)
 	RETURNING id), folded AS (
 	UPDATE notifications SET status = 'failed', last_error = coalesce(last_error, 'not delivered within NOTIFY_GIVE_UP')
 	WHERE status = 'pending' AND digest_id IN (SELECT id FROM gone) RETURNING id)
@@ -480,12 +481,12 @@ SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM folded)`, nd.cfg.Cloc
 }
 
 // refreshGauges counts pending (the due index) and failed messages and the
-// broken destinations.
+// broken destinations; a digest is one message, the rows folded into it none.
 func (nd *notifyDelivery) refreshGauges(ctx context.Context) error {
 	var pending, failed, broken int64
 	if err := nd.pool.QueryRow(ctx, `SELECT
-	(SELECT count(*) FROM notifications WHERE status = 'pending'),
-	(SELECT count(*) FROM notifications WHERE status = 'failed'),
+	(SELECT count(*) FROM notifications WHERE status = 'pending' AND digest_id IS NULL),
+	(SELECT count(*) FROM notifications WHERE status = 'failed' AND digest_id IS NULL),
 	(SELECT count(*) FROM notify_destinations WHERE status = 'broken')`).Scan(&pending, &failed, &broken); err != nil {
 		return fmt.Errorf("count notifications: %w", err)
 	}
