@@ -232,6 +232,7 @@ func TestSchemaIndexes(t *testing.T) {
 		"notifications USING btree (rule_id, destination_id, sent_at) WHERE (((status)::text = 'sent'::text) AND (digest_id IS NULL))",
 		"reviews USING btree (first_seen_at)", // the event decider's (migration 12)
 		"reviews USING btree (sentiment_at)",
+		"reviews USING btree (application_id, first_seen_at)", // an app's first stored review (migration 12)
 		"notify_cursors USING btree (name)",
 		"notify_rule_scans USING btree (rule_id)",
 		"notify_crawl_streaks USING btree (application_id, country, lang, path)",

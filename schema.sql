@@ -397,6 +397,9 @@ DROP INDEX notifications_due_idx;
 DROP INDEX notifications_rule_destination_sent_at_idx;
 CREATE INDEX notifications_due_idx ON notifications (next_attempt_at) WHERE status = 'pending' AND digest_id IS NULL;
 CREATE INDEX notifications_rule_destination_sent_at_idx ON notifications (rule_id, destination_id, sent_at) WHERE status = 'sent' AND digest_id IS NULL;
+-- An app's first stored crawl is the earlier of its first app_stats row and
+-- its first stored review; this makes the latter a probe.
+CREATE INDEX reviews_application_id_first_seen_at_idx ON reviews (application_id, first_seen_at);
 -- migration 13: review topics
 -- The sentiment job's column: what a review is about (crash, ads, login,
 -- …), written in the same pass as the label; the GIN index serves the
