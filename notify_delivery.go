@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -230,7 +232,7 @@ func (nd *notifyDelivery) tryDeliver(ctx, sendCtx context.Context, busy []int64)
 		// then: nothing more is tried for it.
 		return true, 0, nil
 	}
-	if r.MaxPerHour > 0 && r.Event != "digest" {
+	if r.MaxPerHour > 0 {
 		held, err := nd.throttle(ctx, tx, r, now)
 		if err != nil || held {
 			return true, 0, err
@@ -370,12 +372,13 @@ WHERE digest_id = $1 AND status = 'pending' RETURNING id, event, event_at, sourc
 
 // throttle applies the rule's max_per_hour to the claimed message r: it
 // counts the rule's messages sent to the destination over the last hour
-// (a digest is one; the messages it stands for are not counted). Past the
-// limit r and the pair's other due messages wait until the oldest of them
-// leaves the hour. Within it, what was held back goes out as one digest
-// per app; held: r is not to be sent now (it waits or was folded), and tx
-// is committed. The caller holds the destination's lock: no other send to it
-// is in flight.
+// (a digest is one, like any message; the messages it stands for are not
+// counted). Past the limit r and the pair's other due messages wait until
+// the oldest of them leaves the hour. Within it, everything of the pair that
+// was held back, of every app, goes out as one digest, itself counted when
+// it is sent; held: r is not to be sent now (it waits or was folded), and
+// tx is committed. The caller holds the destination's lock: no other send
+// to it is in flight.
 func (nd *notifyDelivery) throttle(ctx context.Context, tx pgx.Tx, r claimedRow, now time.Time) (held bool, err error) {
 	var sent int
 	var oldest *time.Time
@@ -398,28 +401,28 @@ WHERE rule_id = $1 AND destination_id = $2 AND status = 'sent' AND sent_at > $3 
 		nd.metrics.messages.WithLabelValues("throttled").Inc()
 		return true, nil
 	}
-	if r.LastError != notifyThrottleNote {
-		return false, nil // nothing was held back before r
+	if r.LastError != notifyThrottleNote || r.Event == "digest" {
+		return false, nil // nothing was held back before r, or r is a digest (held itself)
 	}
-	// The hour allows one more: every held-back message of the pair and
-	// r's app that is due goes out as one digest. A lone one goes as it is.
-	// It waits for rows other workers hold: only for the moment it takes
-	// them to find the pair's lock taken and let go.
-	pkg := r.Payload.App.PackageName
-	rows, err := tx.Query(ctx, `SELECT id, event_at FROM notifications
-WHERE status = 'pending' AND next_attempt_at <= $3 AND rule_id = $1 AND destination_id = $2 AND digest_id IS NULL AND id <> $5
-	AND last_error = $6 AND payload->'app'->>'package_name' = $4
-ORDER BY id FOR UPDATE`, r.RuleID, r.DestinationID, now, pkg, r.ID, notifyThrottleNote)
+	// The hour allows one more: every held-back message of the pair that is
+	// due goes out as one digest. A lone one goes as it is. It waits for
+	// rows other workers hold: only for the moment it takes them to find the
+	// pair's lock taken and let go.
+	rows, err := tx.Query(ctx, `SELECT id, event_at, coalesce(payload->'app', '{}') FROM notifications
+WHERE status = 'pending' AND next_attempt_at <= $3 AND rule_id = $1 AND destination_id = $2 AND digest_id IS NULL AND id <> $4
+	AND last_error = $5 AND event <> 'digest'
+ORDER BY id FOR UPDATE`, r.RuleID, r.DestinationID, now, r.ID, notifyThrottleNote)
 	if err != nil {
 		return false, fmt.Errorf("collect the digest of rule %d: %w", r.RuleID, err)
 	}
 	type heldRow struct {
-		id int64
-		at time.Time
+		id  int64
+		at  time.Time
+		app payloadApp
 	}
 	others, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (heldRow, error) {
 		var h heldRow
-		return h, row.Scan(&h.id, &h.at)
+		return h, row.Scan(&h.id, &h.at, &h.app)
 	})
 	if err != nil {
 		return false, fmt.Errorf("collect the digest of rule %d: %w", r.RuleID, err)
@@ -429,15 +432,26 @@ ORDER BY id FOR UPDATE`, r.RuleID, r.DestinationID, now, pkg, r.ID, notifyThrott
 	}
 	ids := []int64{r.ID}
 	first, eventAt := r.ID, r.EventAt
+	apps := []payloadDigestApp{{PackageName: r.Payload.App.PackageName, DisplayName: r.Payload.App.DisplayName, Count: 1}}
 	for _, h := range others {
 		ids = append(ids, h.id)
 		first = min(first, h.id)
 		if h.at.Before(eventAt) {
 			eventAt = h.at
 		}
+		if i := slices.IndexFunc(apps, func(a payloadDigestApp) bool { return a.PackageName == h.app.PackageName }); i >= 0 {
+			apps[i].Count++
+		} else {
+			apps = append(apps, payloadDigestApp{PackageName: h.app.PackageName, DisplayName: h.app.DisplayName, Count: 1})
+		}
 	}
-	p := notifyPayload{Event: "digest", App: r.Payload.App, Digest: &payloadDigest{Count: len(ids), Of: r.Event},
-		Links: payloadLinks{Play: playURL(r.Payload.App.PackageName, r.Payload.App.Lang, ""), StatusPage: r.Payload.Links.StatusPage}}
+	p := notifyPayload{Event: "digest", Digest: &payloadDigest{Count: len(ids), Of: r.Event, Apps: apps}}
+	if len(apps) == 1 {
+		p.App = r.Payload.App
+		p.Links = payloadLinks{Play: playURL(r.Payload.App.PackageName, r.Payload.App.Lang, ""), StatusPage: r.Payload.Links.StatusPage}
+	} else if base, _, ok := strings.Cut(r.Payload.Links.StatusPage, "/apps/"); ok {
+		p.Links.StatusPage = base + "/" // the overview: several apps
+	}
 	body, err := json.Marshal(p)
 	if err != nil {
 		return false, fmt.Errorf("digest payload: %w", err)
@@ -455,7 +469,7 @@ VALUES ($1, $2, 'digest', $3, $4, $5, $6) RETURNING id`, r.RuleID, r.Destination
 	if err := tx.Commit(ctx); err != nil {
 		return false, fmt.Errorf("commit digest %d: %w", digest, err)
 	}
-	nd.logger.Info("notify digest made of messages held back by max_per_hour", "rule", r.RuleID, "destination", r.DestinationID, "digest", digest, "count", len(ids))
+	nd.logger.Info("notify digest made of messages held back by max_per_hour", "rule", r.RuleID, "destination", r.DestinationID, "digest", digest, "count", len(ids), "apps", len(apps))
 	return true, nil
 }
 

@@ -116,8 +116,19 @@ func buildNotifyMessage(p notifyPayload) notifyMessage {
 		m.Title = "playwatch test message"
 		m.Text = "This destination works: playwatch can deliver notifications to it."
 	case p.Event == "digest" && p.Digest != nil:
-		m.Title = fmt.Sprintf("and %d more %s of %s in the last hour", p.Digest.Count, digestNoun(p.Digest.Of, p.Digest.Count), appLabel)
+		of := appLabel
+		if len(p.Digest.Apps) > 1 {
+			of = fmt.Sprintf("%d apps", len(p.Digest.Apps))
+		}
+		m.Title = fmt.Sprintf("and %d more %s of %s in the last hour", p.Digest.Count, digestNoun(p.Digest.Of, p.Digest.Count), of)
 		m.Facts = []string{"The rule's max_per_hour held these back; this digest stands for them."}
+		if len(p.Digest.Apps) > 1 {
+			counts := make([]string, len(p.Digest.Apps))
+			for i, a := range p.Digest.Apps {
+				counts[i] = fmt.Sprintf("%s: %d", bidiInline(cmp.Or(a.DisplayName, a.PackageName)), a.Count)
+			}
+			m.Facts = append(m.Facts, strings.Join(counts, " · "))
+		}
 		link("Status page", p.Links.StatusPage)
 		link("Google Play", p.Links.Play)
 	case p.Review != nil:
