@@ -400,6 +400,9 @@ CREATE INDEX notifications_rule_destination_sent_at_idx ON notifications (rule_i
 -- An app's first stored crawl is the earlier of its first app_stats row and
 -- its first stored review; this makes the latter a probe.
 CREATE INDEX reviews_application_id_first_seen_at_idx ON reviews (application_id, first_seen_at);
+-- fired_at: when an episode's start message was decided, once its condition
+-- held as long as the for: of its alert in alerts.yml; NULL while it waits.
+ALTER TABLE notify_alert_state ADD COLUMN fired_at TIMESTAMPTZ;
 -- migration 13: review topics
 -- The sentiment job's column: what a review is about (crash, ads, login,
 -- …), written in the same pass as the label; the GIN index serves the
