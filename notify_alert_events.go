@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -157,7 +158,7 @@ WHERE rule_id = $1 AND application_id = $2 AND country = $3 AND lang = $4 AND pa
 		return nil
 	}
 	for _, o := range obs {
-		if !ruleHasApp(r, o.App.PackageName) {
+		if r.Apps != nil && !slices.Contains(r.Apps, o.App.PackageName) { // nil apps: every active app
 			continue
 		}
 		k := alertStateKey{o.App.ID, o.App.Loc.Country, o.App.Loc.Lang, o.Path}
@@ -397,7 +398,7 @@ WHERE a.is_active AND n.score IS NOT NULL AND p.score IS NOT NULL AND ($2::text[
 		// The tolerance keeps 4.30 → 4.25 a drop of 0.05 in binary floating point.
 		if before-score >= minDrop-1e-9 {
 			x.Active, x.Start, x.KeyAt = true, at, at
-			x.Alert = payloadAlert{Summary: fmt.Sprintf("%s: rating down %.2f in %s", x.App.PackageName, before-score, formatWindow(window)),
+			x.Alert = payloadAlert{Summary: fmt.Sprintf("%s: rating down %.2f in %s", x.App.PackageName, before-score, formatDuration(window)),
 				Value: fmt.Sprintf("%.2f", score), Previous: fmt.Sprintf("%.2f", before)}
 		}
 		obs = append(obs, x)
@@ -406,14 +407,6 @@ WHERE a.is_active AND n.score IS NOT NULL AND p.score IS NOT NULL AND ($2::text[
 		return nil, fmt.Errorf("notify decide: rating drops: %w", err)
 	}
 	return obs, nil
-}
-
-// formatWindow says a window as alerts.yml does ("24 h").
-func formatWindow(w time.Duration) string {
-	if w%time.Hour == 0 {
-		return strconv.FormatInt(int64(w/time.Hour), 10) + " h"
-	}
-	return w.String()
 }
 
 // negativeCount is an app's negative reviews of the last hour (their
@@ -497,7 +490,7 @@ WHERE a.is_active AND v.version <> p.version`)
 		a := app
 		a.Loc = d.cfg.Locales.forApp(iranian)
 		for _, r := range rules {
-			if !ruleHasApp(r, a.PackageName) || at.Before(ruleStart(r)) {
+			if (r.Apps != nil && !slices.Contains(r.Apps, a.PackageName)) || at.Before(ruleStart(r)) {
 				continue
 			}
 			p := d.payloadOf(r.Event, a)

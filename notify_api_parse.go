@@ -235,8 +235,7 @@ func checkEmail(c *destinationConfig, allowPrivate bool) error {
 	if c.TLS == "" {
 		c.TLS = "starttls"
 	}
-	ports := map[string]int{"starttls": 587, "implicit": 465, "none": 25}
-	port, ok := ports[c.TLS]
+	port, ok := smtpDefaultPorts[c.TLS]
 	if !ok {
 		return errors.New("tls must be starttls, implicit or none")
 	}

@@ -425,7 +425,7 @@ func TestNotifyRulesLifecycle(t *testing.T) {
 	if !strings.Contains(r.body, `"apps":null`) {
 		t.Errorf("apps not null: %s", r.body)
 	}
-	rules, err := loadRules(context.Background(), f.pool, "review")
+	rules, err := loadRules(context.Background(), f.pool, "review", nil)
 	if err != nil || len(rules) != 1 || rules[0].Backfill != 0 || rules[0].MaxPerHour != 20 || rules[0].Filter.Sentiment[0] != "NEGATIVE" {
 		t.Fatalf("stored rules %+v (%v)", rules, err)
 	}

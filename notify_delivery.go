@@ -53,7 +53,6 @@ const (
 	notifyRetryBackoff    = 5 * time.Second
 	notifyRetryMaxBackoff = 10 * time.Minute
 	notifyGaugesEvery     = 15 * time.Second
-	notifyErrorBytes      = 200 // last_error, as the API shows it
 	notifyThrottleNote    = "held back by max_per_hour"
 )
 

@@ -441,7 +441,7 @@ func TestNotifyRatingDrop(t *testing.T) {
 	}
 	a := rows[0].Payload.Alert
 	if a == nil || a.Kind != "rating_drop" || a.Value != "4.40" || a.Previous != "4.50" || !a.StartedAt.Equal(t0.Add(-10*time.Minute)) ||
-		a.EndedAt != nil || a.Summary != "com.example.rating: rating down 0.10 in 24 h" || rows[0].SourceAt != nil {
+		a.EndedAt != nil || a.Summary != "com.example.rating: rating down 0.10 in 24h" || rows[0].SourceAt != nil {
 		t.Errorf("alert %+v", a)
 	}
 	if len(f.outbox(late)) != 0 || len(f.outbox(strict)) != 0 {

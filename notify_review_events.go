@@ -202,7 +202,7 @@ func (d *notifyDecider) matchReviews(r notifyRule, cands []*reviewCandidate, now
 	start := ruleStart(r)
 	var out []outboxRow
 	for _, c := range cands {
-		if !ruleHasApp(r, c.App.PackageName) || !c.At.After(start) {
+		if (r.Apps != nil && !slices.Contains(r.Apps, c.App.PackageName)) || !c.At.After(start) {
 			continue
 		}
 		label, lang, fromStars := c.Sentiment, c.TextLang, false
