@@ -66,3 +66,29 @@ func TestNotifyRuleEditRescansFromTheEdit(t *testing.T) {
 		t.Fatalf("the first destination has %d rows, want the 2 it had", n)
 	}
 }
+
+// A crawl failure that is over within PlaywatchAppNotCrawled's 10 min sends
+// nothing, neither its start nor its end: Prometheus would not have fired.
+func TestNotifyCrawlFailingShorterThanItsForSendsNothing(t *testing.T) {
+	f := newDecideFixture(t)
+	t0 := f.t0
+	app := f.app("com.example.blip", false, time.Time{})
+	rule := f.rule("crawl_failing", `{}`, "0", nil, t0.Add(-time.Hour))
+	outcome := func(at time.Time, o string) {
+		f.exec(`INSERT INTO app_crawl_outcomes (application_id, country, lang, path, at, outcome, http_status, error) VALUES ($1, 'us', 'en', 'reviews', $2, $3, NULL, '')
+			ON CONFLICT (application_id, country, lang, path) DO UPDATE SET at = EXCLUDED.at, outcome = EXCLUDED.outcome`, app, at, o)
+	}
+	outcome(t0, "timeout")
+	f.runOnce()
+	f.clk.Advance(time.Minute)
+	outcome(t0.Add(time.Minute), "timeout") // failing from here
+	f.runOnce()
+	f.clk.Advance(5 * time.Minute)
+	outcome(t0.Add(6*time.Minute), "ok")
+	f.runOnce()
+	f.clk.Advance(20 * time.Minute)
+	f.runOnce()
+	if rows := f.outbox(rule); len(rows) != 0 {
+		t.Fatalf("a failure of 5 min decided %d messages, want none: %+v", len(rows), rows)
+	}
+}
