@@ -105,3 +105,16 @@ func timeFlag(name, v string, now time.Time) (time.Time, error) {
 	}
 	return time.Time{}, usageError{fmt.Sprintf("%s %q: neither a duration before now (24h, 7d) nor an RFC 3339 time", name, v)}
 }
+
+// formatDuration writes d as parseDuration reads it, without zero units
+// (24h, not 24h0m0s).
+func formatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}

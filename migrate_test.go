@@ -161,6 +161,7 @@ func TestSchemaColumnsMatchContract(t *testing.T) {
 		"notifications.digest_id":                       "bigint NULL",
 		"notifications.created_at":                      "timestamp with time zone NOT NULL now",
 		"notifications.sent_at":                         "timestamp with time zone NULL",
+		"notifications.retry_from":                      "timestamp with time zone NULL",
 		"sentiment_models.version":                      "character varying(40) NOT NULL",
 		"sentiment_models.bytes":                        "bytea NOT NULL",
 		"sentiment_models.figures":                      "jsonb NOT NULL",
@@ -227,10 +228,11 @@ func TestSchemaIndexes(t *testing.T) {
 		"notify_rule_destinations USING btree (rule_id, destination_id)",
 		"notify_rule_destinations USING btree (destination_id)",
 		"notifications USING btree (rule_id, destination_id, event_key)",
-		"notifications USING btree (next_attempt_at) WHERE ((status)::text = 'pending'::text)",
-		"notifications USING btree (rule_id, destination_id, sent_at) WHERE ((status)::text = 'sent'::text)",
+		"notifications USING btree (next_attempt_at) WHERE (((status)::text = 'pending'::text) AND (digest_id IS NULL))",
+		"notifications USING btree (rule_id, destination_id, sent_at) WHERE (((status)::text = 'sent'::text) AND (digest_id IS NULL))",
 		"reviews USING btree (first_seen_at)", // the event decider's (migration 12)
 		"reviews USING btree (sentiment_at)",
+		"reviews USING btree (application_id, first_seen_at)", // an app's first stored review (migration 12)
 		"notify_cursors USING btree (name)",
 		"notify_rule_scans USING btree (rule_id)",
 		"notify_crawl_streaks USING btree (application_id, country, lang, path)",

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -13,6 +14,26 @@ import (
 // in PostgreSQL with the same defaults. Each rule keeps its open episodes
 // in notify_alert_state, so an alert fires once when it starts (and
 // crawl_failing once more when it ends), never again while it lasts.
+
+// How long a condition must hold before its alert fires: the for: of
+// PlaywatchRatingDrop and PlaywatchAppNotCrawled, so that a team gets the
+// same answer from both (a package the store answers 404 for fires at once,
+// as the issue asks). The alert's start is still when the condition began.
+const (
+	ratingDropFor   = 15 * time.Minute
+	crawlFailingFor = 10 * time.Minute
+)
+
+// alertFor is how long o must hold before rule event's alert fires.
+func alertFor(event string, o alertObs) time.Duration {
+	switch {
+	case event == "rating_drop":
+		return ratingDropFor
+	case event == "crawl_failing" && o.Alert.Value != crawlNotFound:
+		return crawlFailingFor
+	}
+	return 0
+}
 
 // The defaults of PlaywatchRatingDrop and PlaywatchNegativeReviewSpike.
 const (
@@ -44,6 +65,7 @@ type alertStateKey struct {
 type alertState struct {
 	Started time.Time
 	Cause   string
+	Fired   bool // its start message was decided (it held alertFor)
 }
 
 func (d *notifyDecider) decideAlerts(ctx context.Context, tx pgx.Tx, byEvent map[string][]notifyRule, now time.Time) ([]outboxRow, error) {
@@ -53,7 +75,7 @@ func (d *notifyDecider) decideAlerts(ctx context.Context, tx pgx.Tx, byEvent map
 		return nil, err
 	}
 	for _, r := range byEvent["crawl_failing"] {
-		rows, err := d.episodes(ctx, tx, r, crawl, true)
+		rows, err := d.episodes(ctx, tx, r, crawl, true, now)
 		if err != nil {
 			return nil, err
 		}
@@ -64,7 +86,7 @@ func (d *notifyDecider) decideAlerts(ctx context.Context, tx pgx.Tx, byEvent map
 		if err != nil {
 			return nil, err
 		}
-		rows, err := d.episodes(ctx, tx, r, obs, false)
+		rows, err := d.episodes(ctx, tx, r, obs, false, now)
 		if err != nil {
 			return nil, err
 		}
@@ -76,7 +98,7 @@ func (d *notifyDecider) decideAlerts(ctx context.Context, tx pgx.Tx, byEvent map
 			return nil, err
 		}
 		for _, r := range rules {
-			rows, err := d.episodes(ctx, tx, r, negativeSpikes(r, counts), false)
+			rows, err := d.episodes(ctx, tx, r, negativeSpikes(r, counts), false, now)
 			if err != nil {
 				return nil, err
 			}
@@ -94,17 +116,19 @@ func (d *notifyDecider) decideAlerts(ctx context.Context, tx pgx.Tx, byEvent map
 }
 
 // episodes opens and closes rule r's episodes by this pass's observations
-// and gives the messages: one when an episode starts after the rule's
-// start, and with ends, one when it ends.
-func (d *notifyDecider) episodes(ctx context.Context, tx pgx.Tx, r notifyRule, obs []alertObs, ends bool) ([]outboxRow, error) {
-	rows, err := tx.Query(ctx, `SELECT application_id, country, lang, path, started_at, cause FROM notify_alert_state WHERE rule_id = $1`, r.ID)
+// and gives the messages: one when an episode that started after the
+// rule's start has held alertFor, and with ends, one when such an episode
+// ends. An episode is stored when its condition is first seen, so that
+// the wait counts from then, as Prometheus's for: does.
+func (d *notifyDecider) episodes(ctx context.Context, tx pgx.Tx, r notifyRule, obs []alertObs, ends bool, now time.Time) ([]outboxRow, error) {
+	rows, err := tx.Query(ctx, `SELECT application_id, country, lang, path, started_at, cause, fired_at IS NOT NULL FROM notify_alert_state WHERE rule_id = $1`, r.ID)
 	if err != nil {
 		return nil, fmt.Errorf("notify decide: alert state: %w", err)
 	}
 	state := map[alertStateKey]alertState{}
 	var k alertStateKey
 	var s alertState
-	if _, err := pgx.ForEachRow(rows, []any{&k.App, &k.Country, &k.Lang, &k.Path, &s.Started, &s.Cause}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&k.App, &k.Country, &k.Lang, &k.Path, &s.Started, &s.Cause, &s.Fired}, func() error {
 		state[k] = s
 		return nil
 	}); err != nil {
@@ -113,8 +137,28 @@ func (d *notifyDecider) episodes(ctx context.Context, tx pgx.Tx, r notifyRule, o
 	start := ruleStart(r)
 	seen := map[alertStateKey]bool{}
 	var out []outboxRow
+	// fire decides the start message of o's episode, begun at began, once it
+	// has held long enough, and marks the episode fired.
+	fire := func(k alertStateKey, o alertObs, began, keyAt time.Time) error {
+		if now.Before(began.Add(alertFor(r.Event, o))) {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `UPDATE notify_alert_state SET fired_at = $6
+WHERE rule_id = $1 AND application_id = $2 AND country = $3 AND lang = $4 AND path = $5`, r.ID, k.App, k.Country, k.Lang, k.Path, now); err != nil {
+			return fmt.Errorf("notify decide: alert state: %w", err)
+		}
+		if began.Before(start) {
+			return nil // began before the rule: not news, and no end message either
+		}
+		p := d.payloadOf(r.Event, o.App)
+		a := o.Alert
+		a.Kind, a.StartedAt = r.Event, began.UTC()
+		p.Alert = &a
+		out = append(out, fanOut(r, alertKey(r.Event, o, keyAt), p, began, nil)...)
+		return nil
+	}
 	for _, o := range obs {
-		if !ruleHasApp(r, o.App.PackageName) {
+		if r.Apps != nil && !slices.Contains(r.Apps, o.App.PackageName) { // nil apps: every active app
 			continue
 		}
 		k := alertStateKey{o.App.ID, o.App.Loc.Country, o.App.Loc.Lang, o.Path}
@@ -129,28 +173,29 @@ WHERE rule_id = $1 AND application_id = $2 AND country = $3 AND lang = $4 AND pa
 					return nil, fmt.Errorf("notify decide: alert state: %w", err)
 				}
 			}
+			if !st.Fired {
+				if err := fire(k, o, st.Started, st.Started); err != nil {
+					return nil, err
+				}
+			}
 		case o.Active:
-			if open && !st.Started.Before(start) { // ended and started again between two passes
+			if open && st.Fired && !st.Started.Before(start) { // ended and started again between two passes
 				out = append(out, d.endMessage(r, o, st, o.Start)...)
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO notify_alert_state (rule_id, application_id, country, lang, path, started_at, cause)
 VALUES ($1, $2, $3, $4, $5, $6, $7)
-ON CONFLICT (rule_id, application_id, country, lang, path) DO UPDATE SET started_at = EXCLUDED.started_at, cause = EXCLUDED.cause`,
+ON CONFLICT (rule_id, application_id, country, lang, path) DO UPDATE SET started_at = EXCLUDED.started_at, cause = EXCLUDED.cause, fired_at = NULL`,
 				r.ID, k.App, k.Country, k.Lang, k.Path, o.Start, o.Cause); err != nil {
 				return nil, fmt.Errorf("notify decide: alert state: %w", err)
 			}
-			if !o.Start.Before(start) {
-				p := d.payloadOf(r.Event, o.App)
-				a := o.Alert
-				a.Kind, a.StartedAt = r.Event, o.Start.UTC()
-				p.Alert = &a
-				out = append(out, fanOut(r, alertKey(r.Event, o, o.KeyAt), p, o.Start, nil)...)
+			if err := fire(k, o, o.Start, o.KeyAt); err != nil {
+				return nil, err
 			}
 		case open:
 			if err := deleteAlertState(ctx, tx, r.ID, k); err != nil {
 				return nil, err
 			}
-			if ends && !st.Started.Before(start) {
+			if ends && st.Fired && !st.Started.Before(start) {
 				out = append(out, d.endMessage(r, o, st, o.End)...)
 			}
 		}
@@ -353,7 +398,7 @@ WHERE a.is_active AND n.score IS NOT NULL AND p.score IS NOT NULL AND ($2::text[
 		// The tolerance keeps 4.30 → 4.25 a drop of 0.05 in binary floating point.
 		if before-score >= minDrop-1e-9 {
 			x.Active, x.Start, x.KeyAt = true, at, at
-			x.Alert = payloadAlert{Summary: fmt.Sprintf("%s: rating down %.2f in %s", x.App.PackageName, before-score, formatWindow(window)),
+			x.Alert = payloadAlert{Summary: fmt.Sprintf("%s: rating down %.2f in %s", x.App.PackageName, before-score, formatDuration(window)),
 				Value: fmt.Sprintf("%.2f", score), Previous: fmt.Sprintf("%.2f", before)}
 		}
 		obs = append(obs, x)
@@ -362,14 +407,6 @@ WHERE a.is_active AND n.score IS NOT NULL AND p.score IS NOT NULL AND ($2::text[
 		return nil, fmt.Errorf("notify decide: rating drops: %w", err)
 	}
 	return obs, nil
-}
-
-// formatWindow says a window as alerts.yml does ("24 h").
-func formatWindow(w time.Duration) string {
-	if w%time.Hour == 0 {
-		return strconv.FormatInt(int64(w/time.Hour), 10) + " h"
-	}
-	return w.String()
 }
 
 // negativeCount is an app's negative reviews of the last hour (their
@@ -453,7 +490,7 @@ WHERE a.is_active AND v.version <> p.version`)
 		a := app
 		a.Loc = d.cfg.Locales.forApp(iranian)
 		for _, r := range rules {
-			if !ruleHasApp(r, a.PackageName) || at.Before(ruleStart(r)) {
+			if (r.Apps != nil && !slices.Contains(r.Apps, a.PackageName)) || at.Before(ruleStart(r)) {
 				continue
 			}
 			p := d.payloadOf(r.Event, a)

@@ -8,12 +8,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -45,8 +43,6 @@ const (
 	maxNotificationLimit     = 500
 	// testTimeout bounds POST …/test: the client waits for the receiver.
 	testTimeout = 30 * time.Second
-	// maxReceiverError is how much of a receiver's answer is kept and shown.
-	maxReceiverError = 200
 )
 
 func (api *notifyAPI) register(mux routeMux) {
@@ -398,7 +394,7 @@ func (api *notifyAPI) testDestination(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	status, err := api.tester.Test(ctx, d)
 	if err == nil {
-		if _, err := api.pool.Exec(r.Context(), `UPDATE notify_destinations SET status = 'ok', last_error = NULL WHERE id = $1`, id); err != nil {
+		if _, err := api.pool.Exec(r.Context(), `UPDATE notify_destinations SET status = 'ok', last_error = NULL, updated_at = now() WHERE id = $1`, id); err != nil {
 			api.internalError(w, r, fmt.Errorf("destination %d: mark ok: %w", id, err))
 			return
 		}
@@ -406,43 +402,13 @@ func (api *notifyAPI) testDestination(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, destinationTestResponse{OK: true, HTTPStatus: status})
 		return
 	}
-	msg := receiverError(err.Error(), d)
+	msg := scrubSecrets(err.Error(), d)
 	if _, err := api.pool.Exec(r.Context(), `UPDATE notify_destinations SET last_error = $2 WHERE id = $1`, id, msg); err != nil {
 		api.internalError(w, r, fmt.Errorf("destination %d: record test failure: %w", id, err))
 		return
 	}
 	api.logger.Warn("destination test failed", "id", id, "http_status", status, "err", msg)
 	writeJSON(w, http.StatusBadGateway, destinationTestResponse{HTTPStatus: status, Error: msg})
-}
-
-// receiverError is what is kept and shown of a failure: no secret of d
-// (a client error quotes the URL, with a bot token or a webhook's path), at most
-// maxReceiverError bytes of whole characters.
-func receiverError(msg string, d destination) string {
-	c := d.Config
-	if urlIsSecret(d.Type) && c.URL != "" {
-		msg = strings.ReplaceAll(msg, c.URL, maskURL(c.URL))
-		if u, err := url.Parse(c.URL); err == nil && len(u.Path) > 1 {
-			msg = strings.ReplaceAll(msg, u.Path, "/****")
-		}
-	}
-	for _, s := range []string{c.Secret, c.BotToken, c.Password} {
-		if s != "" {
-			msg = strings.ReplaceAll(msg, s, maskedSecret)
-		}
-	}
-	return truncateBytes(msg, maxReceiverError)
-}
-
-func truncateBytes(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
 }
 
 // --- rules ---
@@ -468,19 +434,6 @@ func ruleOut(r notifyRule) ruleJSON {
 	}
 	return ruleJSON{ID: r.ID, Name: r.Name, Event: r.Event, Destinations: dests, Apps: r.Apps, Filter: r.Filter,
 		MaxPerHour: r.MaxPerHour, Backfill: formatDuration(r.Backfill), CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
-}
-
-// formatDuration writes d as parseDuration reads it, without zero units
-// (24h, not 24h0m0s).
-func formatDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }
 
 var errRuleNotFound = errors.New("rule not found")
@@ -676,7 +629,7 @@ func (api *notifyAPI) listRules(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	rules, err := loadRules(r.Context(), api.reads, q["event"])
+	rules, err := loadRules(r.Context(), api.reads, q["event"], nil)
 	if err != nil {
 		api.internalError(w, r, err)
 		return

@@ -49,7 +49,9 @@ const (
 	maxChatID           = 999999999999999
 )
 
-// readOnlyFields are in every answer and cannot be written.
+// readOnlyFields are in every answer and cannot be written: a POST that
+// sends one is refused, a PATCH ignores them, so that a GET's body can be
+// changed and sent back.
 var readOnlyFields = []string{"id", "status", "last_error", "created_at", "updated_at"}
 
 // decodeString reads a string member; null is refused unless nullable,
@@ -106,7 +108,9 @@ func parseDestinationFields(d *destination, members map[string]json.RawMessage, 
 				err = errors.New("name must not be empty")
 			}
 		case slices.Contains(readOnlyFields, field):
-			err = fmt.Errorf("%s cannot be written", field)
+			if create {
+				err = fmt.Errorf("%s cannot be written", field)
+			}
 		case !slices.Contains(own, field):
 			known := false
 			for _, fields := range destinationTypeFields {
@@ -231,8 +235,7 @@ func checkEmail(c *destinationConfig, allowPrivate bool) error {
 	if c.TLS == "" {
 		c.TLS = "starttls"
 	}
-	ports := map[string]int{"starttls": 587, "implicit": 465, "none": 25}
-	port, ok := ports[c.TLS]
+	port, ok := smtpDefaultPorts[c.TLS]
 	if !ok {
 		return errors.New("tls must be starttls, implicit or none")
 	}
@@ -368,7 +371,9 @@ func parseRuleFields(rule *notifyRule, members map[string]json.RawMessage, creat
 				rule.Backfill = 0
 			}
 		case "id", "created_at", "updated_at":
-			err = fmt.Errorf("%s cannot be written", field)
+			if create { // a PATCH may send a GET's body back
+				err = fmt.Errorf("%s cannot be written", field)
+			}
 		default:
 			err = fmt.Errorf("unknown field %q (known: name, event, destinations, apps, filter, max_per_hour, backfill)", field)
 		}

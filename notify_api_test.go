@@ -209,6 +209,20 @@ func TestNotifyDestinationsLifecycle(t *testing.T) {
 	if r = f.call(t, "GET", fmt.Sprintf("/api/v1/destinations/%d", hook), ""); strings.Contains(r.body, `"secret"`) {
 		t.Errorf("a cleared secret still shows: %s", r.body)
 	}
+	// The GET's body sent back, changed, is a PATCH: its read-only fields are ignored.
+	r = f.call(t, "GET", fmt.Sprintf("/api/v1/destinations/%d", hook), "")
+	var back map[string]any
+	if err := json.Unmarshal([]byte(r.body), &back); err != nil {
+		t.Fatal(err)
+	}
+	back["name"] = "hook2"
+	body, _ := json.Marshal(back)
+	if r = f.call(t, "PATCH", fmt.Sprintf("/api/v1/destinations/%d", hook), string(body)); r.code != 200 || decodeJSON[destinationJSON](t, r).Name != "hook2" {
+		t.Errorf("PATCH with the GET's body: %d %s", r.code, r.body)
+	}
+	if r = f.call(t, "POST", "/api/v1/destinations", `{"name": "x", "type": "webhook", "url": "https://example.com/h", "status": "ok"}`); r.code != 400 || !strings.Contains(r.body, "status") {
+		t.Errorf("POST with status: %d %s", r.code, r.body)
+	}
 	if r = f.call(t, "PATCH", fmt.Sprintf("/api/v1/destinations/%d", hook), `{"type": "slack"}`); r.code != 400 || !strings.Contains(r.body, "type") {
 		t.Errorf("PATCH type: %d %s", r.code, r.body)
 	}
@@ -344,8 +358,8 @@ func TestNotifyDestinationTest(t *testing.T) {
 	if len(tester.got) != 1 || tester.got[0].Config.BotToken != botToken || tester.got[0].Config.ChatID != "42" {
 		t.Errorf("the sender got %+v", tester.got)
 	}
-	if n := count(t, f.pool, `SELECT count(*) FROM notify_destinations WHERE status = 'ok' AND last_error IS NULL`); n != 1 {
-		t.Error("a successful test did not mend the destination")
+	if n := count(t, f.pool, `SELECT count(*) FROM notify_destinations WHERE status = 'ok' AND last_error IS NULL AND updated_at > created_at`); n != 1 {
+		t.Error("a successful test did not mend the destination (and move its updated_at)")
 	}
 
 	tester.status = 403
@@ -411,7 +425,7 @@ func TestNotifyRulesLifecycle(t *testing.T) {
 	if !strings.Contains(r.body, `"apps":null`) {
 		t.Errorf("apps not null: %s", r.body)
 	}
-	rules, err := loadRules(context.Background(), f.pool, "review")
+	rules, err := loadRules(context.Background(), f.pool, "review", nil)
 	if err != nil || len(rules) != 1 || rules[0].Backfill != 0 || rules[0].MaxPerHour != 20 || rules[0].Filter.Sentiment[0] != "NEGATIVE" {
 		t.Fatalf("stored rules %+v (%v)", rules, err)
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,7 +33,7 @@ type messageSender interface {
 
 type notifyDeliveryConfig struct {
 	Workers int           // concurrent sends of this server
-	GiveUp  time.Duration // NOTIFY_GIVE_UP: a message still unsent this long after it was decided is failed
+	GiveUp  time.Duration // NOTIFY_GIVE_UP: a message still unsent this long after it was decided (or retried) is failed
 	Poll    time.Duration // wait when nothing is due
 	Clock   clock
 	// Backoff is the wait before the first retry; it doubles with each
@@ -51,7 +53,6 @@ const (
 	notifyRetryBackoff    = 5 * time.Second
 	notifyRetryMaxBackoff = 10 * time.Minute
 	notifyGaugesEvery     = 15 * time.Second
-	notifyErrorBytes      = 200 // last_error, as the API shows it
 	notifyThrottleNote    = "held back by max_per_hour"
 )
 
@@ -146,7 +147,8 @@ type claimedRow struct {
 	Payload                   notifyPayload
 	Attempts                  int
 	LastError                 string
-	EventAt, CreatedAt        time.Time
+	EventAt                   time.Time
+	GiveUpFrom                time.Time // created_at, or the last notify retry
 	SourceAt                  *time.Time
 	MaxPerHour                int
 }
@@ -155,7 +157,7 @@ type claimedRow struct {
 // broken (a broken destination's rows wait, unclaimed, until the API sets
 // it ok again). A row folded into a digest is sent by its digest.
 const notifyClaimSQL = `SELECT n.id, n.rule_id, n.destination_id, n.event, n.event_key, n.payload, n.attempts, coalesce(n.last_error, ''),
-	n.event_at, n.created_at, n.source_at, r.max_per_hour
+	n.event_at, coalesce(n.retry_from, n.created_at), n.source_at, r.max_per_hour
 FROM notifications n
 JOIN notify_destinations d ON d.id = n.destination_id AND d.status = 'ok'
 JOIN notify_rules r ON r.id = n.rule_id
@@ -196,7 +198,7 @@ func (nd *notifyDelivery) tryDeliver(ctx, sendCtx context.Context, busy []int64)
 	var r claimedRow
 	var payload []byte
 	err = tx.QueryRow(ctx, notifyClaimSQL, now, busy).Scan(&r.ID, &r.RuleID, &r.DestinationID, &r.Event, &r.EventKey, &payload, &r.Attempts,
-		&r.LastError, &r.EventAt, &r.CreatedAt, &r.SourceAt, &r.MaxPerHour)
+		&r.LastError, &r.EventAt, &r.GiveUpFrom, &r.SourceAt, &r.MaxPerHour)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, 0, nil
 	}
@@ -229,7 +231,7 @@ func (nd *notifyDelivery) tryDeliver(ctx, sendCtx context.Context, busy []int64)
 		// then: nothing more is tried for it.
 		return true, 0, nil
 	}
-	if r.MaxPerHour > 0 && r.Event != "digest" {
+	if r.MaxPerHour > 0 {
 		held, err := nd.throttle(ctx, tx, r, now)
 		if err != nil || held {
 			return true, 0, err
@@ -298,7 +300,7 @@ func (nd *notifyDelivery) record(ctx context.Context, tx pgx.Tx, r claimedRow, d
 		}
 		return nil
 	}
-	if now.Sub(r.CreatedAt) >= nd.cfg.GiveUp {
+	if now.Sub(r.GiveUpFrom) >= nd.cfg.GiveUp {
 		log.Warn("notification failed: undelivered for NOTIFY_GIVE_UP")
 		return nd.finish(ctx, tx, r, "failed", now, msg)
 	}
@@ -310,7 +312,7 @@ func (nd *notifyDelivery) record(ctx context.Context, tx pgx.Tx, r claimedRow, d
 	// receiver that is down is not tried once per message and, back, gets
 	// them roughly in order. Rows other workers hold are left to them.
 	if _, err := tx.Exec(ctx, `UPDATE notifications SET next_attempt_at = $3 WHERE id IN (
-	SELECT id FROM notifications WHERE status = 'pending' AND next_attempt_at < $3 AND destination_id = $1 AND id <> $2
+	SELECT id FROM notifications WHERE status = 'pending' AND next_attempt_at < $3 AND destination_id = $1 AND id <> $2 AND digest_id IS NULL
 	FOR UPDATE SKIP LOCKED)`, d.ID, r.ID, next); err != nil {
 		return fmt.Errorf("postpone destination %d: %w", d.ID, err)
 	}
@@ -369,12 +371,13 @@ WHERE digest_id = $1 AND status = 'pending' RETURNING id, event, event_at, sourc
 
 // throttle applies the rule's max_per_hour to the claimed message r: it
 // counts the rule's messages sent to the destination over the last hour
-// (a digest is one; the messages it stands for are not counted). Past the
-// limit r and the pair's other due messages wait until the oldest of them
-// leaves the hour. Within it, what was held back goes out as one digest
-// per app; held: r is not to be sent now (it waits or was folded), and tx
-// is committed. The caller holds the destination's lock: no other send to it
-// is in flight.
+// (a digest is one, like any message; the messages it stands for are not
+// counted). Past the limit r and the pair's other due messages wait until
+// the oldest of them leaves the hour. Within it, everything of the pair that
+// was held back, of every app, goes out as one digest, itself counted when
+// it is sent; held: r is not to be sent now (it waits or was folded), and
+// tx is committed. The caller holds the destination's lock: no other send
+// to it is in flight.
 func (nd *notifyDelivery) throttle(ctx context.Context, tx pgx.Tx, r claimedRow, now time.Time) (held bool, err error) {
 	var sent int
 	var oldest *time.Time
@@ -397,28 +400,28 @@ WHERE rule_id = $1 AND destination_id = $2 AND status = 'sent' AND sent_at > $3 
 		nd.metrics.messages.WithLabelValues("throttled").Inc()
 		return true, nil
 	}
-	if r.LastError != notifyThrottleNote {
-		return false, nil // nothing was held back before r
+	if r.LastError != notifyThrottleNote || r.Event == "digest" {
+		return false, nil // nothing was held back before r, or r is a digest (held itself)
 	}
-	// The hour allows one more: every held-back message of the pair and
-	// r's app that is due goes out as one digest. A lone one goes as it is.
-	// It waits for rows other workers hold: only for the moment it takes
-	// them to find the pair's lock taken and let go.
-	pkg := r.Payload.App.PackageName
-	rows, err := tx.Query(ctx, `SELECT id, event_at FROM notifications
-WHERE status = 'pending' AND next_attempt_at <= $3 AND rule_id = $1 AND destination_id = $2 AND digest_id IS NULL AND id <> $5
-	AND last_error = $6 AND payload->'app'->>'package_name' = $4
-ORDER BY id FOR UPDATE`, r.RuleID, r.DestinationID, now, pkg, r.ID, notifyThrottleNote)
+	// The hour allows one more: every held-back message of the pair that is
+	// due goes out as one digest. A lone one goes as it is. It waits for
+	// rows other workers hold: only for the moment it takes them to find the
+	// pair's lock taken and let go.
+	rows, err := tx.Query(ctx, `SELECT id, event_at, coalesce(payload->'app', '{}') FROM notifications
+WHERE status = 'pending' AND next_attempt_at <= $3 AND rule_id = $1 AND destination_id = $2 AND digest_id IS NULL AND id <> $4
+	AND last_error = $5 AND event <> 'digest'
+ORDER BY id FOR UPDATE`, r.RuleID, r.DestinationID, now, r.ID, notifyThrottleNote)
 	if err != nil {
 		return false, fmt.Errorf("collect the digest of rule %d: %w", r.RuleID, err)
 	}
 	type heldRow struct {
-		id int64
-		at time.Time
+		id  int64
+		at  time.Time
+		app payloadApp
 	}
 	others, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (heldRow, error) {
 		var h heldRow
-		return h, row.Scan(&h.id, &h.at)
+		return h, row.Scan(&h.id, &h.at, &h.app)
 	})
 	if err != nil {
 		return false, fmt.Errorf("collect the digest of rule %d: %w", r.RuleID, err)
@@ -428,15 +431,26 @@ ORDER BY id FOR UPDATE`, r.RuleID, r.DestinationID, now, pkg, r.ID, notifyThrott
 	}
 	ids := []int64{r.ID}
 	first, eventAt := r.ID, r.EventAt
+	apps := []payloadDigestApp{{PackageName: r.Payload.App.PackageName, DisplayName: r.Payload.App.DisplayName, Count: 1}}
 	for _, h := range others {
 		ids = append(ids, h.id)
 		first = min(first, h.id)
 		if h.at.Before(eventAt) {
 			eventAt = h.at
 		}
+		if i := slices.IndexFunc(apps, func(a payloadDigestApp) bool { return a.PackageName == h.app.PackageName }); i >= 0 {
+			apps[i].Count++
+		} else {
+			apps = append(apps, payloadDigestApp{PackageName: h.app.PackageName, DisplayName: h.app.DisplayName, Count: 1})
+		}
 	}
-	p := notifyPayload{Event: "digest", App: r.Payload.App, Digest: &payloadDigest{Count: len(ids), Of: r.Event},
-		Links: payloadLinks{Play: playURL(r.Payload.App.PackageName, r.Payload.App.Lang, ""), StatusPage: r.Payload.Links.StatusPage}}
+	p := notifyPayload{Event: "digest", Digest: &payloadDigest{Count: len(ids), Of: r.Event, Apps: apps}}
+	if len(apps) == 1 {
+		p.App = r.Payload.App
+		p.Links = payloadLinks{Play: playURL(r.Payload.App.PackageName, r.Payload.App.Lang, ""), StatusPage: r.Payload.Links.StatusPage}
+	} else if base, _, ok := strings.Cut(r.Payload.Links.StatusPage, "/apps/"); ok {
+		p.Links.StatusPage = base + "/" // the overview: several apps
+	}
 	body, err := json.Marshal(p)
 	if err != nil {
 		return false, fmt.Errorf("digest payload: %w", err)
@@ -454,7 +468,7 @@ VALUES ($1, $2, 'digest', $3, $4, $5, $6) RETURNING id`, r.RuleID, r.Destination
 	if err := tx.Commit(ctx); err != nil {
 		return false, fmt.Errorf("commit digest %d: %w", digest, err)
 	}
-	nd.logger.Info("notify digest made of messages held back by max_per_hour", "rule", r.RuleID, "destination", r.DestinationID, "digest", digest, "count", len(ids))
+	nd.logger.Info("notify digest made of messages held back by max_per_hour", "rule", r.RuleID, "destination", r.DestinationID, "digest", digest, "count", len(ids), "apps", len(apps))
 	return true, nil
 }
 
@@ -464,7 +478,7 @@ func (nd *notifyDelivery) giveUpStale(ctx context.Context) error {
 	var n int64
 	err := nd.pool.QueryRow(ctx, `WITH gone AS (
 	UPDATE notifications SET status = 'failed', last_error = coalesce(last_error, 'not delivered within NOTIFY_GIVE_UP')
-	WHERE id IN (SELECT id FROM notifications WHERE status = 'pending' AND created_at <= $1 AND digest_id IS NULL FOR UPDATE SKIP LOCKED)
+	WHERE id IN (SELECT id FROM notifications WHERE status = 'pending' AND coalesce(retry_from, created_at) <= $1 AND digest_id IS NULL FOR UPDATE SKIP LOCKED)
 	RETURNING id), folded AS (
 	UPDATE notifications SET status = 'failed', last_error = coalesce(last_error, 'not delivered within NOTIFY_GIVE_UP')
 	WHERE status = 'pending' AND digest_id IN (SELECT id FROM gone) RETURNING id)
@@ -480,12 +494,12 @@ SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM folded)`, nd.cfg.Cloc
 }
 
 // refreshGauges counts pending (the due index) and failed messages and the
-// broken destinations.
+// broken destinations; a digest is one message, the rows folded into it none.
 func (nd *notifyDelivery) refreshGauges(ctx context.Context) error {
 	var pending, failed, broken int64
 	if err := nd.pool.QueryRow(ctx, `SELECT
-	(SELECT count(*) FROM notifications WHERE status = 'pending'),
-	(SELECT count(*) FROM notifications WHERE status = 'failed'),
+	(SELECT count(*) FROM notifications WHERE status = 'pending' AND digest_id IS NULL),
+	(SELECT count(*) FROM notifications WHERE status = 'failed' AND digest_id IS NULL),
 	(SELECT count(*) FROM notify_destinations WHERE status = 'broken')`).Scan(&pending, &failed, &broken); err != nil {
 		return fmt.Errorf("count notifications: %w", err)
 	}

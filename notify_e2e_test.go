@@ -253,14 +253,34 @@ func (e *notifyE2E) waitDelivered(want []string) {
 // Reviews crawled → stored → scored → one message per new 1–2★ review at
 // the webhook, Slack and Telegram; none of the history the first crawl
 // read, none for the other app's rule; the receiver that answers 410 is a
-// broken destination, on /metrics too; a graceful restart while messages
-// go out repeats none.
+// broken destination. The smoke version of TestFaultNotifyEndToEndRestart.
 func TestNotifyEndToEnd(t *testing.T) {
 	e := startNotifyE2E(t)
-	time.Sleep(2 * time.Second) // what the decider would make of the history
-	if n := count(t, e.a.pool, `SELECT count(*) FROM notifications`); n != 0 {
-		t.Fatalf("%d messages decided for the first crawl's reviews (history), want none", n)
+	want := notifyE2EFirstRound(t, e)
+	m := scrapeMetrics(t, e.a.base)
+	for sample, v := range map[string]float64{
+		`playwatch_notify_messages_total{status="sent"}`:   float64(3 * len(want)),
+		`playwatch_notify_messages_total{status="broken"}`: 1,
+		`playwatch_notify_messages_total{status="failed"}`: 0,
+		`playwatch_notify_delivery_seconds_count`:          float64(3 * len(want)),
+		`playwatch_notify_review_age_seconds_count`:        float64(3 * len(want)),
+	} {
+		if m[sample] != v {
+			t.Errorf("%s = %v, want %v", sample, m[sample], v)
+		}
 	}
+	if err := e.a.stop(); err != nil {
+		t.Fatalf("run: %v\n%s", err, e.a.logs)
+	}
+}
+
+// notifyE2EFirstRound: ten new reviews delivered once each, and nothing of
+// the first crawl's history; the 410 receiver is broken. It returns
+// the review ids delivered.
+func notifyE2EFirstRound(t *testing.T, e *notifyE2E) []string {
+	t.Helper()
+	// Nothing for the history: waitDelivered checks that each destination
+	// got the new reviews and nothing else.
 	want := e.addReviews(10)
 	e.crawl()
 	e.waitDelivered(want)
@@ -274,22 +294,23 @@ func TestNotifyEndToEnd(t *testing.T) {
 	if n := len(e.gone.messages()); n != 1 {
 		t.Fatalf("the 410 receiver got %d requests, want 1: nothing more once broken", n)
 	}
+	return want
+}
+
+// TestNotifyEndToEnd, and then: the broken destination on /metrics (its
+// gauge is counted every 15 s), and a graceful restart while messages go
+// out repeats none.
+func TestFaultNotifyEndToEndRestart(t *testing.T) {
+	requireFaultSuite(t)
+	e := startNotifyE2E(t)
+	time.Sleep(2 * time.Second) // what the decider would make of the history
+	if n := count(t, e.a.pool, `SELECT count(*) FROM notifications`); n != 0 {
+		t.Fatalf("%d messages decided for the first crawl's reviews (history), want none", n)
+	}
+	want := notifyE2EFirstRound(t, e)
 	waitFor(t, 20*time.Second, "the broken destination on /metrics", func() bool {
 		return scrapeMetric(t, e.a.base, "playwatch_notify_destinations_broken", "") == 1
 	})
-	m := scrapeMetrics(t, e.a.base)
-	for sample, v := range map[string]float64{
-		`playwatch_notify_messages_total{status="sent"}`:   float64(3 * len(want)),
-		`playwatch_notify_messages_total{status="broken"}`: 1,
-		`playwatch_notify_messages_total{status="failed"}`: 0,
-		`playwatch_notify_delivery_seconds_count`:          float64(3 * len(want)),
-		`playwatch_notify_review_age_seconds_count`:        float64(3 * len(want)),
-	} {
-		if m[sample] != v {
-			t.Errorf("%s = %v, want %v", sample, m[sample], v)
-		}
-	}
-
 	// A graceful restart as soon as the next messages start going out.
 	want = append(want, e.addReviews(10)...)
 	before := e.hook.okCount()

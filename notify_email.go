@@ -18,6 +18,9 @@ import (
 	"time"
 )
 
+// smtpDefaultPorts is the port of each tls mode when smtp_port is not set.
+var smtpDefaultPorts = map[string]int{"starttls": 587, "implicit": 465, "none": 25}
+
 // sendEmail sends one message over SMTP: tls starttls (port 587 by
 // default), implicit (465) or none (25; only to a mail server on
 // loopback, so nothing crosses a network in clear), AUTH PLAIN when a
@@ -41,7 +44,7 @@ func (s *notifySender) sendEmail(ctx context.Context, d destination, deliveryID 
 	}
 	port := c.SMTPPort
 	if port == 0 {
-		port = map[string]int{"starttls": 587, "implicit": 465, "none": 25}[c.TLS]
+		port = smtpDefaultPorts[c.TLS]
 	}
 	if c.SMTPHost == "" || port == 0 {
 		return sendResult{Permanent: true, Err: fmt.Errorf("email destination: smtp_host %q, smtp_port %d, tls %q", c.SMTPHost, c.SMTPPort, c.TLS)}

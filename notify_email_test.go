@@ -194,7 +194,7 @@ func TestNotifyEmailStartTLS(t *testing.T) {
 	for _, want := range []string{
 		"Sentiment: negative · language: fa", "App version: 11.2.0",
 		rlm + rli + p.Review.Text + pdi, "Developer reply:\n" + rlm + rli + p.Review.ReplyText + pdi,
-		"Google Play: " + p.Links.Play, "Status page: " + p.Links.StatusPage,
+		"Google Play: " + p.Review.URL, "Status page: " + p.Links.StatusPage,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("text/plain lacks %q:\n%s", want, text)

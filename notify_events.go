@@ -151,7 +151,7 @@ func (d *notifyDecider) runOnce(ctx context.Context) (int, error) {
 	if !locked {
 		return 0, nil
 	}
-	rules, err := d.loadRules(ctx, tx)
+	rules, err := loadRules(ctx, tx, "", d.skipBadRule)
 	if err != nil {
 		return 0, err
 	}
@@ -194,30 +194,12 @@ func (d *notifyDecider) runOnce(ctx context.Context) (int, error) {
 	return total, nil
 }
 
-// loadRules reads every rule; one whose filter cannot be read is logged
-// and skipped, so it does not stop the others.
-func (d *notifyDecider) loadRules(ctx context.Context, tx pgx.Tx) ([]notifyRule, error) {
-	rows, err := tx.Query(ctx, `SELECT `+ruleColumns+` FROM notify_rules r ORDER BY r.id`)
-	if err != nil {
-		return nil, fmt.Errorf("notify decide: rules: %w", err)
+// skipBadRule logs a rule that cannot be read, once, not every second.
+func (d *notifyDecider) skipBadRule(err error) {
+	if !d.badRules[err.Error()] {
+		d.badRules[err.Error()] = true
+		d.logger.Error("notify rule skipped: it cannot be read", "err", err)
 	}
-	defer rows.Close()
-	var rules []notifyRule
-	for rows.Next() {
-		r, err := scanRule(rows)
-		if err != nil {
-			if !d.badRules[err.Error()] { // once, not every second
-				d.badRules[err.Error()] = true
-				d.logger.Error("notify rule skipped: it cannot be read", "err", err)
-			}
-			continue
-		}
-		rules = append(rules, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("notify decide: rules: %w", err)
-	}
-	return rules, nil
 }
 
 // insertOutbox inserts the rows not there yet (NOT EXISTS first, so that a
@@ -272,19 +254,6 @@ func fanOut(r notifyRule, key string, p notifyPayload, eventAt time.Time, source
 
 // ruleStart is the earliest time of an event the rule fires for.
 func ruleStart(r notifyRule) time.Time { return r.CreatedAt.Add(-r.Backfill) }
-
-// ruleHasApp says whether the rule covers pkg (nil apps: every active app).
-func ruleHasApp(r notifyRule, pkg string) bool {
-	if r.Apps == nil {
-		return true
-	}
-	for _, a := range r.Apps {
-		if a == pkg {
-			return true
-		}
-	}
-	return false
-}
 
 // notifyApp is what an event says of its app.
 type notifyApp struct {

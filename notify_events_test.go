@@ -427,6 +427,10 @@ func TestNotifyRatingDrop(t *testing.T) {
 	late := f.rule("rating_drop", `{}`, "0", nil, t0.Add(-5*time.Minute)) // created after the drop began
 	strict := f.rule("rating_drop", `{"min_drop": 0.2, "window": "1d"}`, "0", nil, t0.Add(-time.Hour))
 	f.stats(app, t0.Add(-10*time.Minute), 4.4, "1.0")
+	if n := f.runOnce(); n != 0 {
+		t.Fatalf("a drop of 10 min inserted %d rows, want none before it held 15 min (PlaywatchRatingDrop's for)", n)
+	}
+	f.clk.Advance(5 * time.Minute)
 	if n := f.runOnce(); n != 1 {
 		t.Fatalf("inserted %d rows, want 1", n)
 	}
@@ -437,7 +441,7 @@ func TestNotifyRatingDrop(t *testing.T) {
 	}
 	a := rows[0].Payload.Alert
 	if a == nil || a.Kind != "rating_drop" || a.Value != "4.40" || a.Previous != "4.50" || !a.StartedAt.Equal(t0.Add(-10*time.Minute)) ||
-		a.EndedAt != nil || a.Summary != "com.example.rating: rating down 0.10 in 24 h" || rows[0].SourceAt != nil {
+		a.EndedAt != nil || a.Summary != "com.example.rating: rating down 0.10 in 24h" || rows[0].SourceAt != nil {
 		t.Errorf("alert %+v", a)
 	}
 	if len(f.outbox(late)) != 0 || len(f.outbox(strict)) != 0 {
@@ -455,6 +459,10 @@ func TestNotifyRatingDrop(t *testing.T) {
 	f.runOnce()
 	f.clk.Advance(time.Minute)
 	f.stats(app, t0.Add(3*time.Minute), 4.2, "1.0")
+	if n := f.runOnce(); n != 0 {
+		t.Fatalf("a new drop inserted %d rows at once, want none for 15 min", n)
+	}
+	f.clk.Advance(10 * time.Minute) // 15 min since the crawl that showed it
 	if n := f.runOnce(); n != 3 {
 		t.Fatalf("a new drop inserted %d rows, want 3 (every rule: it started after each)", n)
 	}
@@ -539,8 +547,12 @@ func TestNotifyCrawlFailing(t *testing.T) {
 		t.Errorf("not_found row %+v", rows[0])
 	}
 	outcome(app, "reviews", t0, "throttled", 429, "rate limited")
-	if n := next(); n != 1 {
-		t.Fatalf("the second failure inserted %d rows, want 1", n)
+	if n := next(); n != 0 {
+		t.Fatalf("the second failure inserted %d rows at once, want none for 10 min (PlaywatchAppNotCrawled's for)", n)
+	}
+	f.clk.Advance(10 * time.Minute)
+	if n := f.runOnce(); n != 1 {
+		t.Fatalf("the second failure, 10 min on, inserted %d rows, want 1", n)
 	}
 	rows = f.outbox(rule)
 	start := rows[1]

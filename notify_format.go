@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"html"
 	"strings"
@@ -115,14 +116,25 @@ func buildNotifyMessage(p notifyPayload) notifyMessage {
 		m.Title = "playwatch test message"
 		m.Text = "This destination works: playwatch can deliver notifications to it."
 	case p.Event == "digest" && p.Digest != nil:
-		m.Title = fmt.Sprintf("and %d more %s of %s in the last hour", p.Digest.Count, digestNoun(p.Digest.Of, p.Digest.Count), appLabel)
+		of := appLabel
+		if len(p.Digest.Apps) > 1 {
+			of = fmt.Sprintf("%d apps", len(p.Digest.Apps))
+		}
+		m.Title = fmt.Sprintf("and %d more %s of %s in the last hour", p.Digest.Count, digestNoun(p.Digest.Of, p.Digest.Count), of)
 		m.Facts = []string{"The rule's max_per_hour held these back; this digest stands for them."}
+		if len(p.Digest.Apps) > 1 {
+			counts := make([]string, len(p.Digest.Apps))
+			for i, a := range p.Digest.Apps {
+				counts[i] = fmt.Sprintf("%s: %d", bidiInline(cmp.Or(a.DisplayName, a.PackageName)), a.Count)
+			}
+			m.Facts = append(m.Facts, strings.Join(counts, " · "))
+		}
 		link("Status page", p.Links.StatusPage)
 		link("Google Play", p.Links.Play)
 	case p.Review != nil:
 		r := p.Review
 		m.Title = fmt.Sprintf("New %d★ review of %s", r.Stars, appLabel)
-		sentiment := r.Sentiment
+		sentiment := sentimentLabel(r.Sentiment)
 		if sentiment == "" {
 			sentiment = "not labelled"
 		}
@@ -147,7 +159,8 @@ func buildNotifyMessage(p notifyPayload) notifyMessage {
 		m.Facts = append(m.Facts, by)
 		m.Text = r.Text
 		m.Reply = r.ReplyText
-		link("Google Play", p.Links.Play)
+		// The review itself; the app's page when the payload has no review URL.
+		link("Google Play", cmp.Or(r.URL, p.Links.Play))
 		link("Status page", p.Links.StatusPage)
 	case p.Alert != nil:
 		a := p.Alert
@@ -175,6 +188,9 @@ func buildNotifyMessage(p notifyPayload) notifyMessage {
 	}
 	return m
 }
+
+// sentimentLabel is a stored label (NEGATIVE) as a person reads it (negative).
+func sentimentLabel(s string) string { return strings.ToLower(s) }
 
 func alertTitle(a *payloadAlert) string {
 	switch a.Kind {
@@ -274,10 +290,12 @@ func renderLines(lines []string, esc func(string) string) string {
 	return strings.Join(out, "\n")
 }
 
-// Slack: mrkdwn needs &, < and > escaped (they delimit links and mentions);
-// the review text and reply go in plain_text blocks, which Slack shows as
-// written, so "*" or "<!channel>" in a review is just text.
-func slackEscape(s string) string {
+// escapeMarkup escapes &, < and >: Slack's mrkdwn needs it (they delimit
+// links and mentions; the review text and reply go in plain_text blocks,
+// which Slack shows as written, so "*" or "<!channel>" in a review is just
+// text), and so does Telegram's HTML parse mode, which knows only &lt; &gt;
+// &amp; &quot;.
+func escapeMarkup(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
 }
 
@@ -300,11 +318,11 @@ type slackBody struct {
 }
 
 func renderSlack(m notifyMessage) slackBody {
-	head := "*" + slackEscape(m.Title) + "*"
+	head := "*" + escapeMarkup(m.Title) + "*"
 	if len(m.Facts) > 0 {
-		head += "\n" + renderLines(m.Facts, slackEscape)
+		head += "\n" + renderLines(m.Facts, escapeMarkup)
 	}
-	b := slackBody{Text: renderText(m.Title, slackBlockLimit, slackEscape)}
+	b := slackBody{Text: renderText(m.Title, slackBlockLimit, escapeMarkup)}
 	b.Blocks = append(b.Blocks, slackBlock{Type: "section", Text: &slackText{"mrkdwn", renderText(head, slackBlockLimit, plainText)}})
 	if m.Text != "" {
 		b.Blocks = append(b.Blocks, slackBlock{Type: "section", Text: &slackText{"plain_text", renderText(m.Text, slackBlockLimit, plainText)}})
@@ -315,7 +333,7 @@ func renderSlack(m notifyMessage) slackBody {
 	if len(m.Links) > 0 {
 		var links []string
 		for _, l := range m.Links {
-			links = append(links, "<"+slackEscape(l.URL)+"|"+slackEscape(l.Label)+">")
+			links = append(links, "<"+escapeMarkup(l.URL)+"|"+escapeMarkup(l.Label)+">")
 		}
 		b.Blocks = append(b.Blocks, slackBlock{Type: "context", Elements: []slackText{{"mrkdwn", strings.Join(links, " · ")}}})
 	}
@@ -401,22 +419,16 @@ func messageColor(p notifyPayload) int {
 	return 0xECB22E
 }
 
-// Telegram's HTML parse mode knows only &lt; &gt; &amp; &quot;; user text
-// has its <, > and & escaped.
-func telegramEscape(s string) string {
-	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
-}
-
 // renderTelegram is the whole message, at most 4096 UTF-16 units of
 // markup (the visible text Telegram counts is shorter still).
 func renderTelegram(m notifyMessage) string {
 	var links []string
 	for _, l := range m.Links {
-		links = append(links, `<a href="`+html.EscapeString(l.URL)+`">`+telegramEscape(l.Label)+`</a>`)
+		links = append(links, `<a href="`+html.EscapeString(l.URL)+`">`+escapeMarkup(l.Label)+`</a>`)
 	}
-	head := "<b>" + telegramEscape(m.Title) + "</b>"
+	head := "<b>" + escapeMarkup(m.Title) + "</b>"
 	if len(m.Facts) > 0 {
-		head += "\n" + renderLines(m.Facts, telegramEscape)
+		head += "\n" + renderLines(m.Facts, escapeMarkup)
 	}
 	tail := ""
 	if len(links) > 0 {
@@ -425,12 +437,12 @@ func renderTelegram(m notifyMessage) string {
 	left := telegramTextLimit - utf16Len(head) - utf16Len(tail)
 	reply := ""
 	if m.Reply != "" {
-		reply = "\n\n<i>Developer reply:</i>\n" + renderText(m.Reply, min(1000, left-40), telegramEscape)
+		reply = "\n\n<i>Developer reply:</i>\n" + renderText(m.Reply, min(1000, left-40), escapeMarkup)
 		left -= utf16Len(reply)
 	}
 	text := ""
 	if m.Text != "" {
-		text = "\n\n" + renderText(m.Text, left-2, telegramEscape)
+		text = "\n\n" + renderText(m.Text, left-2, escapeMarkup)
 	}
 	return head + text + reply + tail
 }

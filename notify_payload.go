@@ -50,10 +50,19 @@ type payloadAlert struct {
 	EndedAt   *time.Time `json:"ended_at"`
 }
 
-// payloadDigest stands for the messages a rule's max_per_hour held back.
+// payloadDigest stands for the messages a rule's max_per_hour held back
+// from one destination, of every app of the rule: apps counts them per app
+// (the payload's app is set when there is one).
 type payloadDigest struct {
-	Count int    `json:"count"`
-	Of    string `json:"of"` // the event of the messages it stands for
+	Count int                `json:"count"`
+	Of    string             `json:"of"` // the event of the messages it stands for
+	Apps  []payloadDigestApp `json:"apps"`
+}
+
+type payloadDigestApp struct {
+	PackageName string `json:"package_name"`
+	DisplayName string `json:"display_name"`
+	Count       int    `json:"count"`
 }
 
 type payloadLinks struct {

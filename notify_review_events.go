@@ -51,8 +51,9 @@ type reviewCandidate struct {
 }
 
 // The candidates: active apps only, and never a review of the app's first
-// stored crawl (its whole history) or older: its at must be after the first
-// app_stats row's crawled_at.
+// stored crawl (its whole history) or older: its at must be after that
+// crawl, the earlier of the app's first app_stats row and its first stored
+// review (an app whose listing was never stored still has a first crawl).
 const reviewCandidatesSQL = `SELECT a.id, a.package_name, coalesce(nullif(a.display_name, ''), a.package_name), a.is_iranian_app,
 	r.review_id, coalesce(r.user_name, ''), coalesce(r.score, 0)::int, coalesce(r.content, ''), r.at, coalesce(r.app_version, ''),
 	coalesce(r.reply_content, ''), r.replied_at, r.first_seen_at, r.last_synced_at,
@@ -60,7 +61,8 @@ const reviewCandidatesSQL = `SELECT a.id, a.package_name, coalesce(nullif(a.disp
 	coalesce(r.sentiment, ''), coalesce(r.text_lang, ''), encode(reviews_sentiment_input(r.score, r.content), 'hex')
 FROM reviews r JOIN apps_registry_application a ON a.id = r.application_id
 WHERE a.is_active AND r.at > $3
-  AND r.at > (SELECT min(s.crawled_at) FROM app_stats s WHERE s.application_id = r.application_id)
+  AND r.at > least((SELECT min(s.crawled_at) FROM app_stats s WHERE s.application_id = r.application_id),
+	(SELECT min(f.first_seen_at) FROM reviews f WHERE f.application_id = r.application_id))
   AND ($4::text[] IS NULL OR a.package_name = ANY($4))
   AND `
 
@@ -111,31 +113,44 @@ func (d *notifyDecider) decideReviews(ctx context.Context, tx pgx.Tx, rules []no
 	return out, nil
 }
 
-// backfillReviews reads, once per version of a rule (its updated_at), every
-// review since the rule's start: what was stored before the rule (its
-// backfill) or between its creation and this pass.
+// backfillReviews reads, once per version of a rule (its updated_at), the
+// reviews a pass may not have matched it against: for a new rule, every
+// review since its start (what was stored before it, its backfill, or
+// between its creation and this pass); for an edited one, only those since
+// the edit less its backfill, so that a rename, or a destination added to a
+// months-old rule, does not send months of reviews again.
 func (d *notifyDecider) backfillReviews(ctx context.Context, tx pgx.Tx, rules []notifyRule, now time.Time) ([]outboxRow, error) {
 	ids := make([]int64, len(rules))
 	for i, r := range rules {
 		ids[i] = r.ID
 	}
-	rows, err := tx.Query(ctx, `SELECT u.id FROM unnest($1::bigint[]) AS u(id)
+	// edited: the rule was scanned before, at another version.
+	type scan struct {
+		ID     int64
+		Edited bool
+	}
+	rows, err := tx.Query(ctx, `SELECT u.id, s.rule_id IS NOT NULL FROM unnest($1::bigint[]) AS u(id)
 LEFT JOIN notify_rule_scans s ON s.rule_id = u.id
 JOIN notify_rules r ON r.id = u.id
 WHERE s.rule_updated_at IS DISTINCT FROM r.updated_at`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("notify decide: rule scans: %w", err)
 	}
-	todo, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	todo, err := pgx.CollectRows(rows, pgx.RowToStructByPos[scan])
 	if err != nil {
 		return nil, fmt.Errorf("notify decide: rule scans: %w", err)
 	}
 	var out []outboxRow
 	for _, r := range rules {
-		if !slices.Contains(todo, r.ID) {
+		i := slices.IndexFunc(todo, func(s scan) bool { return s.ID == r.ID })
+		if i < 0 {
 			continue
 		}
-		cands, err := queryReviewCandidates(ctx, tx, d.cfg.Locales, reviewCandidatesSQL+`$1::timestamptz IS NULL AND $2::timestamptz IS NULL`, nil, nil, ruleStart(r), r.Apps)
+		after := ruleStart(r)
+		if edit := r.UpdatedAt.Add(-r.Backfill); todo[i].Edited && edit.After(after) {
+			after = edit
+		}
+		cands, err := queryReviewCandidates(ctx, tx, d.cfg.Locales, reviewCandidatesSQL+`$1::timestamptz IS NULL AND $2::timestamptz IS NULL`, nil, nil, after, r.Apps)
 		if err != nil {
 			return nil, err
 		}
@@ -187,7 +202,7 @@ func (d *notifyDecider) matchReviews(r notifyRule, cands []*reviewCandidate, now
 	start := ruleStart(r)
 	var out []outboxRow
 	for _, c := range cands {
-		if !ruleHasApp(r, c.App.PackageName) || !c.At.After(start) {
+		if (r.Apps != nil && !slices.Contains(r.Apps, c.App.PackageName)) || !c.At.After(start) {
 			continue
 		}
 		label, lang, fromStars := c.Sentiment, c.TextLang, false

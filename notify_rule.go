@@ -59,14 +59,28 @@ func scanRule(row pgx.CollectableRow) (notifyRule, error) {
 	return r, nil
 }
 
-// loadRules reads the rules of one event ("" for all), in id order.
-func loadRules(ctx context.Context, q querier, event string) ([]notifyRule, error) {
+// loadRules reads the rules of one event ("" for all), in id order. With
+// skip, a rule that cannot be read is given to it and left out, so that it
+// does not stop the others; without, it is an error.
+func loadRules(ctx context.Context, q querier, event string, skip func(error)) ([]notifyRule, error) {
 	rows, err := q.Query(ctx, `SELECT `+ruleColumns+` FROM notify_rules r WHERE $1 = '' OR r.event = $1 ORDER BY r.id`, event)
 	if err != nil {
 		return nil, fmt.Errorf("load rules: %w", err)
 	}
-	rules, err := pgx.CollectRows(rows, scanRule)
-	if err != nil {
+	defer rows.Close()
+	var rules []notifyRule
+	for rows.Next() {
+		r, err := scanRule(rows)
+		if err != nil && skip != nil {
+			skip(err)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("load rules: %w", err)
+		}
+		rules = append(rules, r)
+	}
+	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("load rules: %w", err)
 	}
 	return rules, nil

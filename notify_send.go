@@ -19,7 +19,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // sendResult is what one attempt to deliver a message came to.
@@ -47,8 +46,10 @@ func isPrivateAddr(ip netip.Addr) bool {
 // error after this, not a hang).
 const notifyTimeout = 15 * time.Second
 
-// notifyAnswerLimit is how much of a receiver's answer an error keeps.
-const notifyAnswerLimit = 200
+// notifyErrorBytes is how much of a receiver's answer an error keeps, as
+// notifications.last_error, a destination's last_error and a test's answer
+// show it.
+const notifyErrorBytes = 200
 
 // notifySenderConfig is what the sender needs from Config.
 type notifySenderConfig struct {
@@ -114,7 +115,7 @@ func (s *notifySender) Send(ctx context.Context, d destination, deliveryID strin
 	}
 	if r.Err != nil {
 		// Whatever the receiver or the network said, no secret of d leaves.
-		r.Err = errors.New(cutBytes(scrubSecrets(r.Err.Error(), d), notifyAnswerLimit))
+		r.Err = errors.New(scrubSecrets(r.Err.Error(), d))
 	}
 	s.logger.Debug("notify send", "destination", d.ID, "type", d.Type, "delivery", deliveryID,
 		"http_status", r.HTTPStatus, "permanent", r.Permanent, "retry_after", r.RetryAfter,
@@ -137,35 +138,25 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// scrubSecrets replaces every secret of d in s: the webhook secret, the
-// bot token, the password, and the path of a Slack or Discord URL (the
-// credential), however an error came to quote them.
+// scrubSecrets is what is kept and shown of a failure: every secret of d
+// masked, however an error came to quote it (the webhook secret, the bot
+// token, the password; a Slack or Discord URL keeps its scheme and host,
+// its path is the credential), cut to notifyErrorBytes of whole characters.
 func scrubSecrets(s string, d destination) string {
 	c := d.Config
-	secrets := []string{c.Secret, c.BotToken, c.Password}
 	if urlIsSecret(d.Type) && c.URL != "" {
-		secrets = append(secrets, c.URL)
+		s = strings.ReplaceAll(s, c.URL, maskURL(c.URL))
 		if u, err := url.Parse(c.URL); err == nil && len(u.Path) > 1 {
-			secrets = append(secrets, u.EscapedPath(), u.Path)
+			s = strings.ReplaceAll(s, u.EscapedPath(), "/****")
+			s = strings.ReplaceAll(s, u.Path, "/****")
 		}
 	}
-	for _, sec := range secrets {
+	for _, sec := range []string{c.Secret, c.BotToken, c.Password} {
 		if len(sec) >= 4 {
-			s = strings.ReplaceAll(s, sec, "********")
+			s = strings.ReplaceAll(s, sec, maskedSecret)
 		}
 	}
-	return s
-}
-
-// cutBytes cuts s to at most n bytes without splitting a UTF-8 sequence.
-func cutBytes(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
+	return cutBytes(s, notifyErrorBytes)
 }
 
 var errBadReceiverURL = errors.New("the receiver URL is not an http(s) URL with a host")

@@ -91,11 +91,13 @@ func testReviewPayload() notifyPayload {
 			ReviewID: "gp:AOqpTOE1", UserName: "علی", Stars: 1,
 			Text:       "برنامه <بد> & کند است",
 			At:         at,
-			AppVersion: "11.2.0", Sentiment: "negative", TextLang: "fa",
+			AppVersion: "11.2.0", Sentiment: "NEGATIVE", TextLang: "fa",
 			ReplyText: "ممنون، درست می‌کنیم", RepliedAt: &at,
+			// As the decider writes them: the review's URL here, the app's in Links.
+			URL: "https://play.google.com/store/apps/details?id=org.telegram.messenger&reviewId=gp:AOqpTOE1&hl=fa",
 		},
 		Links: payloadLinks{
-			Play:       "https://play.google.com/store/apps/details?id=org.telegram.messenger&reviewId=gp:AOqpTOE1&hl=fa",
+			Play:       "https://play.google.com/store/apps/details?id=org.telegram.messenger&hl=fa",
 			StatusPage: "https://playwatch.example.com/apps/org.telegram.messenger",
 		},
 	}
@@ -251,7 +253,7 @@ func TestNotifySlackAnswers(t *testing.T) {
 	if reply.Text.Text != "Developer reply:\n"+rlm+rli+p.Review.ReplyText+pdi {
 		t.Errorf("reply block: %q", reply.Text.Text)
 	}
-	if links.Type != "context" || links.Elements[0].Text != "<"+strings.ReplaceAll(p.Links.Play, "&", "&amp;")+"|Google Play> · <"+p.Links.StatusPage+"|Status page>" {
+	if links.Type != "context" || links.Elements[0].Text != "<"+strings.ReplaceAll(p.Review.URL, "&", "&amp;")+"|Google Play> · <"+p.Links.StatusPage+"|Status page>" {
 		t.Errorf("links: %+v", links)
 	}
 
@@ -342,7 +344,7 @@ func TestNotifyDiscordAnswers(t *testing.T) {
 		t.Errorf("content: %q", body.Content)
 	}
 	if body.AllowedMentions.Parse == nil || len(body.AllowedMentions.Parse) != 0 || len(body.Embeds) != 1 ||
-		body.Embeds[0].URL != p.Links.Play || body.Embeds[0].Color != 0xE01E5A || !strings.Contains(body.Embeds[0].Description, "[Status page]("+p.Links.StatusPage+")") {
+		body.Embeds[0].URL != p.Review.URL || body.Embeds[0].Color != 0xE01E5A || !strings.Contains(body.Embeds[0].Description, "[Status page]("+p.Links.StatusPage+")") {
 		t.Errorf("mentions/embeds: %+v", body)
 	}
 

@@ -157,16 +157,28 @@ func cmdNotifyRetry(ctx context.Context, args []string, getenv func(string) stri
 
 // runNotifyRetry puts failed notifications (ids nil: every one; else the
 // given ones, whatever their status but sent) back into the outbox, due
-// now with a fresh count of attempts, and prints how many.
+// now with a fresh count of attempts and a fresh NOTIFY_GIVE_UP (from
+// retry_from), and prints how many. A digest goes again with the rows it
+// stands for; a row of a digest retried without it goes alone.
 func runNotifyRetry(ctx context.Context, pool *pgxpool.Pool, ids []int64, stdout io.Writer) error {
-	tag, err := pool.Exec(ctx, `UPDATE notifications SET status = 'pending', next_attempt_at = now(), attempts = 0
-WHERE CASE WHEN $1::bigint[] IS NULL THEN status = 'failed' ELSE id = ANY($1) AND status <> 'sent' END`, ids)
+	var n, asked int64
+	err := pool.QueryRow(ctx, `WITH picked AS (
+	SELECT id, event FROM notifications
+	WHERE CASE WHEN $1::bigint[] IS NULL THEN status = 'failed' ELSE id = ANY($1) AND status <> 'sent' END
+), again AS (
+	UPDATE notifications n SET status = 'pending', next_attempt_at = now(), attempts = 0, retry_from = now(), last_error = NULL,
+		digest_id = CASE WHEN n.digest_id IN (SELECT id FROM picked WHERE event = 'digest') THEN n.digest_id END
+	WHERE n.id IN (SELECT id FROM picked)
+		OR (n.status <> 'sent' AND n.digest_id IN (SELECT id FROM picked WHERE event = 'digest'))
+	RETURNING n.id
+)
+SELECT (SELECT count(*) FROM again), (SELECT count(*) FROM picked)`, ids).Scan(&n, &asked)
 	if err != nil {
 		return fmt.Errorf("retry notifications: %w", err)
 	}
-	fmt.Fprintf(stdout, "%d notifications pending again\n", tag.RowsAffected())
-	if ids != nil && int(tag.RowsAffected()) < len(ids) {
-		fmt.Fprintf(stdout, "%d of the ids given are unknown or already sent\n", len(ids)-int(tag.RowsAffected()))
+	fmt.Fprintf(stdout, "%d notifications pending again\n", n)
+	if ids != nil && int(asked) < len(ids) {
+		fmt.Fprintf(stdout, "%d of the ids given are unknown or already sent\n", len(ids)-int(asked))
 	}
 	return nil
 }

@@ -386,6 +386,23 @@ CREATE TABLE notify_alert_state (
     cause          TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (rule_id, application_id, country, lang, path)
 );
+
+-- retry_from: when `playwatch notify retry` last put a row back; NOTIFY_GIVE_UP
+-- counts from it (from created_at before any retry). A row folded into a
+-- digest is not a message of its own: the outbox's partial indexes leave it
+-- out, so that what counts messages (the throttle, the status page's card,
+-- playwatch_notify_pending) reads the digest once and on the index alone.
+ALTER TABLE notifications ADD COLUMN retry_from TIMESTAMPTZ;
+DROP INDEX notifications_due_idx;
+DROP INDEX notifications_rule_destination_sent_at_idx;
+CREATE INDEX notifications_due_idx ON notifications (next_attempt_at) WHERE status = 'pending' AND digest_id IS NULL;
+CREATE INDEX notifications_rule_destination_sent_at_idx ON notifications (rule_id, destination_id, sent_at) WHERE status = 'sent' AND digest_id IS NULL;
+-- An app's first stored crawl is the earlier of its first app_stats row and
+-- its first stored review; this makes the latter a probe.
+CREATE INDEX reviews_application_id_first_seen_at_idx ON reviews (application_id, first_seen_at);
+-- fired_at: when an episode's start message was decided, once its condition
+-- held as long as the for: of its alert in alerts.yml; NULL while it waits.
+ALTER TABLE notify_alert_state ADD COLUMN fired_at TIMESTAMPTZ;
 -- migration 13: review topics
 -- The sentiment job's column: what a review is about (crash, ads, login,
 -- …), written in the same pass as the label; the GIN index serves the

@@ -23,16 +23,17 @@ type notifyCounts struct {
 // the sent rows of each rule and destination from the throttle's index (a
 // probe per pair: both tables are small), the pending ones from the
 // workers' queue. Failed rows have no index of their own: notifyFailedSQL
-// reads the table, and there should be few.
+// reads the table, and there should be few. A digest is one message: the
+// rows folded into it (digest_id set) are not counted.
 const notifyCountsSQL = `SELECT
 	(SELECT coalesce(sum(x.n), 0)::bigint FROM notify_rules r CROSS JOIN notify_destinations d,
 		LATERAL (SELECT count(*) AS n FROM notifications
-			WHERE rule_id = r.id AND destination_id = d.id AND status = 'sent' AND sent_at >= $1) x),
-	(SELECT count(*) FROM notifications WHERE status = 'pending'),
+			WHERE rule_id = r.id AND destination_id = d.id AND status = 'sent' AND digest_id IS NULL AND sent_at >= $1) x),
+	(SELECT count(*) FROM notifications WHERE status = 'pending' AND digest_id IS NULL),
 	(SELECT count(*) FROM notify_destinations),
 	coalesce((SELECT array_agg(name ORDER BY id) FROM notify_destinations WHERE status = 'broken'), '{}')`
 
-const notifyFailedSQL = `SELECT count(*) FROM notifications WHERE status = 'failed'`
+const notifyFailedSQL = `SELECT count(*) FROM notifications WHERE status = 'failed' AND digest_id IS NULL`
 
 func loadNotifyCounts(ctx context.Context, tx pgx.Tx, now time.Time) (notifyCounts, error) {
 	var c notifyCounts

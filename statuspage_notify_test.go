@@ -60,6 +60,21 @@ func TestStatusPageNotificationsCard(t *testing.T) {
 	if want := `<div class="card bad"><div class="card-title">Notifications, 24 h</div><div class="card-value">3 sent</div><div class="card-detail">2 pending, 1 failed (playwatch notify list --status failed; notify retry --failed sends them again); 1 broken destinations: ops bot`; !strings.Contains(body, want) {
 		t.Errorf("want %q in\n%s", want, body)
 	}
+
+	// A digest is one message: the rows folded into it are not counted.
+	for _, status := range []string{"sent", "pending"} {
+		var digest int64
+		if err := pool.QueryRow(ctx, `INSERT INTO notifications (rule_id, destination_id, event, event_key, payload, status, event_at, sent_at)
+			VALUES (1, 1, 'digest', $1, '{}', $2::text, $3, CASE WHEN $2::text = 'sent' THEN $3::timestamptz END) RETURNING id`, "digest:"+status, status, at(time.Minute)).Scan(&digest); err != nil {
+			t.Fatal(err)
+		}
+		exec(`INSERT INTO notifications (rule_id, destination_id, event, event_key, payload, status, event_at, sent_at, digest_id)
+			SELECT 1, 1, 'review', $1::text || i, '{}', $2::text, $3::timestamptz, CASE WHEN $2::text = 'sent' THEN $3::timestamptz END, $4::bigint FROM generate_series(1, 2) i`, "folded-"+status, status, at(time.Minute), digest)
+	}
+	_, body, _ = getPage(t, srv.URL+"/")
+	if want := `<div class="card-value">4 sent</div><div class="card-detail">3 pending, 1 failed`; !strings.Contains(body, want) {
+		t.Errorf("want %q in\n%s", want, body)
+	}
 }
 
 // The card's counts of sent and pending notifications read the outbox on

@@ -27,16 +27,24 @@ func validateText(field string, v *string, maxChars int) error {
 // truncateForReason keeps a quoted bad value short in a dead letter's reason.
 func truncateForReason(s string) string { return truncate(s, 64) }
 
-// truncate cuts s to at most maxBytes at a character boundary.
+// truncate cuts s to at most maxBytes at a character boundary, marked
+// with "…" when it cut.
 func truncate(s string, maxBytes int) string {
 	if len(s) <= maxBytes {
 		return s
 	}
-	cut := maxBytes
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
+	return cutBytes(s, maxBytes) + "…"
+}
+
+// cutBytes cuts s to at most n bytes without splitting a UTF-8 sequence.
+func cutBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	return s[:cut] + "…"
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 func cleanTextPtr(s *string) *string {
