@@ -385,8 +385,12 @@ func TestNotifyDeliveryGivesUp(t *testing.T) {
 	waitFor(t, 10*time.Second, "all failed", func() bool {
 		return count(t, pool, `SELECT count(*) FROM notifications WHERE status = 'failed'`) == 3
 	})
-	if n := count(t, pool, `SELECT count(*) FROM notifications WHERE destination_id = $1 AND last_error LIKE 'HTTP 502: down%' AND attempts > 1`, dest); n != 2 {
-		t.Fatalf("%d rows of the down receiver failed after attempts with its error, want 2", n)
+	// The destination's messages go one at a time, the second behind the
+	// first: the first is retried until it gives up; the second, due behind
+	// it, gets one attempt at most before it gives up too.
+	if n := count(t, pool, `SELECT count(*) FROM notifications WHERE destination_id = $1 AND last_error LIKE 'HTTP 502: down%' AND attempts > 1
+		AND id = (SELECT min(id) FROM notifications WHERE destination_id = $1)`, dest); n != 1 {
+		t.Fatalf("the down receiver's first row did not fail after attempts with its error")
 	}
 	if n := count(t, pool, `SELECT count(*) FROM notifications WHERE destination_id = $1 AND last_error = 'not delivered within NOTIFY_GIVE_UP' AND attempts = 0`, broken); n != 1 {
 		t.Fatalf("the broken destination's message: %d failed by the sweep, want 1", n)
@@ -394,8 +398,8 @@ func TestNotifyDeliveryGivesUp(t *testing.T) {
 	if got := metricValue(t, reg, "playwatch_notify_messages_total", map[string]string{"status": "failed"}); got != 3 {
 		t.Fatalf("messages_total{failed} = %v, want 3", got)
 	}
-	if n := len(byDelivery(down.messages())); n != 2 {
-		t.Fatalf("down receiver got %d delivery ids, want 2", n)
+	if n := len(byDelivery(down.messages())); n < 1 || n > 2 {
+		t.Fatalf("down receiver got %d delivery ids, want 1 or 2", n)
 	}
 }
 
