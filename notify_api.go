@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,17 +69,9 @@ func (api *notifyAPI) register(mux routeMux) {
 
 // auth refuses a request without the registry token when one is set.
 func (api *notifyAPI) auth(next http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if api.token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(api.token)) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="playwatch"`)
-				writeError(w, http.StatusUnauthorized, "destinations, rules and notifications need the header Authorization: Bearer <REGISTRY_TOKEN>, reads too")
-				return
-			}
-		}
-		next(w, r)
-	}
+	return requireTokenGiven(func() string { return api.token }, bearerToken, bearerChallenge, func(w http.ResponseWriter) {
+		writeError(w, http.StatusUnauthorized, "destinations, rules and notifications need the header Authorization: Bearer <REGISTRY_TOKEN>, reads too")
+	}, next)
 }
 
 func (api *notifyAPI) internalError(w http.ResponseWriter, r *http.Request, err error) {

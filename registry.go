@@ -1,7 +1,6 @@
 package main
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 )
 
 // registryAPI serves the app registry: create, list, get, update and soft
@@ -49,17 +47,9 @@ func (api *registryAPI) register(mux routeMux) {
 }
 
 func (api *registryAPI) requireToken(next http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if api.token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(api.token)) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="playwatch"`)
-				writeError(w, http.StatusUnauthorized, "writes need the header Authorization: Bearer <REGISTRY_TOKEN>")
-				return
-			}
-		}
-		next(w, r)
-	}
+	return requireTokenGiven(func() string { return api.token }, bearerToken, bearerChallenge, func(w http.ResponseWriter) {
+		writeError(w, http.StatusUnauthorized, "writes need the header Authorization: Bearer <REGISTRY_TOKEN>")
+	}, next)
 }
 
 func (api *registryAPI) create(w http.ResponseWriter, r *http.Request) {

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/subtle"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -71,29 +70,11 @@ func (a *reviewsAPI) register(mux routeMux) {
 	mux.HandleFunc("/api/v1/apps/{package_name}/stats", methodNotAllowed("GET"))
 }
 
-// tokenGiven reports whether r carries the token as HTTP basic auth (any
-// user name) or as a bearer token.
-func tokenGiven(r *http.Request, token string) bool {
-	if token == "" {
-		return true
-	}
-	if _, pass, ok := r.BasicAuth(); ok {
-		return subtle.ConstantTimeCompare([]byte(pass), []byte(token)) == 1
-	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
-}
-
 func (a *reviewsAPI) requireAccess(next http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if !tokenGiven(r, a.token) {
-			// The page's realm: a browser signed in there downloads the CSV.
-			w.Header().Set("WWW-Authenticate", `Basic realm="playwatch status", charset="UTF-8"`)
-			writeError(w, http.StatusUnauthorized, "reviews need the token (STATUS_PAGE_TOKEN, else REGISTRY_TOKEN) as HTTP basic auth password or Authorization: Bearer")
-			return
-		}
-		next(w, r)
-	}
+	// The page's realm: a browser signed in there downloads the CSV.
+	return requireTokenGiven(func() string { return a.token }, basicToken|bearerToken, basicChallenge, func(w http.ResponseWriter) {
+		writeError(w, http.StatusUnauthorized, "reviews need the token (STATUS_PAGE_TOKEN, else REGISTRY_TOKEN) as HTTP basic auth password or Authorization: Bearer")
+	}, next)
 }
 
 type reviewsResponse struct {

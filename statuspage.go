@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	_ "embed"
 	"encoding/base64"
 	"errors"
@@ -87,17 +86,9 @@ func (p *statusPage) register(mux *http.ServeMux) {
 // requireToken asks for HTTP basic auth with STATUS_PAGE_TOKEN as the
 // password (any user name) when it is set.
 func (p *statusPage) requireToken(next http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if p.token != "" {
-			_, pass, ok := r.BasicAuth()
-			if !ok || subtle.ConstantTimeCompare([]byte(pass), []byte(p.token)) != 1 {
-				w.Header().Set("WWW-Authenticate", `Basic realm="playwatch status", charset="UTF-8"`)
-				http.Error(w, "the status page needs HTTP basic auth with STATUS_PAGE_TOKEN as the password", http.StatusUnauthorized)
-				return
-			}
-		}
-		next(w, r)
-	}
+	return requireTokenGiven(func() string { return p.token }, basicToken, basicChallenge, func(w http.ResponseWriter) {
+		http.Error(w, "the status page needs HTTP basic auth with STATUS_PAGE_TOKEN as the password", http.StatusUnauthorized)
+	}, next)
 }
 
 // retryAfterSeconds is the Retry-After of a 503: about the time a page

@@ -78,8 +78,8 @@ type reviewItem struct {
 }
 
 func (p *statusPage) serveReviews(w http.ResponseWriter, r *http.Request) {
-	if !tokenGiven(r, p.reviews.token) {
-		w.Header().Set("WWW-Authenticate", `Basic realm="playwatch status", charset="UTF-8"`)
+	if !tokenGiven(r, p.reviews.token, basicToken|bearerToken) {
+		w.Header().Set("WWW-Authenticate", basicChallenge)
 		http.Error(w, "the reviews page needs HTTP basic auth with the token (STATUS_PAGE_TOKEN, else REGISTRY_TOKEN) as the password", http.StatusUnauthorized)
 		return
 	}
