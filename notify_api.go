@@ -85,6 +85,23 @@ func (api *notifyAPI) internalError(w http.ResponseWriter, r *http.Request, err 
 	writeError(w, http.StatusInternalServerError, "internal error; see the server log")
 }
 
+// patchRequest reads a PATCH's {id} and its body, which must name a field.
+func patchRequest(w http.ResponseWriter, r *http.Request) (int64, map[string]json.RawMessage, bool) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return 0, nil, false
+	}
+	members, ok := decodeBody(w, r)
+	if !ok {
+		return 0, nil, false
+	}
+	if len(members) == 0 {
+		writeError(w, http.StatusBadRequest, "the body names no field to change")
+		return 0, nil, false
+	}
+	return id, members, true
+}
+
 // pathID reads the {id} of a path: a positive integer.
 func pathID(w http.ResponseWriter, r *http.Request) (int64, bool) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
@@ -228,15 +245,21 @@ FROM notify_destinations d LEFT JOIN notify_destination_secrets s ON s.destinati
 // loadDestinationOr404 reads a destination, or answers why it cannot.
 func (api *notifyAPI) loadDestinationOr404(w http.ResponseWriter, r *http.Request, q querier, id int64) (destination, bool) {
 	d, err := loadDestination(r.Context(), q, id)
+	return d, api.foundOr404(w, r, err, errDestinationNotFound, "destination", id)
+}
+
+// foundOr404 answers what a load of the thing id ended in, unless it was
+// found: 404 when the error is notFound, 500 (or 503) for another.
+func (api *notifyAPI) foundOr404(w http.ResponseWriter, r *http.Request, err, notFound error, thing string, id int64) bool {
 	switch {
-	case errors.Is(err, errDestinationNotFound):
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no destination %d", id))
-		return d, false
+	case errors.Is(err, notFound):
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no %s %d", thing, id))
+		return false
 	case err != nil:
 		api.internalError(w, r, err)
-		return d, false
+		return false
 	}
-	return d, true
+	return true
 }
 
 func (api *notifyAPI) getDestination(w http.ResponseWriter, r *http.Request) {
@@ -250,16 +273,8 @@ func (api *notifyAPI) getDestination(w http.ResponseWriter, r *http.Request) {
 }
 
 func (api *notifyAPI) updateDestination(w http.ResponseWriter, r *http.Request) {
-	id, ok := pathID(w, r)
+	id, members, ok := patchRequest(w, r)
 	if !ok {
-		return
-	}
-	members, ok := decodeBody(w, r)
-	if !ok {
-		return
-	}
-	if len(members) == 0 {
-		writeError(w, http.StatusBadRequest, "the body names no field to change")
 		return
 	}
 	d, ok := api.loadDestinationOr404(w, r, api.pool, id)
@@ -446,15 +461,7 @@ func loadRule(ctx context.Context, q querier, id int64) (notifyRule, error) {
 
 func (api *notifyAPI) loadRuleOr404(w http.ResponseWriter, r *http.Request, q querier, id int64) (notifyRule, bool) {
 	rule, err := loadRule(r.Context(), q, id)
-	switch {
-	case errors.Is(err, errRuleNotFound):
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no rule %d", id))
-		return rule, false
-	case err != nil:
-		api.internalError(w, r, err)
-		return rule, false
-	}
-	return rule, true
+	return rule, api.foundOr404(w, r, err, errRuleNotFound, "rule", id)
 }
 
 func (api *notifyAPI) createRule(w http.ResponseWriter, r *http.Request) {
@@ -471,16 +478,8 @@ func (api *notifyAPI) createRule(w http.ResponseWriter, r *http.Request) {
 }
 
 func (api *notifyAPI) updateRule(w http.ResponseWriter, r *http.Request) {
-	id, ok := pathID(w, r)
+	id, members, ok := patchRequest(w, r)
 	if !ok {
-		return
-	}
-	members, ok := decodeBody(w, r)
-	if !ok {
-		return
-	}
-	if len(members) == 0 {
-		writeError(w, http.StatusBadRequest, "the body names no field to change")
 		return
 	}
 	rule, ok := api.loadRuleOr404(w, r, api.pool, id)
