@@ -8,11 +8,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -131,42 +129,9 @@ scrape_configs:
 		}
 	}
 	addr := freeAddr(t)
-	cmd := exec.Command(bin, "--config.file="+configPath, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
+	startAlertingDaemon(t, "prometheus", bin, "http://"+addr+"/-/ready", "--config.file="+configPath, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
 		"--web.listen-address="+addr, "--log.level=warn")
-	cmd.SysProcAttr = childProcAttr(false)
-	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("prometheus:\n%s", out)
-		}
-	})
 	base := "http://" + addr
-	waitFor(t, 30*time.Second, "prometheus to be ready", func() bool {
-		select {
-		case <-exited:
-			t.Fatalf("prometheus exited:\n%s", out)
-		default:
-		}
-		resp, err := http.Get(base + "/-/ready")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
 	return base
 }
 
