@@ -282,20 +282,7 @@ func TestNotifyEmailPlainLoopback(t *testing.T) {
 // A mail server that accepts the connection and never greets: an error
 // after the timeout, transient.
 func TestNotifyEmailStalled(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { c.Close() })
-		}
-	}()
+	ln := silentListener(t)
 	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true, Timeout: 500 * time.Millisecond})
 	d := destination{Type: "email", Config: destinationConfig{SMTPHost: "127.0.0.1", SMTPPort: ln.Addr().(*net.TCPAddr).Port, TLS: "none", From: "a@example.com", To: []string{"b@example.com"}}}
 	start := time.Now()

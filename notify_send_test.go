@@ -178,9 +178,10 @@ func TestNotifyPrivateReceiverRefused(t *testing.T) {
 	}
 }
 
-// A receiver that accepts the connection and never answers: an error after
-// the timeout, not a hang, and transient.
-func TestNotifyStalledReceiver(t *testing.T) {
+// silentListener accepts connections until the test ends and never says a
+// word on them.
+func silentListener(t *testing.T) net.Listener {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -195,6 +196,13 @@ func TestNotifyStalledReceiver(t *testing.T) {
 			t.Cleanup(func() { c.Close() })
 		}
 	}()
+	return ln
+}
+
+// A receiver that accepts the connection and never answers: an error after
+// the timeout, not a hang, and transient.
+func TestNotifyStalledReceiver(t *testing.T) {
+	ln := silentListener(t)
 	s := newTestNotifySender(t, notifySenderConfig{AllowPrivate: true, Timeout: 700 * time.Millisecond})
 	start := time.Now()
 	r := s.Send(context.Background(), destination{Type: "slack", Config: destinationConfig{URL: "http://" + ln.Addr().String() + "/services/T0/B0/XYZSECRET"}}, "1", testReviewPayload())
