@@ -26,13 +26,7 @@ var alertmanagerConfigFile = filepath.Join("deploy", "alertmanager", "alertmanag
 // and package; the calm app never does.
 func TestAlertmanagerRoutesPlaywatchAlert(t *testing.T) {
 	promBin := requirePrometheusTool(t, "prometheus")
-	amBin := ""
-	for _, name := range []string{"prometheus-alertmanager", "alertmanager"} {
-		if p, err := exec.LookPath(name); err == nil {
-			amBin = p
-			break
-		}
-	}
+	amBin := firstOnPath("prometheus-alertmanager", "alertmanager")
 	if amBin == "" {
 		skipOrFailUnderCI(t, "prometheus-alertmanager is not installed (Debian: apt-get install prometheus-alertmanager)")
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -317,4 +318,14 @@ func skipOrFailUnderCI(t testing.TB, format string, args ...any) {
 		t.Fatalf(format+" (required under CI=true)", args...)
 	}
 	t.Skipf(format, args...)
+}
+
+// firstOnPath is the path of the first of names found on PATH, or "".
+func firstOnPath(names ...string) string {
+	for _, name := range names {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
 }

@@ -28,13 +28,7 @@ import (
 // traffic is not the page's and is not counted; its host resolver maps
 // every name but loopback to nothing, so nothing leaves anyway.
 func TestStatusPageInBrowser(t *testing.T) {
-	chromium := ""
-	for _, name := range []string{"chromium", "chromium-browser"} {
-		if p, err := exec.LookPath(name); err == nil {
-			chromium = p
-			break
-		}
-	}
+	chromium := firstOnPath("chromium", "chromium-browser")
 	if chromium == "" {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("chromium is required under CI=true (.ci/run installs Debian's chromium)")

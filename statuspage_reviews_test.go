@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -132,13 +131,7 @@ func TestReviewsPageToken(t *testing.T) {
 // it), nothing is loaded from elsewhere, no console error, and a Persian
 // review and its reply are laid out right to left.
 func TestReviewsPageInBrowser(t *testing.T) {
-	chromium := ""
-	for _, name := range []string{"chromium", "chromium-browser"} {
-		if p, err := exec.LookPath(name); err == nil {
-			chromium = p
-			break
-		}
-	}
+	chromium := firstOnPath("chromium", "chromium-browser")
 	if chromium == "" {
 		skipOrFailUnderCI(t, "chromium is not on PATH (Debian: apt-get install chromium)")
 	}
