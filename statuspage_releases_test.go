@@ -91,21 +91,9 @@ func TestStatusPageAppReleases(t *testing.T) {
 	pool := newTestPool(t)
 	seedStatus(t, pool)
 	ctx := context.Background()
-	insertReleases(t, func(sql string, args ...any) {
-		if _, err := pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatal(err)
-		}
-	})
+	insertReleases(t, poolExec(t, ctx, pool))
 	srv, _ := statusPageServer(t, pool, "", newMetricsRegistry("test"))
-	code, body, _ := getPage(t, srv.URL+"/apps/"+statusTelegram)
-	if code != http.StatusOK {
-		t.Fatalf("app page: %d", code)
-	}
-	i := strings.Index(body, `<table class="releases">`)
-	if i < 0 {
-		t.Fatalf("no releases table on the app page:\n%s", body)
-	}
-	table := body[i : i+strings.Index(body[i:], "</table>")]
+	table, body := appPageTable(t, srv.URL, "releases")
 	row := regexp.MustCompile(`<tr( class="worse")?><td data-label="Version"><bdi>([^<]*)</bdi>(?:<div class="cause">([^<]*)</div>)?</td><td data-label="First seen">([^<]*)</td><td data-label="Reviews" class="num">([^<]*)</td><td data-label="Mean stars" class="num">([^<]*)</td><td data-label="Share negative" class="num">([^<]*)</td><td data-label="Top topics">([^<]*)</td></tr>`)
 	var got []string
 	for _, m := range row.FindAllStringSubmatch(table, -1) {
@@ -143,7 +131,7 @@ func TestStatusPageAppReleases(t *testing.T) {
 		t.Errorf("releases chart: %d bars, want 2 (one worse)", chartPoints(body, "releases"))
 	}
 
-	code, body, _ = getPage(t, srv.URL+"/apps/"+statusBale)
+	code, body, _ := getPage(t, srv.URL+"/apps/"+statusBale)
 	if code != http.StatusOK || strings.Contains(body, `<table class="releases">`) || strings.Contains(body, `class="release-mark"`) ||
 		!strings.Contains(body, "No data: no version is seen in the last 180 days") {
 		t.Errorf("app without versions: %d, want the empty state:\n%s", code, body)

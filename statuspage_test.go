@@ -106,6 +106,30 @@ func statusPageServer(t *testing.T, pool *pgxpool.Pool, token string, reg *prome
 	return srv, page
 }
 
+// poolExec runs a statement on pool, failing the test on an error.
+func poolExec(t testing.TB, ctx context.Context, pool *pgxpool.Pool) func(sql string, args ...any) {
+	return func(sql string, args ...any) {
+		if _, err := pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// appPageTable is the <table class="class"> of statusTelegram's app page,
+// and the page.
+func appPageTable(t *testing.T, base, class string) (table, body string) {
+	t.Helper()
+	code, body, _ := getPage(t, base+"/apps/"+statusTelegram)
+	if code != http.StatusOK {
+		t.Fatalf("app page: %d", code)
+	}
+	i := strings.Index(body, `<table class="`+class+`">`)
+	if i < 0 {
+		t.Fatalf("no %s table on the app page:\n%s", class, body)
+	}
+	return body[i : i+strings.Index(body[i:], "</table>")], body
+}
+
 func getPage(t *testing.T, url string) (int, string, http.Header) {
 	t.Helper()
 	resp, err := http.Get(url)

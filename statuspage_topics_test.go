@@ -43,21 +43,9 @@ func TestStatusPageAppTopics(t *testing.T) {
 	pool := newTestPool(t)
 	seedStatus(t, pool)
 	ctx := context.Background()
-	insertTopicReviews(t, ctx, func(sql string, args ...any) {
-		if _, err := pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatal(err)
-		}
-	})
+	insertTopicReviews(t, ctx, poolExec(t, ctx, pool))
 	srv, _ := statusPageServer(t, pool, "", newMetricsRegistry("test"))
-	code, body, _ := getPage(t, srv.URL+"/apps/"+statusTelegram)
-	if code != http.StatusOK {
-		t.Fatalf("app page: %d", code)
-	}
-	i := strings.Index(body, `<table class="topics">`)
-	if i < 0 {
-		t.Fatalf("no topics table on the app page:\n%s", body)
-	}
-	table := body[i : i+strings.Index(body[i:], "</table>")]
+	table, _ := appPageTable(t, srv.URL, "topics")
 	row := regexp.MustCompile(`<td data-label="Topic">([^<]*)</td><td data-label="Reviews" class="num">([^<]*)</td><td data-label="Negative" class="num">([^<]*)</td><td data-label="Share negative" class="num">([^<]*)</td>`)
 	var got []string
 	for _, m := range row.FindAllStringSubmatch(table, -1) {
@@ -68,7 +56,7 @@ func TestStatusPageAppTopics(t *testing.T) {
 		t.Errorf("topics rows %q, want %q", got, want)
 	}
 
-	code, body, _ = getPage(t, srv.URL+"/apps/"+statusBale)
+	code, body, _ := getPage(t, srv.URL+"/apps/"+statusBale)
 	if code != http.StatusOK || strings.Contains(body, `<table class="topics">`) ||
 		!strings.Contains(body, "No data: no review of the last 7 days has a topic") {
 		t.Errorf("app without topics: %d, want the empty state:\n%s", code, body)
@@ -81,11 +69,7 @@ func TestAppGaugesTopics(t *testing.T) {
 	pool := newTestPool(t)
 	seedStatus(t, pool)
 	ctx := context.Background()
-	insertTopicReviews(t, ctx, func(sql string, args ...any) {
-		if _, err := pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatal(err)
-		}
-	})
+	insertTopicReviews(t, ctx, poolExec(t, ctx, pool))
 	srv, page := statusPageServer(t, pool, "", newMetricsRegistry("test"))
 	page.appGauges.refresh(t.Context())
 	m := scrapeMetrics(t, srv.URL)
