@@ -379,15 +379,7 @@ func renderDiscord(m notifyMessage, p notifyPayload) discordBody {
 	}
 	head = renderText(head, discordContentLimit, plainText)
 	left := discordContentLimit - utf16Len(head)
-	reply := ""
-	if m.Reply != "" {
-		reply = "\n\n*Developer reply:*\n" + renderText(m.Reply, min(500, left-25), discordEscape)
-		left -= utf16Len(reply)
-	}
-	text := ""
-	if m.Text != "" {
-		text = "\n\n" + renderText(m.Text, left-2, discordEscape)
-	}
+	text, reply := renderTextAndReply(m, left, "\n\n*Developer reply:*\n", min(500, left-25), discordEscape)
 	content := head + text + reply
 	b := discordBody{Content: content, Embeds: []discordEmbed{}}
 	b.AllowedMentions.Parse = []string{}
@@ -435,16 +427,22 @@ func renderTelegram(m notifyMessage) string {
 		tail = "\n\n" + strings.Join(links, " · ")
 	}
 	left := telegramTextLimit - utf16Len(head) - utf16Len(tail)
-	reply := ""
+	text, reply := renderTextAndReply(m, left, "\n\n<i>Developer reply:</i>\n", min(1000, left-40), escapeMarkup)
+	return head + text + reply + tail
+}
+
+// renderTextAndReply renders m's reply (after replyHead, at most replyLimit
+// UTF-16 units) and then its text in what of left remains: the reply is
+// short and kept whole, the text is cut.
+func renderTextAndReply(m notifyMessage, left int, replyHead string, replyLimit int, esc func(string) string) (text, reply string) {
 	if m.Reply != "" {
-		reply = "\n\n<i>Developer reply:</i>\n" + renderText(m.Reply, min(1000, left-40), escapeMarkup)
+		reply = replyHead + renderText(m.Reply, replyLimit, esc)
 		left -= utf16Len(reply)
 	}
-	text := ""
 	if m.Text != "" {
-		text = "\n\n" + renderText(m.Text, left-2, escapeMarkup)
+		text = "\n\n" + renderText(m.Text, left-2, esc)
 	}
-	return head + text + reply + tail
+	return text, reply
 }
 
 // renderEmail is the subject, the text/plain body and the HTML body (each

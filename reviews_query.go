@@ -103,6 +103,14 @@ func badParam(param, format string, args ...any) error {
 	return &paramError{param, fmt.Sprintf(format, args...)}
 }
 
+// paramOneOf refuses a value of param that is not one of allowed.
+func paramOneOf(param, v string, allowed []string) error {
+	if !slices.Contains(allowed, v) {
+		return badParam(param, "%q is not one of %s", v, strings.Join(allowed, ", "))
+	}
+	return nil
+}
+
 var (
 	textLangRe = regexp.MustCompile(`^[a-z]{2,8}$`)
 	topicRe    = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,39}$`)
@@ -227,8 +235,8 @@ func parseReviewQuery(vals url.Values, now time.Time, formats []string) (reviewQ
 		}
 	}
 	if v, ok := get("sort"); ok {
-		if !slices.Contains(reviewSorts, v) {
-			return q, badParam("sort", "%q is not one of %s", v, strings.Join(reviewSorts, ", "))
+		if err := paramOneOf("sort", v, reviewSorts); err != nil {
+			return q, err
 		}
 		q.Sort = v
 	}
@@ -240,8 +248,8 @@ func parseReviewQuery(vals url.Values, now time.Time, formats []string) (reviewQ
 		q.Limit = n
 	}
 	if v, ok := get("format"); ok {
-		if !slices.Contains(formats, v) {
-			return q, badParam("format", "%q is not one of %s", v, strings.Join(formats, ", "))
+		if err := paramOneOf("format", v, formats); err != nil {
+			return q, err
 		}
 		q.Format = v
 	}
