@@ -125,6 +125,16 @@ func seedRule(t testing.TB, pool *pgxpool.Pool, maxPerHour int, dests ...int64) 
 	return id
 }
 
+// seedWebhookReviews seeds n review messages of a rule (maxPerHour) whose one
+// destination is the webhook at url.
+func seedWebhookReviews(t testing.TB, pool *pgxpool.Pool, url string, maxPerHour, n int) (rule, dest int64) {
+	t.Helper()
+	dest = seedDestination(t, pool, "webhook", url)
+	rule = seedRule(t, pool, maxPerHour, dest)
+	seedReviewMessages(t, pool, rule, dest, n)
+	return rule, dest
+}
+
 // seedReviewMessages puts n review messages of rule to dest in the outbox,
 // as the decider does; their event_at and source_at are a second ago.
 func seedReviewMessages(t testing.TB, pool *pgxpool.Pool, rule, dest int64, n int) {
@@ -264,9 +274,7 @@ func TestNotifyDeliveryRetriesWithBackoffAndRetryAfter(t *testing.T) {
 		}
 		return true
 	})
-	dest := seedDestination(t, pool, "webhook", recv.srv.URL)
-	rule := seedRule(t, pool, 0, dest)
-	seedReviewMessages(t, pool, rule, dest, 1)
+	seedWebhookReviews(t, pool, recv.srv.URL, 0, 1)
 	reg := prometheus.NewRegistry()
 	runDelivery(t, pool, newTestSender(t), testDeliveryConfig(), reg)
 	waitFor(t, 10*time.Second, "the message sent", func() bool {
@@ -305,9 +313,7 @@ func TestNotifyDeliveryBrokenDestination(t *testing.T) {
 		}
 		return gone
 	})
-	dest := seedDestination(t, pool, "webhook", recv.srv.URL)
-	rule := seedRule(t, pool, 0, dest)
-	seedReviewMessages(t, pool, rule, dest, 5)
+	_, dest := seedWebhookReviews(t, pool, recv.srv.URL, 0, 5)
 	reg := prometheus.NewRegistry()
 	cfg := testDeliveryConfig()
 	cfg.Workers = 1
@@ -423,9 +429,7 @@ func TestNotifyDeliveryShutdownMidSend(t *testing.T) {
 		return false
 	})
 	t.Cleanup(func() { close(release) })
-	dest := seedDestination(t, pool, "webhook", recv.srv.URL)
-	rule := seedRule(t, pool, 0, dest)
-	seedReviewMessages(t, pool, rule, dest, 1)
+	seedWebhookReviews(t, pool, recv.srv.URL, 0, 1)
 	cfg := testDeliveryConfig()
 	cfg.Workers = 1
 	cfg.Grace = 200 * time.Millisecond
@@ -468,9 +472,7 @@ func TestNotifyDeliveryShutdownMidSend(t *testing.T) {
 func TestNotifyDeliveryThrottleDigest(t *testing.T) {
 	pool := newTestPool(t)
 	recv := newWebhookReceiver(t)
-	dest := seedDestination(t, pool, "webhook", recv.srv.URL)
-	rule := seedRule(t, pool, 3, dest)
-	seedReviewMessages(t, pool, rule, dest, 10)
+	seedWebhookReviews(t, pool, recv.srv.URL, 3, 10)
 	reg := prometheus.NewRegistry()
 	runDelivery(t, pool, newTestSender(t), testDeliveryConfig(), reg)
 	waitFor(t, 10*time.Second, "three sent, seven held back", func() bool {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -26,9 +25,7 @@ func TestNotifyRetryThenDeliver(t *testing.T) {
 		}
 		return false
 	})
-	dest := seedDestination(t, pool, "webhook", recv.srv.URL)
-	rule := seedRule(t, pool, 0, dest)
-	seedReviewMessages(t, pool, rule, dest, 1)
+	rule, dest := seedWebhookReviews(t, pool, recv.srv.URL, 0, 1)
 	var id, digest int64
 	if err := pool.QueryRow(ctx, `UPDATE notifications SET status = 'failed', attempts = 9, last_error = 'HTTP 502: down',
 	created_at = now() - interval '2 hours' RETURNING id`).Scan(&id); err != nil {
@@ -70,7 +67,7 @@ VALUES ($1, $2, 'digest', 'digest:1', '{"event": "digest"}', 'failed', now(), 'H
 func TestNotifyRetryDigestWithItsRows(t *testing.T) {
 	pool := newTestPool(t)
 	ctx := context.Background()
-	rule, dest := seedUnreachableReviews(t, pool, 2)
+	rule, dest := seedWebhookReviews(t, pool, "http://127.0.0.1:1/never", 0, 2)
 	var digest int64
 	if err := pool.QueryRow(ctx, `INSERT INTO notifications (rule_id, destination_id, event, event_key, payload, status, event_at)
 VALUES ($1, $2, 'digest', 'digest:1', '{"event": "digest"}', 'failed', now()) RETURNING id`, rule, dest).Scan(&digest); err != nil {
@@ -92,7 +89,7 @@ VALUES ($1, $2, 'digest', 'digest:1', '{"event": "digest"}', 'failed', now()) RE
 func TestNotifyPendingGaugeCountsDigestOnce(t *testing.T) {
 	pool := newTestPool(t)
 	ctx := context.Background()
-	rule, dest := seedUnreachableReviews(t, pool, 3)
+	rule, dest := seedWebhookReviews(t, pool, "http://127.0.0.1:1/never", 0, 3)
 	if _, err := pool.Exec(ctx, `UPDATE notify_destinations SET status = 'broken'`); err != nil {
 		t.Fatal(err)
 	}
@@ -112,14 +109,4 @@ VALUES ($1, $2, 'digest', 'digest:1', '{"event": "digest"}', now()) RETURNING id
 	if got := metricValue(t, reg, "playwatch_notify_pending", nil); got != 2 {
 		t.Fatalf("playwatch_notify_pending = %v, want 2 (a message and a digest)", got)
 	}
-}
-
-// seedUnreachableReviews seeds n review messages of a rule whose one
-// destination nothing answers at.
-func seedUnreachableReviews(t *testing.T, pool *pgxpool.Pool, n int) (rule, dest int64) {
-	t.Helper()
-	dest = seedDestination(t, pool, "webhook", "http://127.0.0.1:1/never")
-	rule = seedRule(t, pool, 0, dest)
-	seedReviewMessages(t, pool, rule, dest, n)
-	return rule, dest
 }
