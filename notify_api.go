@@ -85,21 +85,32 @@ func (api *notifyAPI) internalError(w http.ResponseWriter, r *http.Request, err 
 	writeError(w, http.StatusInternalServerError, "internal error; see the server log")
 }
 
-// patchRequest reads a PATCH's {id} and its body, which must name a field.
-func patchRequest(w http.ResponseWriter, r *http.Request) (int64, map[string]json.RawMessage, bool) {
-	id, ok := pathID(w, r)
-	if !ok {
-		return 0, nil, false
+// patchLoaded reads a PATCH's {id} and its body, which must name a field,
+// loads the thing of that id through load and applies the body to it with
+// parse; a refusal is answered.
+func patchLoaded[T any](w http.ResponseWriter, r *http.Request, q querier,
+	load func(http.ResponseWriter, *http.Request, querier, int64) (T, bool),
+	parse func(*T, map[string]json.RawMessage, bool) error,
+) (thing T, id int64, ok bool) {
+	if id, ok = pathID(w, r); !ok {
+		return thing, id, false
 	}
 	members, ok := decodeBody(w, r)
 	if !ok {
-		return 0, nil, false
+		return thing, id, false
 	}
 	if len(members) == 0 {
 		writeError(w, http.StatusBadRequest, "the body names no field to change")
-		return 0, nil, false
+		return thing, id, false
 	}
-	return id, members, true
+	if thing, ok = load(w, r, q, id); !ok {
+		return thing, id, false
+	}
+	if err := parse(&thing, members, false); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return thing, id, false
+	}
+	return thing, id, true
 }
 
 // pathID reads the {id} of a path: a positive integer.
@@ -273,16 +284,8 @@ func (api *notifyAPI) getDestination(w http.ResponseWriter, r *http.Request) {
 }
 
 func (api *notifyAPI) updateDestination(w http.ResponseWriter, r *http.Request) {
-	id, members, ok := patchRequest(w, r)
+	d, id, ok := patchLoaded(w, r, api.pool, api.loadDestinationOr404, parseDestinationFields)
 	if !ok {
-		return
-	}
-	d, ok := api.loadDestinationOr404(w, r, api.pool, id)
-	if !ok {
-		return
-	}
-	if err := parseDestinationFields(&d, members, false); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	if err := checkDestination(&d, api.allowPrivate); err != nil {
@@ -478,16 +481,8 @@ func (api *notifyAPI) createRule(w http.ResponseWriter, r *http.Request) {
 }
 
 func (api *notifyAPI) updateRule(w http.ResponseWriter, r *http.Request) {
-	id, members, ok := patchRequest(w, r)
+	rule, _, ok := patchLoaded(w, r, api.pool, api.loadRuleOr404, parseRuleFields)
 	if !ok {
-		return
-	}
-	rule, ok := api.loadRuleOr404(w, r, api.pool, id)
-	if !ok {
-		return
-	}
-	if err := parseRuleFields(&rule, members, false); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	api.saveRule(w, r, rule, http.StatusOK)
