@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -124,4 +126,18 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
+}
+
+// writeRequestFailed answers and logs (as what) a request that failed on
+// err: a read past READ_STATEMENT_TIMEOUT is a busy database, not a broken
+// one (503, Retry-After); anything else is a 500.
+func writeRequestFailed(w http.ResponseWriter, r *http.Request, logger *slog.Logger, what string, err error) {
+	if isStatementTimeout(err) {
+		logger.Warn(what+" read ran past READ_STATEMENT_TIMEOUT", "method", r.Method, "path", r.URL.Path, "err", err)
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
+		writeError(w, http.StatusServiceUnavailable, "the database took longer than READ_STATEMENT_TIMEOUT to answer; try again in a few seconds")
+		return
+	}
+	logger.Error(what+" request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	writeError(w, http.StatusInternalServerError, "internal error; see the server log")
 }

@@ -75,14 +75,7 @@ func (api *notifyAPI) auth(next http.HandlerFunc) http.HandlerFunc {
 }
 
 func (api *notifyAPI) internalError(w http.ResponseWriter, r *http.Request, err error) {
-	if isStatementTimeout(err) {
-		api.logger.Warn("notifier API read ran past READ_STATEMENT_TIMEOUT", "method", r.Method, "path", r.URL.Path, "err", err)
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
-		writeError(w, http.StatusServiceUnavailable, "the database took longer than READ_STATEMENT_TIMEOUT to answer; try again in a few seconds")
-		return
-	}
-	api.logger.Error("notifier API request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	writeError(w, http.StatusInternalServerError, "internal error; see the server log")
+	writeRequestFailed(w, r, api.logger, "notifier API", err)
 }
 
 // patchLoaded reads a PATCH's {id} and its body, which must name a field,

@@ -356,14 +356,5 @@ func pathPackage(w http.ResponseWriter, r *http.Request) (string, bool) {
 }
 
 func (api *registryAPI) internalError(w http.ResponseWriter, r *http.Request, err error) {
-	if isStatementTimeout(err) {
-		// A GET's read on the read pool ran past READ_STATEMENT_TIMEOUT:
-		// the database is busy, not broken.
-		api.logger.Warn("registry read ran past READ_STATEMENT_TIMEOUT", "method", r.Method, "path", r.URL.Path, "err", err)
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
-		writeError(w, http.StatusServiceUnavailable, "the database took longer than READ_STATEMENT_TIMEOUT to answer; try again in a few seconds")
-		return
-	}
-	api.logger.Error("registry request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	writeError(w, http.StatusInternalServerError, "internal error; see the server log")
+	writeRequestFailed(w, r, api.logger, "registry", err)
 }

@@ -121,14 +121,7 @@ func (a *reviewsAPI) readFailed(w http.ResponseWriter, r *http.Request, err erro
 	if errors.Is(r.Context().Err(), context.Canceled) {
 		return
 	}
-	if isStatementTimeout(err) {
-		a.logger.Warn("reviews read ran past READ_STATEMENT_TIMEOUT", "path", r.URL.Path, "err", err)
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
-		writeError(w, http.StatusServiceUnavailable, "the database took longer than READ_STATEMENT_TIMEOUT to answer; try again in a few seconds")
-		return
-	}
-	a.logger.Error("reviews request failed", "path", r.URL.Path, "err", err)
-	writeError(w, http.StatusInternalServerError, "internal error; see the server log")
+	writeRequestFailed(w, r, a.logger, "reviews", err)
 }
 
 // exportFailure is what the last line of a failed export says.
