@@ -276,16 +276,7 @@ func (b *browser) visit(t *testing.T, pageURL string, width int, dark bool) visi
 		scheme = "dark"
 	}
 	b.call(t, s, "Emulation.setEmulatedMedia", map[string]any{"features": []map[string]string{{"name": "prefers-color-scheme", "value": scheme}}}, nil)
-	b.call(t, s, "Page.navigate", map[string]any{"url": pageURL}, nil)
-	deadline := time.After(30 * time.Second)
-	for !b.seen(s, "Page.loadEventFired") {
-		select {
-		case <-b.notify:
-		case <-time.After(100 * time.Millisecond):
-		case <-deadline:
-			t.Fatalf("%s did not load within 30s", pageURL)
-		}
-	}
+	b.navigate(t, s, pageURL)
 	var v visited
 	// The whole page, not just the first screen.
 	var metrics struct {
@@ -347,6 +338,22 @@ func (b *browser) visit(t *testing.T, pageURL string, width int, dark bool) visi
 		}
 	}
 	return v
+}
+
+// navigate opens pageURL in session s and waits (30 s at most) for its load
+// event.
+func (b *browser) navigate(t *testing.T, s, pageURL string) {
+	t.Helper()
+	b.call(t, s, "Page.navigate", map[string]any{"url": pageURL}, nil)
+	deadline := time.After(30 * time.Second)
+	for !b.seen(s, "Page.loadEventFired") {
+		select {
+		case <-b.notify:
+		case <-time.After(100 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("%s did not load within 30s", pageURL)
+		}
+	}
 }
 
 func (b *browser) seen(session, method string) bool {

@@ -189,16 +189,7 @@ func (b *browser) evaluate(t *testing.T, pageURL, expression string) string {
 	s := attached.SessionID
 	defer b.call(t, "", "Target.closeTarget", map[string]any{"targetId": target.TargetID}, nil)
 	b.call(t, s, "Page.enable", nil, nil)
-	b.call(t, s, "Page.navigate", map[string]any{"url": pageURL}, nil)
-	deadline := time.After(30 * time.Second)
-	for !b.seen(s, "Page.loadEventFired") {
-		select {
-		case <-b.notify:
-		case <-time.After(100 * time.Millisecond):
-		case <-deadline:
-			t.Fatalf("%s did not load within 30s", pageURL)
-		}
-	}
+	b.navigate(t, s, pageURL)
 	var eval struct {
 		Result struct{ Value string }
 	}
