@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -37,14 +38,20 @@ func insertTopicReviews(t *testing.T, ctx context.Context, exec func(string, ...
 	}
 }
 
-// The app page lists the topics of the last 7 days with their counts and
-// share negative, most reviews first; an app without any says so.
-func TestStatusPageAppTopics(t *testing.T) {
+// topicsStatusServer is a status page over seedStatus and insertTopicReviews.
+func topicsStatusServer(t *testing.T) (*httptest.Server, *statusPage) {
+	t.Helper()
 	pool := newTestPool(t)
 	seedStatus(t, pool)
 	ctx := context.Background()
 	insertTopicReviews(t, ctx, poolExec(t, ctx, pool))
-	srv, _ := statusPageServer(t, pool, "", newMetricsRegistry("test"))
+	return statusPageServer(t, pool, "", newMetricsRegistry("test"))
+}
+
+// The app page lists the topics of the last 7 days with their counts and
+// share negative, most reviews first; an app without any says so.
+func TestStatusPageAppTopics(t *testing.T) {
+	srv, _ := topicsStatusServer(t)
 	table, _ := appPageTable(t, srv.URL, "topics")
 	row := regexp.MustCompile(`<td data-label="Topic">([^<]*)</td><td data-label="Reviews" class="num">([^<]*)</td><td data-label="Negative" class="num">([^<]*)</td><td data-label="Share negative" class="num">([^<]*)</td>`)
 	var got []string
@@ -66,11 +73,7 @@ func TestStatusPageAppTopics(t *testing.T) {
 // playwatch_app_topic_reviews_7d counts each active app's reviews of the
 // last 7 days per topic, every topic present (0 included).
 func TestAppGaugesTopics(t *testing.T) {
-	pool := newTestPool(t)
-	seedStatus(t, pool)
-	ctx := context.Background()
-	insertTopicReviews(t, ctx, poolExec(t, ctx, pool))
-	srv, page := statusPageServer(t, pool, "", newMetricsRegistry("test"))
+	srv, page := topicsStatusServer(t)
 	page.appGauges.refresh(t.Context())
 	m := scrapeMetrics(t, srv.URL)
 	for k, want := range map[string]float64{
