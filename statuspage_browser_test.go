@@ -261,12 +261,8 @@ type visited struct {
 
 func (b *browser) visit(t *testing.T, pageURL string, width int, dark bool) visited {
 	t.Helper()
-	var target struct{ TargetID string }
-	b.call(t, "", "Target.createTarget", map[string]any{"url": "about:blank"}, &target)
-	var attached struct{ SessionID string }
-	b.call(t, "", "Target.attachToTarget", map[string]any{"targetId": target.TargetID, "flatten": true}, &attached)
-	s := attached.SessionID
-	defer b.call(t, "", "Target.closeTarget", map[string]any{"targetId": target.TargetID}, nil)
+	s, closeTab := b.newTab(t)
+	defer closeTab()
 	for _, domain := range []string{"Page", "Network", "Runtime", "Log"} {
 		b.call(t, s, domain+".enable", nil, nil)
 	}
@@ -338,6 +334,19 @@ func (b *browser) visit(t *testing.T, pageURL string, width int, dark bool) visi
 		}
 	}
 	return v
+}
+
+// newTab opens a blank tab and attaches to it: its session, and what
+// closes it.
+func (b *browser) newTab(t *testing.T) (string, func()) {
+	t.Helper()
+	var target struct{ TargetID string }
+	b.call(t, "", "Target.createTarget", map[string]any{"url": "about:blank"}, &target)
+	var attached struct{ SessionID string }
+	b.call(t, "", "Target.attachToTarget", map[string]any{"targetId": target.TargetID, "flatten": true}, &attached)
+	return attached.SessionID, func() {
+		b.call(t, "", "Target.closeTarget", map[string]any{"targetId": target.TargetID}, nil)
+	}
 }
 
 // navigate opens pageURL in session s and waits (30 s at most) for its load

@@ -182,12 +182,8 @@ func TestReviewsPageInBrowser(t *testing.T) {
 // string, evaluates to there.
 func (b *browser) evaluate(t *testing.T, pageURL, expression string) string {
 	t.Helper()
-	var target struct{ TargetID string }
-	b.call(t, "", "Target.createTarget", map[string]any{"url": "about:blank"}, &target)
-	var attached struct{ SessionID string }
-	b.call(t, "", "Target.attachToTarget", map[string]any{"targetId": target.TargetID, "flatten": true}, &attached)
-	s := attached.SessionID
-	defer b.call(t, "", "Target.closeTarget", map[string]any{"targetId": target.TargetID}, nil)
+	s, closeTab := b.newTab(t)
+	defer closeTab()
 	b.call(t, s, "Page.enable", nil, nil)
 	b.navigate(t, s, pageURL)
 	var eval struct {
