@@ -365,12 +365,20 @@ WHERE rd.destination_id = $1 ORDER BY r.id FOR SHARE OF r`, id)
 			Error: fmt.Sprintf("destination %d is used by rules %s: remove it from them (PATCH /api/v1/rules/ID) or delete them first", id, strings.Join(names, ", ")),
 			Rules: users,
 		})
-	case tag.RowsAffected() == 0:
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no destination %d", id))
 	default:
-		api.logger.Info("destination deleted", "id", id)
-		w.WriteHeader(http.StatusNoContent)
+		api.answerDelete(w, tag, "destination", id)
 	}
+}
+
+// answerDelete answers a DELETE of the thing id that ran: 404 when it
+// deleted no row, else 204.
+func (api *notifyAPI) answerDelete(w http.ResponseWriter, tag pgconn.CommandTag, thing string, id int64) {
+	if tag.RowsAffected() == 0 {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no %s %d", thing, id))
+		return
+	}
+	api.logger.Info(thing+" deleted", "id", id)
+	w.WriteHeader(http.StatusNoContent)
 }
 
 type destinationTestResponse struct {
@@ -639,11 +647,8 @@ func (api *notifyAPI) deleteRule(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err != nil:
 		api.internalError(w, r, fmt.Errorf("delete rule %d: %w", id, err))
-	case tag.RowsAffected() == 0:
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no rule %d", id))
 	default:
-		api.logger.Info("rule deleted", "id", id)
-		w.WriteHeader(http.StatusNoContent)
+		api.answerDelete(w, tag, "rule", id)
 	}
 }
 
