@@ -3,11 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // networkMetricsPublisher sends one analysis; nil means a dry run.
@@ -110,4 +114,49 @@ func analyzeCapture(ctx context.Context, analyze pcapFileAnalyzer, path string, 
 	}
 	res.fillNetworkMetrics(&msg)
 	return msg, nil
+}
+
+func cmdPcap(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
+	var job pcapJob
+	var dryRun bool
+	cl, err := parseCommandLine("pcap", "pcap --app PACKAGE --scenario UPLOAD|DOWNLOAD [--dry-run] FILE...", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&job.Package, "app", "", "package name of the app the captures belong to (must be registered unless --dry-run)")
+		fs.StringVar(&job.Scenario, "scenario", "", "UPLOAD or DOWNLOAD")
+		fs.BoolVar(&dryRun, "dry-run", false, "print the messages as JSON lines instead of publishing them")
+	})
+	if err != nil {
+		return err
+	}
+	if err := validatePackageName(job.Package); err != nil {
+		return usageError{"--app: " + err.Error()}
+	}
+	scenario, ok := pcapScenario(job.Scenario)
+	if !ok {
+		return usageError{fmt.Sprintf("--scenario must be UPLOAD or DOWNLOAD, not %q", job.Scenario)}
+	}
+	job.Scenario = scenario
+	if len(cl.args) == 0 {
+		return usageError{"pcap needs at least one capture file"}
+	}
+	if dryRun {
+		return analyzeCaptures(ctx, cl.args, job, nil, stdout, stderr)
+	}
+	be, err := openBackends(ctx, cl.cfg, cl.logger, backendOptions{broker: true, attach: true})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout)) }()
+	if _, err := newAppStore(be.pool).Get(ctx, job.Package); errors.Is(err, errAppNotFound) {
+		return fmt.Errorf("%s is not registered: register it first (POST /api/v1/apps) or use --dry-run", job.Package)
+	} else if err != nil {
+		return err
+	}
+	producer, err := newProducer(cl.cfg, be.brokers)
+	if err != nil {
+		return err
+	}
+	be.onClose(flushAndClose(producer))
+	pub := newPublisher(producer, cl.cfg.Producer, prometheus.NewRegistry(), cl.logger)
+	pub.gate = be.publishGate()
+	return analyzeCaptures(ctx, cl.args, job, pub, stdout, stderr)
 }
