@@ -22,6 +22,9 @@ type app struct {
 	IsActive       bool      `json:"is_active"`
 	CreatedAt      time.Time `json:"created_at"`
 	UpdatedAt      time.Time `json:"updated_at"`
+	// Storefronts are the app_storefronts rows in order; empty: the app is
+	// read in its default storefront (localeDefaults.storefronts).
+	Storefronts []locale `json:"-"` // GROUNDWORK: the registry API shows them
 }
 
 var (
@@ -54,12 +57,14 @@ func newRegistryStore(pool, reads *pgxpool.Pool) *appStore {
 	return &appStore{pool: pool, reads: reads}
 }
 
-const appColumns = `id, package_name, display_name, category, is_messaging_app, is_iranian_app, is_active, created_at, updated_at`
+const appColumns = `id, package_name, display_name, category, is_messaging_app, is_iranian_app, is_active, created_at, updated_at,
+	(SELECT coalesce(json_agg(json_build_object('country', f.country, 'lang', f.lang) ORDER BY f.position), '[]')
+	   FROM app_storefronts f WHERE f.application_id = apps_registry_application.id)`
 
 func scanApp(row pgx.Row) (app, error) {
 	var a app
 	err := row.Scan(&a.ID, &a.PackageName, &a.DisplayName, &a.Category, &a.IsMessagingApp,
-		&a.IsIranianApp, &a.IsActive, &a.CreatedAt, &a.UpdatedAt)
+		&a.IsIranianApp, &a.IsActive, &a.CreatedAt, &a.UpdatedAt, &a.Storefronts)
 	return a, err
 }
 

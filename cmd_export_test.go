@@ -18,8 +18,8 @@ func TestExportCommand(t *testing.T) {
 	dbURL := newTestDatabase(t)
 	pool := newTestPoolFor(t, dbURL)
 	seedReviewsAPI(t, pool)
-	if _, err := pool.Exec(context.Background(), `INSERT INTO app_stats (application_id, score, version, crawled_at)
-		SELECT id, 4.5, '12.0', $1 FROM apps_registry_application WHERE package_name = 'ir.divar'`, testCrawl); err != nil {
+	if _, err := pool.Exec(context.Background(), `INSERT INTO app_stats (application_id, country, lang, score, version, crawled_at)
+		SELECT id, CASE WHEN is_iranian_app THEN 'ir' ELSE 'us' END, CASE WHEN is_iranian_app THEN 'fa' ELSE 'en' END, 4.5, '12.0', $1 FROM apps_registry_application WHERE package_name = 'ir.divar'`, testCrawl); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()

@@ -156,7 +156,7 @@ var appStatsContract = newTableContract(tableContract[appStatsMessage, *appStats
 		{"released_at", "timestamptz", func(m *appStatsMessage) any { return m.ReleasedAt }},
 		{"recent_changes", "text", func(m *appStatsMessage) any { return m.RecentChanges }},
 	},
-	conflict:   "ON CONFLICT (application_id, crawled_at) DO NOTHING",
+	conflict:   "ON CONFLICT (application_id, country, lang, crawled_at) DO NOTHING",
 	afterWrite: fillRegistry,
 })
 

@@ -77,6 +77,17 @@ func TestSchemaColumnsMatchContract(t *testing.T) {
 		"app_stats.developer":                           "character varying(255) NULL",
 		"app_stats.released_at":                         "timestamp with time zone NULL",
 		"app_stats.recent_changes":                      "text NULL",
+		"app_stats.country":                             "character varying(8) NOT NULL 'us'::character varying",  // GROUNDWORK: no default once the consumer writes it
+		"app_stats.lang":                                "character varying(16) NOT NULL 'en'::character varying", // GROUNDWORK
+		"app_storefronts.application_id":                "bigint NOT NULL",
+		"app_storefronts.position":                      "smallint NOT NULL",
+		"app_storefronts.country":                       "character varying(8) NOT NULL",
+		"app_storefronts.lang":                          "character varying(16) NOT NULL",
+		"review_storefronts.review_id":                  "bigint NOT NULL",
+		"review_storefronts.application_id":             "bigint NOT NULL",
+		"review_storefronts.country":                    "character varying(8) NOT NULL",
+		"review_storefronts.lang":                       "character varying(16) NOT NULL",
+		"review_storefronts.first_seen_at":              "timestamp with time zone NOT NULL",
 		"reviews.id":                                    "bigint NOT NULL nextval",
 		"reviews.application_id":                        "bigint NOT NULL",
 		"reviews.review_id":                             "character varying(255) NOT NULL",
@@ -176,7 +187,7 @@ func TestSchemaColumnsMatchContract(t *testing.T) {
 		LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 		WHERE c.relname IN ('apps_registry_application','app_stats','reviews','network_metrics','dead_letter_events',
 		                    'notify_destinations','notify_destination_secrets','notify_rules','notify_rule_destinations','notifications',
-		                    'sentiment_models')
+		                    'sentiment_models','app_storefronts','review_storefronts')
 		  AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped`)
 	if err != nil {
 		t.Fatal(err)
@@ -209,7 +220,12 @@ func TestSchemaColumnsMatchContract(t *testing.T) {
 func TestSchemaIndexes(t *testing.T) {
 	pool := newTestPool(t)
 	want := []string{
-		"(application_id, crawled_at)", // app_stats UNIQUE
+		"app_stats USING btree (application_id, country, lang, crawled_at)", // UNIQUE (migration 16)
+		"app_stats USING btree (application_id, crawled_at)",
+		"app_storefronts USING btree (application_id, country, lang)",
+		"app_storefronts USING btree (application_id, \"position\")",
+		"review_storefronts USING btree (review_id, country, lang)",
+		"review_storefronts USING btree (application_id, country, lang, first_seen_at)",
 		"app_stats USING btree (crawled_at)",
 		"reviews USING btree (application_id, at)",
 		"reviews USING btree (at)",
@@ -270,7 +286,7 @@ func TestSchemaConstraintsReject(t *testing.T) {
 		}
 	}
 	mustExec(`INSERT INTO apps_registry_application (id, package_name) VALUES (1, 'com.example.app')`)
-	mustExec(`INSERT INTO app_stats (application_id, crawled_at) VALUES (1, '2026-01-01T00:00:00Z')`)
+	mustExec(`INSERT INTO app_stats (application_id, country, lang, crawled_at) VALUES (1, 'us', 'en', '2026-01-01T00:00:00Z')`)
 	mustExec(`INSERT INTO reviews (application_id, review_id, at, last_synced_at) VALUES (1, 'r1', now(), now())`)
 	mustExec(`INSERT INTO network_metrics (application_id, analysis_id, scenario, bytes_transferred_total, bytes_payload_total, overhead_ratio, analyzed_at)
 		VALUES (1, '00000000-0000-4000-8000-000000000001', 'UPLOAD', 10, 5, 0.5, now())`)
@@ -281,8 +297,8 @@ func TestSchemaConstraintsReject(t *testing.T) {
 	}{
 		{"duplicate package", `INSERT INTO apps_registry_application (package_name) VALUES ('com.example.app')`, "23505"},
 		{"package null", `INSERT INTO apps_registry_application (package_name) VALUES (NULL)`, "23502"},
-		{"duplicate stat", `INSERT INTO app_stats (application_id, crawled_at) VALUES (1, '2026-01-01T00:00:00Z')`, "23505"},
-		{"stat unknown app", `INSERT INTO app_stats (application_id, crawled_at) VALUES (99, now())`, "23503"},
+		{"duplicate stat", `INSERT INTO app_stats (application_id, country, lang, crawled_at) VALUES (1, 'us', 'en', '2026-01-01T00:00:00Z')`, "23505"},
+		{"stat unknown app", `INSERT INTO app_stats (application_id, country, lang, crawled_at) VALUES (99, 'us', 'en', now())`, "23503"},
 		{"duplicate review", `INSERT INTO reviews (application_id, review_id, at, last_synced_at) VALUES (1, 'r1', now(), now())`, "23505"},
 		{"bad sentiment", `INSERT INTO reviews (application_id, review_id, at, last_synced_at, sentiment) VALUES (1, 'r2', now(), now(), 'HAPPY')`, "23514"},
 		{"review without at", `INSERT INTO reviews (application_id, review_id, last_synced_at) VALUES (1, 'r3', now())`, "23502"},

@@ -99,7 +99,7 @@ func BenchmarkNotifyReviewLatency(b *testing.B) {
 	b.Cleanup(recv.Close)
 	for _, sql := range []string{
 		`INSERT INTO apps_registry_application (package_name, display_name) VALUES ('org.telegram.messenger', 'Telegram')`,
-		`INSERT INTO app_stats (application_id, crawled_at) VALUES (1, now() - interval '1 day')`,
+		`INSERT INTO app_stats (application_id, country, lang, crawled_at) VALUES (1, 'us', 'en', now() - interval '1 day')`,
 	} {
 		if _, err := pool.Exec(ctx, sql); err != nil {
 			b.Fatal(err)

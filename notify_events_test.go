@@ -69,7 +69,7 @@ func (f *decideFixture) app(pkg string, iranian bool, firstCrawl time.Time) int6
 
 func (f *decideFixture) stats(app int64, at time.Time, score float64, version string) {
 	f.t.Helper()
-	f.exec(`INSERT INTO app_stats (application_id, score, version, crawled_at) VALUES ($1, $2, $3, $4)`, app, score, version, at)
+	f.exec(`INSERT INTO app_stats (application_id, country, lang, score, version, crawled_at) VALUES ($1, 'us', 'en', $2, $3, $4)`, app, score, version, at)
 }
 
 type notifyTestReview struct {

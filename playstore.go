@@ -87,10 +87,11 @@ func errorReason(err error) string {
 	}
 }
 
-// locale is the hl (language) and gl (storefront country) of a request.
+// locale is the hl (language) and gl (storefront country) of a request:
+// a storefront of an app (JSON as the registry API gives it).
 type locale struct {
-	Lang    string
-	Country string
+	Lang    string `json:"lang"`
+	Country string `json:"country"`
 }
 
 // localeDefaults picks the locale of an app: Iranian apps are read in the
@@ -106,6 +107,17 @@ func (d localeDefaults) forApp(isIranianApp bool) locale {
 		return d.Iranian
 	}
 	return d.Default
+}
+
+// storefronts are the storefronts an app is read in: those it was
+// registered with, else its default one (is_iranian_app and the PLAYSTORE_*
+// settings), as before storefronts existed. The first is the app's first
+// storefront, where a message of an older playwatch without one is stored.
+func (d localeDefaults) storefronts(a app) []locale {
+	if len(a.Storefronts) > 0 {
+		return a.Storefronts
+	}
+	return []locale{d.forApp(a.IsIranianApp)}
 }
 
 // playStoreConfig tunes the client. Start from defaultPlayStoreConfig;

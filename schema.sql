@@ -447,3 +447,58 @@ UPDATE reviews SET first_at = at;
 CREATE INDEX reviews_search_text_idx ON reviews USING GIN (search_text gin_trgm_ops);
 CREATE INDEX reviews_first_at_idx ON reviews (first_at, id);
 CREATE INDEX reviews_application_id_first_at_idx ON reviews (application_id, first_at, id);
+
+-- migration 16: storefronts
+-- An app's storefronts, (country, lang) pairs in the order the registry
+-- was given them (position 0 first). An app without rows is read in its
+-- default storefront, from is_iranian_app and the PLAYSTORE_* settings, as
+-- every app was before storefronts existed.
+CREATE TABLE app_storefronts (
+    application_id BIGINT NOT NULL REFERENCES apps_registry_application (id) ON DELETE CASCADE,
+    position       SMALLINT NOT NULL CHECK (position >= 0 AND position < 20),
+    country        VARCHAR(8) NOT NULL,
+    lang           VARCHAR(16) NOT NULL,
+    PRIMARY KEY (application_id, country, lang),
+    UNIQUE (application_id, position)
+);
+-- A listing is read per storefront: app_stats rows gain the storefront they
+-- were read in, and the unique key widens to it (an intended change of a
+-- seed-schema key). Rows stored before this migration were read in the
+-- app's default storefront; the migration assumes the default PLAYSTORE_*
+-- values: ir/fa for an app with is_iranian_app, us/en for the others.
+ALTER TABLE app_stats ADD COLUMN country VARCHAR(8), ADD COLUMN lang VARCHAR(16);
+UPDATE app_stats s
+   SET country = CASE WHEN a.is_iranian_app THEN 'ir' ELSE 'us' END,
+       lang    = CASE WHEN a.is_iranian_app THEN 'fa' ELSE 'en' END
+  FROM apps_registry_application a
+ WHERE a.id = s.application_id;
+ALTER TABLE app_stats
+    ALTER COLUMN country SET NOT NULL,
+    ALTER COLUMN lang SET NOT NULL,
+    DROP CONSTRAINT app_stats_application_id_crawled_at_key,
+    ADD CONSTRAINT app_stats_application_id_country_lang_crawled_at_key UNIQUE (application_id, country, lang, crawled_at);
+-- Readers that ignore storefronts (an app's newest listing, a dashboard of
+-- one-storefront apps) keep their index.
+CREATE INDEX app_stats_application_id_crawled_at_idx ON app_stats (application_id, crawled_at);
+-- GROUNDWORK (temporary, removed when the consumer writes the storefront): a default so writers keep working meanwhile.
+ALTER TABLE app_stats ALTER COLUMN country SET DEFAULT 'us', ALTER COLUMN lang SET DEFAULT 'en';
+-- A review is stored once (unique by its Play Store review_id); this table
+-- records every storefront it was seen in, first_seen_at the first time it
+-- was stored from that storefront. review_id is reviews.id (the row), not
+-- the Play Store's id. Reviews stored before this migration get one row,
+-- their app's default storefront (the same assumption as app_stats).
+CREATE TABLE review_storefronts (
+    review_id      BIGINT NOT NULL REFERENCES reviews (id) ON DELETE CASCADE,
+    application_id BIGINT NOT NULL REFERENCES apps_registry_application (id) ON DELETE CASCADE,
+    country        VARCHAR(8) NOT NULL,
+    lang           VARCHAR(16) NOT NULL,
+    first_seen_at  TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (review_id, country, lang)
+);
+INSERT INTO review_storefronts (review_id, application_id, country, lang, first_seen_at)
+SELECT r.id, r.application_id,
+       CASE WHEN a.is_iranian_app THEN 'ir' ELSE 'us' END,
+       CASE WHEN a.is_iranian_app THEN 'fa' ELSE 'en' END,
+       r.first_seen_at
+  FROM reviews r JOIN apps_registry_application a ON a.id = r.application_id;
+CREATE INDEX review_storefronts_application_id_idx ON review_storefronts (application_id, country, lang, first_seen_at);

@@ -23,8 +23,8 @@ func insertReleases(t *testing.T, exec func(string, ...any)) {
 		version string
 		score   float64
 	}{{30 * 24 * time.Hour, "1.0", 4.6}, {10 * 24 * time.Hour, "2.0", 4.5}, {30 * time.Minute, "3.0", 4.3}} {
-		exec(`INSERT INTO app_stats (application_id, score, ratings, crawled_at, version)
-			SELECT id, $2, 1000, $3, $4 FROM apps_registry_application WHERE package_name = $1`,
+		exec(`INSERT INTO app_stats (application_id, country, lang, score, ratings, crawled_at, version)
+			SELECT id, CASE WHEN is_iranian_app THEN 'ir' ELSE 'us' END, CASE WHEN is_iranian_app THEN 'fa' ELSE 'en' END, $2, 1000, $3, $4 FROM apps_registry_application WHERE package_name = $1`,
 			statusTelegram, s.score, statusNow.Add(-s.ago), s.version)
 	}
 	n := 0

@@ -93,7 +93,7 @@ func TestReviewsPage(t *testing.T) {
 	}
 
 	// The app page links to its reviews and shows replies.
-	if _, err := pool.Exec(t.Context(), `INSERT INTO app_stats (application_id, version, crawled_at) SELECT id, '12.0', $1 FROM apps_registry_application WHERE package_name = 'ir.divar'`, testCrawl); err != nil {
+	if _, err := pool.Exec(t.Context(), `INSERT INTO app_stats (application_id, country, lang, version, crawled_at) SELECT id, CASE WHEN is_iranian_app THEN 'ir' ELSE 'us' END, CASE WHEN is_iranian_app THEN 'fa' ELSE 'en' END, '12.0', $1 FROM apps_registry_application WHERE package_name = 'ir.divar'`, testCrawl); err != nil {
 		t.Fatal(err)
 	}
 	_, body, _ = getPage(t, srv.URL+"/apps/ir.divar")

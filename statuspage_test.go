@@ -49,13 +49,13 @@ func seedStatus(t testing.TB, pool *pgxpool.Pool) {
 		ago   time.Duration
 		score float64
 	}{{8 * 24 * time.Hour, 4.50}, {2 * 24 * time.Hour, 4.40}, {time.Hour, 4.32}} {
-		exec(`INSERT INTO app_stats (application_id, min_installs, real_installs, score, ratings, crawled_at,
+		exec(`INSERT INTO app_stats (application_id, country, lang, min_installs, real_installs, score, ratings, crawled_at,
 			ratings_1, ratings_2, ratings_3, ratings_4, ratings_5)
-			SELECT id, 1000000000, 1000000123, $2, 1234567, $3, 100, 20, 30, 400, 684017 FROM apps_registry_application WHERE package_name = $1`,
+			SELECT id, CASE WHEN is_iranian_app THEN 'ir' ELSE 'us' END, CASE WHEN is_iranian_app THEN 'fa' ELSE 'en' END, 1000000000, 1000000123, $2, 1234567, $3, 100, 20, 30, 400, 684017 FROM apps_registry_application WHERE package_name = $1`,
 			statusTelegram, s.score, at(s.ago))
 	}
-	exec(`INSERT INTO app_stats (application_id, min_installs, score, ratings, crawled_at)
-		SELECT id, 5000000, 3.9, 4321, $2 FROM apps_registry_application WHERE package_name = $1`, statusBale, at(2*time.Hour))
+	exec(`INSERT INTO app_stats (application_id, country, lang, min_installs, score, ratings, crawled_at)
+		SELECT id, CASE WHEN is_iranian_app THEN 'ir' ELSE 'us' END, CASE WHEN is_iranian_app THEN 'fa' ELSE 'en' END, 5000000, 3.9, 4321, $2 FROM apps_registry_application WHERE package_name = $1`, statusBale, at(2*time.Hour))
 	n := 0
 	review := func(ago time.Duration, score int, sentiment *string, content string) {
 		n++
@@ -293,8 +293,8 @@ func TestStatusPageApp(t *testing.T) {
 		t.Error("network section on an app that is neither messaging nor captured")
 	}
 	// A score of 0 (no ratings yet) lowers the rating axis to 0.
-	if _, err := pool.Exec(context.Background(), `INSERT INTO app_stats (application_id, min_installs, score, ratings, crawled_at)
-		SELECT id, 5000000, 0, 0, $2 FROM apps_registry_application WHERE package_name = $1`, statusBale, statusNow.Add(-time.Hour)); err != nil {
+	if _, err := pool.Exec(context.Background(), `INSERT INTO app_stats (application_id, country, lang, min_installs, score, ratings, crawled_at)
+		SELECT id, CASE WHEN is_iranian_app THEN 'ir' ELSE 'us' END, CASE WHEN is_iranian_app THEN 'fa' ELSE 'en' END, 5000000, 0, 0, $2 FROM apps_registry_application WHERE package_name = $1`, statusBale, statusNow.Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	_, body, _ = getPage(t, srv.URL+"/apps/"+statusBale)
@@ -592,8 +592,8 @@ func seedStatusVolume(t testing.TB, pool *pgxpool.Pool, apps, reviewsPerApp, sta
 	}{
 		{`INSERT INTO apps_registry_application (package_name, display_name)
 			SELECT 'com.example.bulk' || i, 'Bulk app ' || i FROM generate_series(1, $1::int) i`, []any{apps}},
-		{`INSERT INTO app_stats (application_id, min_installs, real_installs, score, ratings, crawled_at, ratings_1, ratings_2, ratings_3, ratings_4, ratings_5)
-			SELECT a.id, 1000000, 1000000 + h * 17, 3.5 + (h % 100) / 100.0, 50000 + h, $2::timestamptz - make_interval(hours => h),
+		{`INSERT INTO app_stats (application_id, country, lang, min_installs, real_installs, score, ratings, crawled_at, ratings_1, ratings_2, ratings_3, ratings_4, ratings_5)
+			SELECT a.id, CASE WHEN a.is_iranian_app THEN 'ir' ELSE 'us' END, CASE WHEN a.is_iranian_app THEN 'fa' ELSE 'en' END, 1000000, 1000000 + h * 17, 3.5 + (h % 100) / 100.0, 50000 + h, $2::timestamptz - make_interval(hours => h),
 				1000, 2000, 3000, 4000, 5000
 			FROM apps_registry_application a, generate_series(1, $1::int) h WHERE a.package_name LIKE 'com.example.bulk%'`, []any{statsPerApp, now}},
 		{`INSERT INTO reviews (application_id, review_id, user_name, score, content, at, sentiment, last_synced_at)
@@ -636,8 +636,8 @@ func TestStatusPageCrawlOutcomes(t *testing.T) {
 	insertOutcome(t, pool, missing, "reviews", 2*time.Minute, "not_found", ptr(404), "")
 	// An app whose store shows no review: its reviews read ended ok and
 	// stored nothing; its listing is fresh.
-	if _, err := pool.Exec(context.Background(), `INSERT INTO app_stats (application_id, min_installs, score, ratings, crawled_at)
-		SELECT id, 100, 0, 0, $2 FROM apps_registry_application WHERE package_name = $1`, quiet, statusNow.Add(-10*time.Minute)); err != nil {
+	if _, err := pool.Exec(context.Background(), `INSERT INTO app_stats (application_id, country, lang, min_installs, score, ratings, crawled_at)
+		SELECT id, CASE WHEN is_iranian_app THEN 'ir' ELSE 'us' END, CASE WHEN is_iranian_app THEN 'fa' ELSE 'en' END, 100, 0, 0, $2 FROM apps_registry_application WHERE package_name = $1`, quiet, statusNow.Add(-10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	insertOutcome(t, pool, quiet, "stats", 10*time.Minute, "ok", ptr(200), "")
