@@ -291,7 +291,7 @@ func testKafkaSecuredEndToEnd(t *testing.T, k *apacheKafka) {
 // password.
 func testKafkaSecuredStartErrors(t *testing.T, k *apacheKafka) {
 	dbURL := newTestDatabase(t)
-	start := func(t *testing.T, env map[string]string) (error, string) {
+	start := func(t *testing.T, env map[string]string) (string, error) {
 		t.Helper()
 		env = withEnv(env, map[string]string{"DATABASE_URL": dbURL, "PLAYWATCH_DATA_DIR": t.TempDir(), "PLAYWATCH_HTTP_ADDR": freeAddr(t)})
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -303,7 +303,7 @@ func testKafkaSecuredStartErrors(t *testing.T, k *apacheKafka) {
 		if err != nil && strings.Contains(err.Error()+logs.String(), k.secure.password) {
 			t.Errorf("the error or the logs show the password")
 		}
-		return err, logs.String()
+		return logs.String(), err
 	}
 	for _, c := range []struct {
 		name string
@@ -330,7 +330,7 @@ func testKafkaSecuredStartErrors(t *testing.T, k *apacheKafka) {
 			[]string{"KAFKA_TLS_CERT_FILE", "refused the TLS handshake"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			err, logs := start(t, c.env)
+			logs, err := start(t, c.env)
 			if err == nil {
 				t.Fatalf("run started:\n%s", logs)
 			}

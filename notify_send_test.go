@@ -473,7 +473,7 @@ func TestNotifyTestMessage(t *testing.T) {
 	if body["event"] != "test" {
 		t.Errorf("test body: %v", body)
 	}
-	answer = func(w http.ResponseWriter, _ notifyReceivedRequest) { http.Error(w, strings.Repeat("x", 500), 410) }
+	answer = func(w http.ResponseWriter, _ notifyReceivedRequest) { http.Error(w, strings.Repeat("x", 500), http.StatusGone) }
 	if code, err := s.Test(context.Background(), d); code != 410 || err == nil || len(err.Error()) != 200 {
 		t.Errorf("gone: %d %v", code, err)
 	}
@@ -510,7 +510,7 @@ func newNotifyTestProxy(t *testing.T) *notifyTestProxy {
 		if r.Method == http.MethodConnect {
 			up, err := net.Dial("tcp", r.Host)
 			if err != nil {
-				http.Error(w, err.Error(), 502)
+				http.Error(w, err.Error(), http.StatusBadGateway)
 				return
 			}
 			w.WriteHeader(200)
@@ -528,7 +528,7 @@ func newNotifyTestProxy(t *testing.T) *notifyTestProxy {
 		out.RequestURI = ""
 		resp, err := http.DefaultTransport.RoundTrip(out)
 		if err != nil {
-			http.Error(w, err.Error(), 502)
+			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
 		}
 		defer resp.Body.Close()

@@ -178,12 +178,12 @@ func joinPersianAffixes(sc *sentScratch) {
 	out := sc.toks[:0]
 	for i := 0; i < len(sc.toks); i++ {
 		t := sc.toks[i]
-		w := string(sc.tb[t.s:t.e])
+		w := sc.tb[t.s:t.e] // indexed as string(w): the compiler then allocates nothing
 		switch {
-		case t.kind == tokWord && faJoinNext[w] && i+1 < len(sc.toks) && sc.toks[i+1].kind == tokWord && sc.toks[i+1].s == t.e:
+		case t.kind == tokWord && faJoinNext[string(w)] && i+1 < len(sc.toks) && sc.toks[i+1].kind == tokWord && sc.toks[i+1].s == t.e:
 			t.e = sc.toks[i+1].e // tokens are adjacent in tb: joining is widening
 			i++
-		case t.kind == tokWord && faJoinPrev[w] && len(out) > 0 && out[len(out)-1].kind == tokWord && out[len(out)-1].e == t.s:
+		case t.kind == tokWord && faJoinPrev[string(w)] && len(out) > 0 && out[len(out)-1].kind == tokWord && out[len(out)-1].e == t.s:
 			out[len(out)-1].e = t.e
 			continue
 		}
