@@ -240,16 +240,6 @@ func printDeadLetterTable(w io.Writer, rows []deadLetterRow, limit int) error {
 	return err
 }
 
-// printable makes s fit on one table line.
-func printable(s string, maxBytes int) string {
-	return truncate(strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, s), maxBytes)
-}
-
 // deadLetterJSON is the --json form; a payload that is not UTF-8 comes as
 // payload_base64 instead of payload.
 type deadLetterJSON struct {

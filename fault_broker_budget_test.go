@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -158,5 +159,120 @@ func TestFaultBrokerBudgetBoundsDiskAndRestartMemory(t *testing.T) {
 	}
 	if err := a.stop(t, syscall.SIGTERM, time.Minute); err != nil {
 		t.Errorf("exit after SIGTERM: %v", err)
+	}
+}
+
+// The appliance with a 1 MiB broker budget crawls while no storage consumer
+// runs. Once the reviews nobody has stored fill a partition's share, the
+// crawl waits instead of publishing (a metric and a log line say so), and
+// the broker trims none of them. When a consumer starts, the crawl goes on,
+// every review is stored, and the broker then trims the stored records to
+// the share. About half a minute: in the fault suite.
+func TestFaultBrokerBudgetHoldsTheCrawlUntilTheConsumerStores(t *testing.T) {
+	requireFaultSuite(t)
+	const apps, reviewsPerApp = 12, 1500
+	dbURL := newTestDatabase(t)
+	pool := newTestPoolFor(t, dbURL)
+	replay := newReplayPlayStore(t)
+	var pkgs []string
+	for i := range apps {
+		pkg := fmt.Sprintf("com.example.budget%d", i)
+		replay.setApp(pkg, replayApp{Reviews: reviewsPerApp})
+		pkgs = append(pkgs, pkg)
+	}
+	registerApps(t, pool, pkgs...)
+	env := map[string]string{
+		"DATABASE_URL":               dbURL,
+		"PLAYWATCH_DATA_DIR":         filepath.Join(t.TempDir(), "data"),
+		"PLAYWATCH_HTTP_ADDR":        freeAddr(t),
+		"PLAYWATCH_BROKER_ADDR":      freeAddr(t),
+		"PLAYWATCH_BROKER_MAX_BYTES": "1MiB",
+		"PLAYSTORE_URL":              replay.URL,
+		"RATE_LIMIT_REQUESTS":        "0",
+		"EGRESS_MIN_GAP":             "0s",
+		"REVIEWS_PER_APP":            fmt.Sprint(reviewsPerApp),
+		"CRAWL_WORKERS":              "1",
+	}
+	base, stop, logs := startRun(t, env, "--roles", "registry,crawler")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("playwatch run:\n%s", logs)
+		}
+	})
+	brokers := []string{env["PLAYWATCH_BROKER_ADDR"]}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	share := int64(1<<20) / 16 * 8 / 3 // reviews: 8 of 16 parts (raw-pages has 6), over 3 partitions
+
+	waitFor(t, 60*time.Second, "the crawl to wait for room on the broker", func() bool {
+		return scrapeMetric(t, base, "playwatch_publish_backpressure_waits_total", `topic="reviews"`) >= 1
+	})
+	// A whole trim pass has run since the share filled up (the second to
+	// end from now began after it): it deleted nothing.
+	passes := scrapeMetric(t, base, "playwatch_broker_trim_passes_total", "")
+	waitFor(t, 30*time.Second, "a trim pass over the full partitions", func() bool {
+		return scrapeMetric(t, base, "playwatch_broker_trim_passes_total", "") >= passes+2
+	})
+	bytes, starts, ends := brokerShares(t, adm, topicReviews)
+	starts.Each(func(o kadm.ListedOffset) {
+		if o.Offset != 0 {
+			t.Errorf("reviews/%d starts at %d: records nobody stored were trimmed", o.Partition, o.Offset)
+		}
+	})
+	if n := scrapeMetric(t, base, "playwatch_crawl_cycles_total", ""); n != 0 {
+		t.Fatalf("%v cycles done while the broker had no room", n)
+	}
+	if !strings.Contains(logs.String(), "waiting before publishing") {
+		t.Errorf("no log line says the crawl waits:\n%s", logs)
+	}
+	t.Logf("held back: reviews partitions hold %v bytes (share %d), end offsets %v", bytes, share, ends)
+
+	tc := startTestConsumer(t, pool, brokers, testConsumerOptions(), consumerHooks{})
+	waitFor(t, 60*time.Second, "the crawl cycle to finish", func() bool {
+		return scrapeMetric(t, base, "playwatch_crawl_cycles_total", "") >= 1
+	})
+	waitStored(t, 60*time.Second, brokers, pool, testConsumerOptions().Group)
+	if n := count(t, pool, `SELECT count(*) FROM reviews`); n != apps*reviewsPerApp {
+		t.Errorf("%d reviews stored, want %d", n, apps*reviewsPerApp)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM app_stats`); n != apps {
+		t.Errorf("%d app_stats rows, want %d", n, apps)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM dead_letter_events`); n != 0 {
+		t.Errorf("%d dead letters", n)
+	}
+	if !strings.Contains(logs.String(), "the broker has room again") {
+		t.Errorf("no log line says the crawl went on:\n%s", logs)
+	}
+
+	// Stored, the records are trimmed down to the share.
+	waitFor(t, 30*time.Second, "the broker to trim the stored reviews to their share", func() bool {
+		bytes, _, _ := brokerShares(t, adm, topicReviews)
+		for _, n := range bytes {
+			if n > share {
+				return false
+			}
+		}
+		return true
+	})
+	bytes, starts, _ = brokerShares(t, adm, topicReviews)
+	trimmed := false
+	starts.Each(func(o kadm.ListedOffset) { trimmed = trimmed || o.Offset > 0 })
+	if !trimmed {
+		t.Errorf("nothing trimmed: %v", bytes)
+	}
+	if n := scrapeMetric(t, base, "playwatch_broker_trimmed_records_total", `topic="reviews"`); n <= 0 {
+		t.Errorf("trimmed records metric %v", n)
+	}
+	t.Logf("after storing: reviews partitions hold %v bytes, start offsets %v", bytes, starts)
+	if err := tc.stop(); err != nil {
+		t.Error(err)
+	}
+	if err := stop(); err != nil {
+		t.Error(err)
 	}
 }

@@ -473,7 +473,9 @@ func TestNotifyTestMessage(t *testing.T) {
 	if body["event"] != "test" {
 		t.Errorf("test body: %v", body)
 	}
-	answer = func(w http.ResponseWriter, _ notifyReceivedRequest) { http.Error(w, strings.Repeat("x", 500), http.StatusGone) }
+	answer = func(w http.ResponseWriter, _ notifyReceivedRequest) {
+		http.Error(w, strings.Repeat("x", 500), http.StatusGone)
+	}
 	if code, err := s.Test(context.Background(), d); code != 410 || err == nil || len(err.Error()) != 200 {
 		t.Errorf("gone: %d %v", code, err)
 	}

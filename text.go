@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -135,4 +136,14 @@ func unicodeEscape(b []byte) (rune, bool) {
 	}
 	v, err := strconv.ParseUint(string(b[2:6]), 16, 16)
 	return rune(v), err == nil
+}
+
+// printable makes s fit on one table line.
+func printable(s string, maxBytes int) string {
+	return truncate(strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s), maxBytes)
 }
