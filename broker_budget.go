@@ -316,24 +316,12 @@ type brokerBudgetMetrics struct {
 }
 
 func newBrokerBudgetMetrics(reg prometheus.Registerer) *brokerBudgetMetrics {
+	mk := metricMaker{reg}
 	m := &brokerBudgetMetrics{
-		share: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "playwatch_broker_budget_bytes",
-			Help: "Each topic's share of PLAYWATCH_BROKER_MAX_BYTES on the embedded broker.",
-		}, []string{"topic"}),
-		retained: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "playwatch_broker_retained_bytes",
-			Help: "Bytes the embedded broker retains of each topic, as of the last trim.",
-		}, []string{"topic"}),
-		trimmed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_broker_trimmed_records_total",
-			Help: "Records deleted from the embedded broker for its byte budget or its retention, by topic.",
-		}, []string{"topic"}),
-		passes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "playwatch_broker_trim_passes_total",
-			Help: "Periodic passes over the embedded broker's topics that trimmed them to the budget (or found nothing to trim).",
-		}),
+		share:    mk.gaugeVec("playwatch_broker_budget_bytes", "Each topic's share of PLAYWATCH_BROKER_MAX_BYTES on the embedded broker.", "topic"),
+		retained: mk.gaugeVec("playwatch_broker_retained_bytes", "Bytes the embedded broker retains of each topic, as of the last trim.", "topic"),
+		trimmed:  mk.counterVec("playwatch_broker_trimmed_records_total", "Records deleted from the embedded broker for its byte budget or its retention, by topic.", "topic"),
+		passes:   mk.counter("playwatch_broker_trim_passes_total", "Periodic passes over the embedded broker's topics that trimmed them to the budget (or found nothing to trim)."),
 	}
-	reg.MustRegister(m.share, m.retained, m.trimmed, m.passes)
 	return m
 }

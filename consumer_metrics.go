@@ -27,50 +27,19 @@ type consumerMetrics struct {
 }
 
 func newConsumerMetrics(reg prometheus.Registerer) *consumerMetrics {
+	mk := metricMaker{reg}
 	m := &consumerMetrics{
-		records: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_consumer_records_total",
-			Help: "Kafka records the storage consumer polled, by topic.",
-		}, []string{"topic"}),
-		rows: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_consumer_rows_written_total",
-			Help: "Rows the storage consumer inserted or updated, by table (apps_registry_application: names filled in).",
-		}, []string{"table"}),
-		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_consumer_dead_letters_total",
-			Help: "Records found dead (a dead_letter_events row, or one that already existed for that offset), by reason code.",
-		}, []string{"reason"}),
-		dbErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_consumer_db_errors_total",
-			Help: "Failed batch transactions, by kind: transient and blocked are retried, data is narrowed to the refused rows.",
-		}, []string{"kind"}),
-		batchRecords: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "playwatch_consumer_batch_records",
-			Help:    "Records per batch transaction.",
-			Buckets: prometheus.ExponentialBuckets(1, 4, 9),
-		}),
-		writeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "playwatch_consumer_batch_write_seconds",
-			Help:    "Time of the successful attempt at a batch transaction, from BEGIN to COMMIT.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
-		}),
-		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "playwatch_consumer_lag_records",
-			Help: "Records in the partition after the last stored one, at the last fetch.",
-		}, []string{"topic", "partition"}),
-		paused: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "playwatch_consumer_paused",
-			Help: "1 while the consumer has paused fetching because the database cannot take its batch.",
-		}),
-		blockedTotal: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "playwatch_consumer_db_blocked_seconds_total",
-			Help: "Time the consumer spent waiting for the database to take a batch (retrying transient errors).",
-		}),
-		offsetResets: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_consumer_offset_resets_total",
-			Help: "Times a partition's stored offset was of a log the broker no longer has (beyond its log end, or no commit of the group for any partition of the topic: broker data deleted, or a new cluster) and was moved back to store the partition from the log start.",
-		}, []string{"topic", "partition"}),
-		newest: map[string]time.Time{},
+		records:      mk.counterVec("playwatch_consumer_records_total", "Kafka records the storage consumer polled, by topic.", "topic"),
+		rows:         mk.counterVec("playwatch_consumer_rows_written_total", "Rows the storage consumer inserted or updated, by table (apps_registry_application: names filled in).", "table"),
+		deadLetters:  mk.counterVec("playwatch_consumer_dead_letters_total", "Records found dead (a dead_letter_events row, or one that already existed for that offset), by reason code.", "reason"),
+		dbErrors:     mk.counterVec("playwatch_consumer_db_errors_total", "Failed batch transactions, by kind: transient and blocked are retried, data is narrowed to the refused rows.", "kind"),
+		batchRecords: mk.histogram("playwatch_consumer_batch_records", "Records per batch transaction.", prometheus.ExponentialBuckets(1, 4, 9)),
+		writeSeconds: mk.histogram("playwatch_consumer_batch_write_seconds", "Time of the successful attempt at a batch transaction, from BEGIN to COMMIT.", prometheus.ExponentialBuckets(0.001, 2, 15)),
+		lag:          mk.gaugeVec("playwatch_consumer_lag_records", "Records in the partition after the last stored one, at the last fetch.", "topic", "partition"),
+		paused:       mk.gauge("playwatch_consumer_paused", "1 while the consumer has paused fetching because the database cannot take its batch."),
+		blockedTotal: mk.counter("playwatch_consumer_db_blocked_seconds_total", "Time the consumer spent waiting for the database to take a batch (retrying transient errors)."),
+		offsetResets: mk.counterVec("playwatch_consumer_offset_resets_total", "Times a partition's stored offset was of a log the broker no longer has (beyond its log end, or no commit of the group for any partition of the topic: broker data deleted, or a new cluster) and was moved back to store the partition from the log start.", "topic", "partition"),
+		newest:       map[string]time.Time{},
 	}
 	for _, t := range allTopics {
 		m.records.WithLabelValues(t)
@@ -86,9 +55,7 @@ func newConsumerMetrics(reg prometheus.Registerer) *consumerMetrics {
 	for k := range dbBlocked + 1 {
 		m.dbErrors.WithLabelValues(k.String())
 	}
-	reg.MustRegister(m.records, m.rows, m.deadLetters, m.dbErrors, m.batchRecords, m.writeSeconds, m.lag, m.paused, m.blockedTotal, m.offsetResets,
-		freshnessCollector{m},
-	)
+	reg.MustRegister(freshnessCollector{m})
 	return m
 }
 

@@ -246,21 +246,12 @@ type crawlWorkerMetrics struct {
 }
 
 func newCrawlWorkerMetrics(reg prometheus.Registerer) *crawlWorkerMetrics {
+	mk := metricMaker{reg}
 	m := &crawlWorkerMetrics{
-		done: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "playwatch_crawl_jobs_done_total",
-			Help: "Crawl jobs this instance crawled to the end (both paths published or failed closed).",
-		}),
-		invalid: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "playwatch_crawl_jobs_invalid_total",
-			Help: "Crawl jobs skipped because they break the crawl-jobs contract (logged with partition and offset).",
-		}),
-		leasePassed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "playwatch_crawl_jobs_lease_passed_total",
-			Help: "Crawl jobs dropped because their planned_at is outside their lease epoch: published by a leader whose lease had passed (logged).",
-		}),
+		done:        mk.counter("playwatch_crawl_jobs_done_total", "Crawl jobs this instance crawled to the end (both paths published or failed closed)."),
+		invalid:     mk.counter("playwatch_crawl_jobs_invalid_total", "Crawl jobs skipped because they break the crawl-jobs contract (logged with partition and offset)."),
+		leasePassed: mk.counter("playwatch_crawl_jobs_lease_passed_total", "Crawl jobs dropped because their planned_at is outside their lease epoch: published by a leader whose lease had passed (logged)."),
 	}
-	reg.MustRegister(m.done, m.invalid, m.leasePassed)
 	return m
 }
 

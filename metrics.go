@@ -32,18 +32,11 @@ type httpMetrics struct {
 }
 
 func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
+	mk := metricMaker{reg}
 	m := &httpMetrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_http_requests_total",
-			Help: "HTTP requests served, by route pattern and status code.",
-		}, []string{"route", "code"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "playwatch_http_request_duration_seconds",
-			Help:    "Time to serve an HTTP request, by route pattern.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}, []string{"route"}),
+		requests: mk.counterVec("playwatch_http_requests_total", "HTTP requests served, by route pattern and status code.", "route", "code"),
+		latency:  mk.histogramVec("playwatch_http_request_duration_seconds", "Time to serve an HTTP request, by route pattern.", prometheus.ExponentialBuckets(0.0005, 2, 16), "route"),
 	}
-	reg.MustRegister(m.requests, m.latency)
 	return m
 }
 

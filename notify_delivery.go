@@ -523,38 +523,18 @@ type notifyMetrics struct {
 var notifyMessageStatuses = []string{"sent", "retry", "broken", "failed", "throttled", "folded"}
 
 func newNotifyMetrics(reg prometheus.Registerer) *notifyMetrics {
+	mk := metricMaker{reg}
 	m := &notifyMetrics{
-		delivery: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "playwatch_notify_delivery_seconds",
-			Help:    "From an event's storing (notifications.event_at) to the receiver's 2xx, per message (each message a digest stands for counts).",
-			Buckets: prometheus.ExponentialBuckets(0.05, 2, 18),
-		}),
-		reviewAge: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "playwatch_notify_review_age_seconds",
-			Help:    "From a review's time on the store to the receiver's 2xx, per review message.",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 20),
-		}),
-		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_notify_messages_total",
-			Help: "Notification outcomes: sent (a receiver's 2xx; a digest is one), retry (an attempt failed, retried later), broken (refused for good: the destination is broken), failed (given up after NOTIFY_GIVE_UP), throttled (held back by max_per_hour), folded (sent inside a digest).",
-		}, []string{"status"}),
-		pending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "playwatch_notify_pending",
-			Help: "Notifications not yet delivered (counted every 15s).",
-		}),
-		failed: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "playwatch_notify_failed",
-			Help: "Notifications given up (status failed; counted every 15s).",
-		}),
-		broken: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "playwatch_notify_destinations_broken",
-			Help: "Destinations whose receiver refused for good, not tried until PATCHed or tested (counted every 15s).",
-		}),
+		delivery:  mk.histogram("playwatch_notify_delivery_seconds", "From an event's storing (notifications.event_at) to the receiver's 2xx, per message (each message a digest stands for counts).", prometheus.ExponentialBuckets(0.05, 2, 18)),
+		reviewAge: mk.histogram("playwatch_notify_review_age_seconds", "From a review's time on the store to the receiver's 2xx, per review message.", prometheus.ExponentialBuckets(1, 2, 20)),
+		messages:  mk.counterVec("playwatch_notify_messages_total", "Notification outcomes: sent (a receiver's 2xx; a digest is one), retry (an attempt failed, retried later), broken (refused for good: the destination is broken), failed (given up after NOTIFY_GIVE_UP), throttled (held back by max_per_hour), folded (sent inside a digest).", "status"),
+		pending:   mk.gauge("playwatch_notify_pending", "Notifications not yet delivered (counted every 15s)."),
+		failed:    mk.gauge("playwatch_notify_failed", "Notifications given up (status failed; counted every 15s)."),
+		broken:    mk.gauge("playwatch_notify_destinations_broken", "Destinations whose receiver refused for good, not tried until PATCHed or tested (counted every 15s)."),
 	}
 	for _, s := range notifyMessageStatuses {
 		m.messages.WithLabelValues(s)
 	}
-	reg.MustRegister(m.delivery, m.reviewAge, m.messages, m.pending, m.failed, m.broken)
 	return m
 }
 

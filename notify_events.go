@@ -74,25 +74,15 @@ func newNotifyDecider(pool *pgxpool.Pool, cfg notifyDeciderConfig, reg prometheu
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
 	}
+	mk := metricMaker{reg}
 	d := &notifyDecider{pool: pool, cfg: cfg, logger: logger, badRules: map[string]bool{},
-		events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_notify_events_total",
-			Help: "Outbox rows the event decider inserted (one per rule, destination and event), by event.",
-		}, []string{"event"}),
-		pass: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "playwatch_notify_decide_seconds",
-			Help:    "Time of one pass of the event decider (read, decide, insert, commit).",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
-		}),
-		errors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "playwatch_notify_decide_errors_total",
-			Help: "Passes of the event decider that failed (rolled back and retried with backoff).",
-		}),
+		events: mk.counterVec("playwatch_notify_events_total", "Outbox rows the event decider inserted (one per rule, destination and event), by event.", "event"),
+		pass:   mk.histogram("playwatch_notify_decide_seconds", "Time of one pass of the event decider (read, decide, insert, commit).", prometheus.ExponentialBuckets(0.001, 2, 15)),
+		errors: mk.counter("playwatch_notify_decide_errors_total", "Passes of the event decider that failed (rolled back and retried with backoff)."),
 	}
 	for _, e := range []string{"review", "rating_drop", "negative_spike", "crawl_failing", "new_version"} {
 		d.events.WithLabelValues(e)
 	}
-	reg.MustRegister(d.events, d.pass, d.errors)
 	return d
 }
 

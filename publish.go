@@ -268,33 +268,15 @@ type publishMetrics struct {
 }
 
 func newPublishMetrics(reg prometheus.Registerer) *publishMetrics {
+	mk := metricMaker{reg}
 	m := &publishMetrics{
-		produced: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_publish_messages_produced_total",
-			Help: "Messages the broker confirmed, by topic.",
-		}, []string{"topic"}),
-		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_publish_messages_failed_total",
-			Help: "Produce attempts of a message that the client gave up on, by topic (a resent message counts once per failed attempt).",
-		}, []string{"topic"}),
-		residualRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_publish_residual_retries_total",
-			Help: "Application-level resends of the unconfirmed records of a send, by topic.",
-		}, []string{"topic"}),
-		failedClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_publish_failed_closed_total",
-			Help: "Sends given up after every retry (that path of that app is skipped this cycle), by topic.",
-		}, []string{"topic"}),
-		backpressureWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_publish_backpressure_waits_total",
-			Help: "Sends held back because records the storage consumer has not stored fill the embedded broker's share for the topic, by topic.",
-		}, []string{"topic"}),
-		backpressureSeconds: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_publish_backpressure_seconds_total",
-			Help: "Time sends spent held back for room on the embedded broker, by topic.",
-		}, []string{"topic"}),
+		produced:            mk.counterVec("playwatch_publish_messages_produced_total", "Messages the broker confirmed, by topic.", "topic"),
+		failed:              mk.counterVec("playwatch_publish_messages_failed_total", "Produce attempts of a message that the client gave up on, by topic (a resent message counts once per failed attempt).", "topic"),
+		residualRetries:     mk.counterVec("playwatch_publish_residual_retries_total", "Application-level resends of the unconfirmed records of a send, by topic.", "topic"),
+		failedClosed:        mk.counterVec("playwatch_publish_failed_closed_total", "Sends given up after every retry (that path of that app is skipped this cycle), by topic.", "topic"),
+		backpressureWaits:   mk.counterVec("playwatch_publish_backpressure_waits_total", "Sends held back because records the storage consumer has not stored fill the embedded broker's share for the topic, by topic.", "topic"),
+		backpressureSeconds: mk.counterVec("playwatch_publish_backpressure_seconds_total", "Time sends spent held back for room on the embedded broker, by topic.", "topic"),
 	}
-	reg.MustRegister(m.produced, m.failed, m.residualRetries, m.failedClosed, m.backpressureWaits, m.backpressureSeconds)
 	for _, t := range allTopics {
 		m.produced.WithLabelValues(t)
 		m.failed.WithLabelValues(t)

@@ -278,25 +278,13 @@ type rawArchiveMetrics struct {
 }
 
 func newRawArchiveMetrics(reg prometheus.Registerer) *rawArchiveMetrics {
+	mk := metricMaker{reg}
 	m := &rawArchiveMetrics{
-		pages: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_raw_pages_archived_total",
-			Help: "Play Store answers the broker confirmed on " + topicRawPages + ", by kind (details, reviews).",
-		}, []string{"kind"}),
-		unchanged: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_raw_pages_unchanged_total",
-			Help: "Of the answers confirmed on " + topicRawPages + ", those archived as a reference to an earlier answer with the same data blocks, by kind.",
-		}, []string{"kind"}),
-		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_raw_page_bytes_archived_total",
-			Help: "Compressed bytes of the answers confirmed on " + topicRawPages + ", by kind.",
-		}, []string{"kind"}),
-		failures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "playwatch_raw_archive_failures_total",
-			Help: "Play Store answers not archived (buffer full, broker refused or unreachable); the crawl goes on without them.",
-		}),
+		pages:     mk.counterVec("playwatch_raw_pages_archived_total", "Play Store answers the broker confirmed on "+topicRawPages+", by kind (details, reviews).", "kind"),
+		unchanged: mk.counterVec("playwatch_raw_pages_unchanged_total", "Of the answers confirmed on "+topicRawPages+", those archived as a reference to an earlier answer with the same data blocks, by kind.", "kind"),
+		bytes:     mk.counterVec("playwatch_raw_page_bytes_archived_total", "Compressed bytes of the answers confirmed on "+topicRawPages+", by kind.", "kind"),
+		failures:  mk.counter("playwatch_raw_archive_failures_total", "Play Store answers not archived (buffer full, broker refused or unreachable); the crawl goes on without them."),
 	}
-	reg.MustRegister(m.pages, m.unchanged, m.bytes, m.failures)
 	for _, k := range []string{pageDetails, pageReviews} {
 		m.pages.WithLabelValues(k)
 		m.unchanged.WithLabelValues(k)

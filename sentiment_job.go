@@ -363,39 +363,19 @@ type sentimentMetrics struct {
 }
 
 func newSentimentMetrics(reg prometheus.Registerer) *sentimentMetrics {
+	mk := metricMaker{reg}
 	m := &sentimentMetrics{
-		scored: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_sentiment_scored_total",
-			Help: "Reviews the sentiment job scored (first time or again), by label and language.",
-		}, []string{"label", "lang"}),
-		backlog: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "playwatch_sentiment_backlog_reviews",
-			Help: "Reviews waiting to be scored: never scored, text or stars changed, or marked by rescore; counted at each idle poll and every 10s while busy or failing.",
-		}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "playwatch_sentiment_latency_seconds",
-			Help:    "From a review's storing (first_seen_at; last_synced_at for a changed text) to its score's commit; reviews marked by rescore are not observed.",
-			Buckets: prometheus.ExponentialBuckets(0.1, 2, 16),
-		}),
-		batchWrite: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "playwatch_sentiment_batch_write_seconds",
-			Help:    "Time of a batch's UPDATE and COMMIT.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
-		}),
-		batchErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "playwatch_sentiment_batch_errors_total",
-			Help: "Batches the sentiment job could not claim, write or commit (rolled back and retried with backoff).",
-		}),
-		reviewErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "playwatch_sentiment_review_errors_total",
-			Help: "Reviews the sentiment model failed on (a panic): stored with the label of their stars and sentiment_model failed:<version>, not retried until a rescore or a new text.",
-		}),
+		scored:       mk.counterVec("playwatch_sentiment_scored_total", "Reviews the sentiment job scored (first time or again), by label and language.", "label", "lang"),
+		backlog:      mk.gauge("playwatch_sentiment_backlog_reviews", "Reviews waiting to be scored: never scored, text or stars changed, or marked by rescore; counted at each idle poll and every 10s while busy or failing."),
+		latency:      mk.histogram("playwatch_sentiment_latency_seconds", "From a review's storing (first_seen_at; last_synced_at for a changed text) to its score's commit; reviews marked by rescore are not observed.", prometheus.ExponentialBuckets(0.1, 2, 16)),
+		batchWrite:   mk.histogram("playwatch_sentiment_batch_write_seconds", "Time of a batch's UPDATE and COMMIT.", prometheus.ExponentialBuckets(0.001, 2, 15)),
+		batchErrors:  mk.counter("playwatch_sentiment_batch_errors_total", "Batches the sentiment job could not claim, write or commit (rolled back and retried with backoff)."),
+		reviewErrors: mk.counter("playwatch_sentiment_review_errors_total", "Reviews the sentiment model failed on (a panic): stored with the label of their stars and sentiment_model failed:<version>, not retried until a rescore or a new text."),
 	}
 	for _, label := range []string{"POSITIVE", "NEUTRAL", "NEGATIVE"} {
 		for _, lang := range []string{"fa", "en", "other"} {
 			m.scored.WithLabelValues(label, lang)
 		}
 	}
-	reg.MustRegister(m.scored, m.backlog, m.latency, m.batchWrite, m.batchErrors, m.reviewErrors)
 	return m
 }

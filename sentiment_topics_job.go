@@ -42,17 +42,11 @@ type topicBackfill struct {
 }
 
 func newTopicBackfill(reg prometheus.Registerer) topicBackfill {
+	mk := metricMaker{reg}
 	b := topicBackfill{
-		filled: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "playwatch_sentiment_topics_backfilled_total",
-			Help: "Reviews labelled before topics existed that the sentiment job gave their topics (without scoring them again).",
-		}),
-		backlog: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "playwatch_sentiment_topics_backlog_reviews",
-			Help: "Labelled reviews still without topics: counted when the backfill starts, counted down by its batches, 0 once it is done.",
-		}),
+		filled:  mk.counter("playwatch_sentiment_topics_backfilled_total", "Reviews labelled before topics existed that the sentiment job gave their topics (without scoring them again)."),
+		backlog: mk.gauge("playwatch_sentiment_topics_backlog_reviews", "Labelled reviews still without topics: counted when the backfill starts, counted down by its batches, 0 once it is done."),
 	}
-	reg.MustRegister(b.filled, b.backlog)
 	return b
 }
 
