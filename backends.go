@@ -149,37 +149,10 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 	if opts.broker && len(cfg.KafkaBrokers) == 0 {
 		missing = append(missing, "KAFKA_BROKERS")
 	}
-	switch {
-	case len(missing) == 0:
-	case opts.attach:
-		var r runningPlaywatch
-		cfg, r, err = attachedConfig(cfg)
-		if errors.Is(err, errNotRunning) {
-			return nil, fmt.Errorf("%w: start `playwatch run` on it, point PLAYWATCH_DATA_DIR at the data directory of a running playwatch, or set %s",
-				err, strings.Join(missing, " and "))
-		}
-		if err != nil {
+	if len(missing) > 0 {
+		if cfg, embedded, err = be.useDataDir(cfg, opts, embedded, missing, logger); err != nil {
 			return nil, err
 		}
-		if opts.broker && embedded && !r.EmbeddedBroker {
-			// Its brokers, reached with this command's own credentials.
-			if err := cfg.Kafka.checkAttached(r); err != nil {
-				return nil, err
-			}
-		}
-		embedded = embedded && r.EmbeddedBroker
-		if r.Version != version {
-			logger.Warn("the playwatch that runs on the data directory is another version", "its_version", r.Version, "version", version)
-		}
-		logger.Info("using the services of the playwatch that runs on the data directory", "data_dir", cfg.DataDir, "pid", r.PID,
-			"database", maskPasswords(cfg.DatabaseURL), "brokers", cfg.KafkaBrokers)
-	default:
-		release, err := lockDataDir(cfg.DataDir)
-		if err != nil {
-			return nil, err
-		}
-		be.ownsDataDir = true
-		be.onClose(func(context.Context) error { release(); return nil })
 	}
 	if opts.broker && embedded {
 		if err := cfg.Kafka.checkEmbeddedBroker(); err != nil {
@@ -195,6 +168,52 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 	if !opts.broker {
 		return be, nil
 	}
+	if err := be.openKafka(ctx, cfg, opts, embedded, logger); err != nil {
+		return nil, err
+	}
+	return be, nil
+}
+
+// useDataDir settles what openBackends does without DATABASE_URL (and
+// KAFKA_BROKERS, for a command that needs a broker): a one-off command
+// attaches to the services of the playwatch running on the data directory;
+// run takes the data directory for its managed PostgreSQL (and embedded
+// broker), locked until shutdown.
+func (be *backends) useDataDir(cfg Config, opts backendOptions, embedded bool, missing []string, logger *slog.Logger) (Config, bool, error) {
+	if !opts.attach {
+		release, err := lockDataDir(cfg.DataDir)
+		if err != nil {
+			return cfg, embedded, err
+		}
+		be.ownsDataDir = true
+		be.onClose(func(context.Context) error { release(); return nil })
+		return cfg, embedded, nil
+	}
+	cfg, r, err := attachedConfig(cfg)
+	if errors.Is(err, errNotRunning) {
+		return cfg, embedded, fmt.Errorf("%w: start `playwatch run` on it, point PLAYWATCH_DATA_DIR at the data directory of a running playwatch, or set %s",
+			err, strings.Join(missing, " and "))
+	}
+	if err != nil {
+		return cfg, embedded, err
+	}
+	if opts.broker && embedded && !r.EmbeddedBroker {
+		// Its brokers, reached with this command's own credentials.
+		if err := cfg.Kafka.checkAttached(r); err != nil {
+			return cfg, embedded, err
+		}
+	}
+	if r.Version != version {
+		logger.Warn("the playwatch that runs on the data directory is another version", "its_version", r.Version, "version", version)
+	}
+	logger.Info("using the services of the playwatch that runs on the data directory", "data_dir", cfg.DataDir, "pid", r.PID,
+		"database", maskPasswords(cfg.DatabaseURL), "brokers", cfg.KafkaBrokers)
+	return cfg, embedded && r.EmbeddedBroker, nil
+}
+
+// openKafka starts the embedded broker (or reaches KAFKA_BROKERS), creates
+// the topics and, on the embedded broker, starts its disk budget keeper.
+func (be *backends) openKafka(ctx context.Context, cfg Config, opts backendOptions, embedded bool, logger *slog.Logger) (err error) {
 	be.rawArchive = cfg.RawArchive
 	topics := createdTopics
 	if cfg.RawArchive {
@@ -203,18 +222,18 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 	var budget brokerBudget
 	if embedded {
 		if budget, err = planBrokerBudget(cfg.BrokerMaxBytes, cfg.topicRetention(true), topics); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if be.brokers, err = openBroker(cfg, budget.segmentBytes(), logger, be); err != nil {
-		return nil, err
+		return err
 	}
 	if be.embedded != nil {
 		opts.metrics.MustRegister(be.embedded.Collectors()...)
 	}
 	be.kafka, err = kgo.NewClient(kafkaClientOptions(cfg.Kafka, be.brokers)...)
 	if err != nil {
-		return nil, fmt.Errorf("kafka client: %w", err)
+		return fmt.Errorf("kafka client: %w", err)
 	}
 	be.onClose(func(context.Context) error { be.kafka.Close(); return nil })
 	spec := topicSpec{Partitions: cfg.TopicPartitions, Replication: cfg.TopicReplication, Retention: cfg.topicRetention(false)}
@@ -223,14 +242,14 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 	}
 	if err := ensureTopics(ctx, kadm.NewClient(be.kafka), spec, createdTopics, logger); err != nil {
 		// The first requests to the brokers: where TLS and SASL fail.
-		return nil, cfg.Kafka.explainKafkaError(err)
+		return cfg.Kafka.explainKafkaError(err)
 	}
 	if cfg.RawArchive {
 		if spec.Retention != 0 {
 			spec.Retention = cfg.RawRetention
 		}
 		if err := ensureTopics(ctx, kadm.NewClient(be.kafka), spec, []string{topicRawPages}, logger); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if embedded {
@@ -241,7 +260,7 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 	if be.embedded != nil {
 		be.keepBrokerTrimmed(ctx, logger)
 	}
-	return be, nil
+	return nil
 }
 
 // keepBrokerTrimmed trims the embedded broker now, before anything is
