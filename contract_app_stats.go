@@ -143,8 +143,9 @@ func ratingsOf(stars int) func(*appStatsMessage) any {
 // statRow is one row of app_stats.
 type statRow = row[appStatsMessage]
 
-// appStatsContract appends one row per crawl; (application_id, crawled_at)
-// is the idempotency key, so a redelivered message adds nothing. The newest
+// appStatsContract appends one row per crawl of a storefront;
+// (application_id, country, lang, crawled_at) is the idempotency key, so a
+// redelivered message adds nothing. The newest
 // title and genre of a batch fill the app's empty registry names.
 var appStatsContract = newTableContract(tableContract[appStatsMessage, *appStatsMessage]{
 	topic: topicAppStats,
@@ -167,6 +168,10 @@ var appStatsContract = newTableContract(tableContract[appStatsMessage, *appStats
 		{"developer", "text", func(m *appStatsMessage) any { return m.Developer }},
 		{"released_at", "timestamptz", func(m *appStatsMessage) any { return m.ReleasedAt }},
 		{"recent_changes", "text", func(m *appStatsMessage) any { return m.RecentChanges }},
+		// Set by the consumer where the message names none (an older
+		// playwatch's): the app's first storefront.
+		{"country", "text", func(m *appStatsMessage) any { return storefrontCode(m.Country) }},
+		{"lang", "text", func(m *appStatsMessage) any { return storefrontCode(m.Lang) }},
 	},
 	conflict:   "ON CONFLICT (application_id, country, lang, crawled_at) DO NOTHING",
 	afterWrite: fillRegistry,

@@ -171,7 +171,8 @@ func (m *reviewMessage) setStorefront(l locale) {
 // reviewRow is one row of reviews.
 type reviewRow = row[reviewMessage]
 
-// reviewsContract keeps the latest version of each review. The upsert never
+// reviewsContract keeps the latest version of each review, and records each
+// storefront a review was seen in (review_storefronts). The upsert never
 // sets sentiment (the sentiment job's), first_seen_at or application_id, and
 // only a strictly newer crawl replaces a stored version, its reply and app
 // version included: a redelivery, a replay or two partitions read out of
@@ -203,15 +204,18 @@ var reviewsContract = newTableContract(tableContract[reviewMessage, *reviewMessa
 	reply_content = EXCLUDED.reply_content, replied_at = EXCLUDED.replied_at, app_version = EXCLUDED.app_version,
 	search_text = EXCLUDED.search_text, search_version = EXCLUDED.search_version
 WHERE EXCLUDED.last_synced_at > t.last_synced_at`,
-	prepare: keepNewestReviews,
+	prepare:    keepNewestReviews,
+	afterWrite: recordReviewStorefronts,
 })
 
 // keepNewestReviews keeps one version of each review of a batch: the one
 // with the latest crawled_at (the first of equal ones, as the upsert's
 // guard would). ON CONFLICT cannot update one row twice in a statement.
+// rows stay as they are: every one of them names a storefront the review
+// was seen in (recordReviewStorefronts).
 func keepNewestReviews(rows []reviewRow) []reviewRow {
 	seen := make(map[string]int, len(rows))
-	out := rows[:0]
+	out := make([]reviewRow, 0, len(rows))
 	for _, r := range rows {
 		if i, ok := seen[r.msg.ReviewID]; ok {
 			if r.msg.CrawledAt.After(out[i].msg.CrawledAt) {
