@@ -254,7 +254,7 @@ func (be *backends) openKafka(ctx context.Context, cfg Config, opts backendOptio
 	}
 	if embedded {
 		be.budget = newBrokerBudgetKeeper(budget, kadm.NewClient(be.kafka),
-			newConsumerStore(be.pool, cfg.ConsumerGroup), opts.metrics, logger)
+			newConsumerStore(be.pool, cfg.ConsumerGroup, cfg.Locales), opts.metrics, logger)
 		be.budget.jobsGroup = cfg.CrawlJobsGroup
 	}
 	if be.embedded != nil {
