@@ -23,8 +23,9 @@ type app struct {
 	CreatedAt      time.Time `json:"created_at"`
 	UpdatedAt      time.Time `json:"updated_at"`
 	// Storefronts are the app_storefronts rows in order; empty: the app is
-	// read in its default storefront (localeDefaults.storefronts).
-	Storefronts []locale `json:"-"` // GROUNDWORK: the registry API shows them
+	// read in its default storefront (localeDefaults.storefronts). The
+	// registry API shows the resolved list (registryAPI.resolved).
+	Storefronts []locale `json:"storefronts"`
 }
 
 var (
@@ -75,15 +76,26 @@ type newApp struct {
 	Category       *string
 	IsMessagingApp bool
 	IsIranianApp   bool
+	Storefronts    []locale // nil: the app's default storefront
 }
 
+// Create registers an app and its storefronts in one transaction.
 func (s *appStore) Create(ctx context.Context, n newApp) (app, error) {
-	a, err := scanApp(s.pool.QueryRow(ctx, `
+	var a app
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var id int64
+		if err := tx.QueryRow(ctx, `
 		INSERT INTO apps_registry_application (package_name, display_name, category, is_messaging_app, is_iranian_app)
 		VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (package_name) DO NOTHING
-		RETURNING `+appColumns,
-		n.PackageName, n.DisplayName, n.Category, n.IsMessagingApp, n.IsIranianApp))
+		RETURNING id`,
+			n.PackageName, n.DisplayName, n.Category, n.IsMessagingApp, n.IsIranianApp).Scan(&id); err != nil {
+			return err
+		}
+		var err error
+		a, err = writeStorefronts(ctx, tx, id, n.Storefronts)
+		return err
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		existing, gerr := getApp(ctx, s.pool, n.PackageName)
 		if gerr != nil {
@@ -117,8 +129,12 @@ type appFilter struct {
 	Active    *bool
 	Messaging *bool
 	Iranian   *bool
-	After     string // package_name of the last app of the previous page
-	Limit     int
+	// Country and Lang ("": any) select apps with such a storefront, the
+	// default one (from Locales) of an app registered without any included.
+	Country, Lang string
+	Locales       localeDefaults
+	After         string // package_name of the last app of the previous page
+	Limit         int
 }
 
 // List returns apps ordered by package_name.
@@ -137,6 +153,20 @@ func (s *appStore) List(ctx context.Context, f appFilter) ([]app, error) {
 	}
 	if f.Iranian != nil {
 		add("is_iranian_app = $%d", *f.Iranian)
+	}
+	if f.Country != "" || f.Lang != "" {
+		args = append(args, f.Country, f.Lang, f.Locales.Default.Country, f.Locales.Default.Lang,
+			f.Locales.Iranian.Country, f.Locales.Iranian.Lang)
+		n := len(args)
+		where = append(where, fmt.Sprintf(`EXISTS (
+			SELECT 1 FROM (
+				SELECT f.country, f.lang FROM app_storefronts f WHERE f.application_id = apps_registry_application.id
+				UNION ALL
+				SELECT CASE WHEN is_iranian_app THEN $%[5]d::text ELSE $%[3]d::text END,
+				       CASE WHEN is_iranian_app THEN $%[6]d::text ELSE $%[4]d::text END
+				 WHERE NOT EXISTS (SELECT 1 FROM app_storefronts g WHERE g.application_id = apps_registry_application.id)
+			) s WHERE ($%[1]d::text = '' OR s.country = $%[1]d::text) AND ($%[2]d::text = '' OR s.lang = $%[2]d::text))`,
+			n-5, n-4, n-3, n-2, n-1, n))
 	}
 	if f.After != "" {
 		add("package_name > $%d", f.After)
@@ -181,10 +211,20 @@ type appPatch struct {
 	IsMessagingApp   *bool
 	IsIranianApp     *bool
 	IsActive         *bool
+	// SetStorefronts replaces the app's storefronts with Storefronts; nil
+	// Storefronts: back to the default storefront.
+	SetStorefronts bool
+	Storefronts    []locale
 }
 
+// Update changes the app row and, when the patch names them, replaces its
+// storefronts, in one transaction. The row is updated in any case, so
+// updated_at moves (and the row lock orders concurrent patches).
 func (s *appStore) Update(ctx context.Context, pkg string, p appPatch) (app, error) {
-	a, err := scanApp(s.pool.QueryRow(ctx, `
+	var a app
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var id int64
+		if err := tx.QueryRow(ctx, `
 		UPDATE apps_registry_application SET
 			display_name     = CASE WHEN $2 THEN NULL ELSE coalesce($3, display_name) END,
 			category         = CASE WHEN $4 THEN NULL ELSE coalesce($5, category) END,
@@ -192,8 +232,19 @@ func (s *appStore) Update(ctx context.Context, pkg string, p appPatch) (app, err
 			is_iranian_app   = coalesce($7, is_iranian_app),
 			is_active        = coalesce($8, is_active)
 		WHERE package_name = $1
-		RETURNING `+appColumns,
-		pkg, p.ClearDisplayName, p.DisplayName, p.ClearCategory, p.Category, p.IsMessagingApp, p.IsIranianApp, p.IsActive))
+		RETURNING id`,
+			pkg, p.ClearDisplayName, p.DisplayName, p.ClearCategory, p.Category, p.IsMessagingApp, p.IsIranianApp, p.IsActive).Scan(&id); err != nil {
+			return err
+		}
+		if p.SetStorefronts {
+			if _, err := tx.Exec(ctx, `DELETE FROM app_storefronts WHERE application_id = $1`, id); err != nil {
+				return err
+			}
+		}
+		var err error
+		a, err = writeStorefronts(ctx, tx, id, p.Storefronts)
+		return err
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return app{}, errAppNotFound
 	}
@@ -201,6 +252,24 @@ func (s *appStore) Update(ctx context.Context, pkg string, p appPatch) (app, err
 		return app{}, fmt.Errorf("update %s: %w", pkg, err)
 	}
 	return a, nil
+}
+
+// writeStorefronts adds the app's storefronts in order (none: nothing to
+// add) and reads the app back as the transaction sees it.
+func writeStorefronts(ctx context.Context, tx pgx.Tx, id int64, sfs []locale) (app, error) {
+	if len(sfs) > 0 {
+		countries, langs := make([]string, len(sfs)), make([]string, len(sfs))
+		for i, sf := range sfs {
+			countries[i], langs[i] = sf.Country, sf.Lang
+		}
+		if _, err := tx.Exec(ctx, `
+		INSERT INTO app_storefronts (application_id, position, country, lang)
+		SELECT $1, t.ord - 1, t.country, t.lang FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS t(country, lang, ord)`,
+			id, countries, langs); err != nil {
+			return app{}, fmt.Errorf("storefronts: %w", err)
+		}
+	}
+	return scanApp(tx.QueryRow(ctx, `SELECT `+appColumns+` FROM apps_registry_application WHERE id = $1`, id))
 }
 
 // Deactivate soft-deletes an app: the crawler skips it, its history stays.

@@ -74,7 +74,7 @@ func (api *registryAPI) create(w http.ResponseWriter, r *http.Request) {
 		api.internalError(w, r, err)
 	default:
 		w.Header().Set("Location", "/api/v1/apps/"+a.PackageName)
-		writeJSON(w, http.StatusCreated, a)
+		writeJSON(w, http.StatusCreated, api.resolved(a))
 	}
 }
 
@@ -84,7 +84,7 @@ type listAppsResponse struct {
 }
 
 func (api *registryAPI) list(w http.ResponseWriter, r *http.Request) {
-	f, err := parseListQuery(r)
+	f, err := parseListQuery(r, api.locales)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -96,6 +96,9 @@ func (api *registryAPI) list(w http.ResponseWriter, r *http.Request) {
 		api.internalError(w, r, err)
 		return
 	}
+	for i := range apps {
+		apps[i] = api.resolved(apps[i])
+	}
 	resp := listAppsResponse{Apps: apps}
 	if len(apps) > limit {
 		resp.Apps = apps[:limit]
@@ -104,8 +107,8 @@ func (api *registryAPI) list(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, resp)
 }
 
-func parseListQuery(r *http.Request) (appFilter, error) {
-	f := appFilter{Limit: defaultListLimit}
+func parseListQuery(r *http.Request, locales localeDefaults) (appFilter, error) {
+	f := appFilter{Limit: defaultListLimit, Locales: locales}
 	active := true
 	f.Active = &active
 	q, err := parseQuery(r.URL.RawQuery)
@@ -134,6 +137,16 @@ func parseListQuery(r *http.Request) (appFilter, error) {
 			} else {
 				f.Iranian = &b
 			}
+		case "country":
+			if err := validateCountry("country", v); err != nil {
+				return f, err
+			}
+			f.Country = v
+		case "lang":
+			if err := validateLang("lang", v); err != nil {
+				return f, err
+			}
+			f.Lang = v
 		case "limit":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > maxListLimit {
@@ -148,7 +161,7 @@ func parseListQuery(r *http.Request) (appFilter, error) {
 			}
 			f.After = v
 		default:
-			return f, fmt.Errorf("unknown query parameter %q (known: active, messaging, iranian, limit, cursor)", key)
+			return f, fmt.Errorf("unknown query parameter %q (known: active, messaging, iranian, country, lang, limit, cursor)", key)
 		}
 	}
 	return f, nil
@@ -180,19 +193,12 @@ func (api *registryAPI) get(w http.ResponseWriter, r *http.Request) {
 		api.writeApp(w, r, pkg, a, err)
 		return
 	}
-	// The app's current storefront: the one its next crawl reads.
-	lc, err := api.store.LastCrawl(r.Context(), a.ID, api.locales.forApp(a.IsIranianApp))
+	out, err := api.withLastCrawls(r.Context(), a)
 	if err != nil {
 		api.internalError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, appWithLastCrawl{a, lc})
-}
-
-// appWithLastCrawl is an app with why its last crawl went as it did.
-type appWithLastCrawl struct {
-	app
-	LastCrawl lastCrawl `json:"last_crawl"`
+	writeJSON(w, http.StatusOK, out)
 }
 
 // writeApp answers with the app, or with what went wrong finding it.
@@ -203,7 +209,7 @@ func (api *registryAPI) writeApp(w http.ResponseWriter, r *http.Request, pkg str
 	case err != nil:
 		api.internalError(w, r, err)
 	default:
-		writeJSON(w, http.StatusOK, a)
+		writeJSON(w, http.StatusOK, api.resolved(a))
 	}
 }
 
@@ -251,8 +257,12 @@ func parseCreate(members map[string]json.RawMessage) (newApp, error) {
 			err = decodeBoolInto(field, v, isNull, &n.IsMessagingApp)
 		case "is_iranian_app":
 			err = decodeBoolInto(field, v, isNull, &n.IsIranianApp)
+		case "storefronts":
+			if !isNull { // null, like leaving it out: the default storefront
+				n.Storefronts, err = parseStorefronts(v)
+			}
 		default:
-			err = fmt.Errorf("unknown field %q (known: package_name, display_name, category, is_messaging_app, is_iranian_app)", field)
+			err = fmt.Errorf("unknown field %q (known: package_name, display_name, category, is_messaging_app, is_iranian_app, storefronts)", field)
 		}
 		if err != nil {
 			return n, err
@@ -265,12 +275,13 @@ func parseCreate(members map[string]json.RawMessage) (newApp, error) {
 	return n, validatePackageName(n.PackageName)
 }
 
-// parsePatch reads a PATCH body: only the named fields change, and null
-// clears display_name or category.
+// parsePatch reads a PATCH body: only the named fields change, null clears
+// display_name or category, and storefronts replaces the list (null: back to
+// the app's default storefront).
 func parsePatch(raw map[string]json.RawMessage) (appPatch, error) {
 	var p appPatch
 	if len(raw) == 0 {
-		return p, errors.New("the body names no field to change (display_name, category, is_messaging_app, is_iranian_app, is_active)")
+		return p, errors.New("the body names no field to change (display_name, category, is_messaging_app, is_iranian_app, is_active, storefronts)")
 	}
 	for field, v := range raw {
 		isNull := string(v) == "null"
@@ -294,6 +305,11 @@ func parsePatch(raw map[string]json.RawMessage) (appPatch, error) {
 			err = decodeBool(field, v, isNull, &p.IsIranianApp)
 		case "is_active":
 			err = decodeBool(field, v, isNull, &p.IsActive)
+		case "storefronts":
+			p.SetStorefronts = true
+			if !isNull {
+				p.Storefronts, err = parseStorefronts(v)
+			}
 		case "package_name", "id", "created_at", "updated_at":
 			err = fmt.Errorf("%s cannot be changed", field)
 		default:

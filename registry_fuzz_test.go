@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -14,6 +15,9 @@ func FuzzRegistryBodies(f *testing.F) {
 	f.Add(`{"display_name":null,"category":"Tools","is_active":false}`, "")
 	f.Add(`{"package_name":"com.x","display_name":"\u0000"}`, "application/x-www-form-urlencoded")
 	f.Add(`[1,2]`, "text/plain")
+	f.Add(`{"package_name":"a.b","storefronts":[{"country":"ir","lang":"fa"},{"country":"us","lang":"pt-BR"}]}`, "")
+	f.Add(`{"storefronts":[{"country":"IR","lang":"fa","country":"ir"},null,[]]}`, "")
+	f.Add(`{"storefronts":null,"is_active":true}`, "")
 	f.Fuzz(func(t *testing.T, body, contentType string) {
 		check := func(rec *httptest.ResponseRecorder) {
 			var e errorResponse
@@ -35,6 +39,7 @@ func FuzzRegistryBodies(f *testing.F) {
 					t.Fatalf("create accepted text %q", *s)
 				}
 			}
+			checkFuzzedStorefronts(t, n.Storefronts, false)
 		}
 
 		req = httptest.NewRequest("PATCH", "/api/v1/apps/a.b", strings.NewReader(body))
@@ -50,6 +55,24 @@ func FuzzRegistryBodies(f *testing.F) {
 					t.Fatalf("patch accepted text %q", *s)
 				}
 			}
+			checkFuzzedStorefronts(t, p.Storefronts, !p.SetStorefronts)
 		}
 	})
+}
+
+// checkFuzzedStorefronts fails on an accepted list the registry must refuse:
+// none is nil (the default storefront), else 1 to 20 valid, distinct ones.
+func checkFuzzedStorefronts(t *testing.T, sfs []locale, mustBeNone bool) {
+	t.Helper()
+	if sfs == nil {
+		return
+	}
+	if mustBeNone || len(sfs) > maxStorefronts {
+		t.Fatalf("accepted storefronts %v", sfs)
+	}
+	for i, sf := range sfs {
+		if validateCountry("c", sf.Country) != nil || validateLang("l", sf.Lang) != nil || slices.Contains(sfs[:i], sf) {
+			t.Fatalf("accepted storefront %d %+v of %v", i, sf, sfs)
+		}
+	}
 }

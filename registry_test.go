@@ -27,7 +27,7 @@ func newRegistryFixture(t *testing.T, token string) *registryFixture {
 	t.Helper()
 	pool := newTestPool(t)
 	reg := newMetricsRegistry("test")
-	api := &registryAPI{store: newAppStore(pool), token: token, logger: testLogger(t)}
+	api := &registryAPI{store: newAppStore(pool), token: token, locales: testLocales, logger: testLogger(t)}
 	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), api, nil, []readinessCheck{{"database", pool.Ping}}, testLogger(t)))
 	t.Cleanup(srv.Close)
 	return &registryFixture{srv: srv, pool: pool}
