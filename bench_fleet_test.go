@@ -34,7 +34,7 @@ type benchFleetConfig struct {
 }
 
 func benchFleetSettings(t *testing.T) benchFleetConfig {
-	c := benchFleetConfig{duration: 15 * time.Minute, interval: 5 * time.Minute, apps: 35000, proxies: 500, workers: 48, gap: 1600 * time.Millisecond}
+	c := benchFleetConfig{duration: 15 * time.Minute, interval: 5 * time.Minute, apps: 35000, proxies: 500, workers: 48, gap: 1750 * time.Millisecond}
 	dur := func(name string, d *time.Duration) {
 		if v := os.Getenv(name); v != "" {
 			var err error
@@ -531,6 +531,15 @@ func (r *fleetReport) write(t *testing.T, dir string) string {
 	if err := os.WriteFile(filepath.Join(dir, "fleet.svg"), r.chart(t), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The samples themselves, for another look without another run.
+	var csv strings.Builder
+	csv.WriteString("seconds,responses,ok,healthy_proxies,queue_depth,servers_up\n")
+	for _, s := range r.samples {
+		fmt.Fprintf(&csv, "%.0f,%d,%d,%.0f,%.0f,%d\n", s.at.Sub(r.began).Seconds(), s.responses, s.ok, s.healthy, s.queue, s.up)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "samples.csv"), []byte(csv.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	return b.String()
 }
 
@@ -540,8 +549,15 @@ func (r *fleetReport) chart(t *testing.T) []byte {
 	var responses, healthy, queue []timeValue
 	for _, s := range r.samples {
 		responses = append(responses, timeValue{s.at, float64(s.responses) / 10})
-		healthy = append(healthy, timeValue{s.at, s.healthy})
-		queue = append(queue, timeValue{s.at, s.queue})
+		// A sample in which a server did not answer /metrics (within 5 s
+		// on a saturated machine, or while it is down) would draw its
+		// proxies as lost: the proxies are drawn from full samples only.
+		if s.up == 3 {
+			healthy = append(healthy, timeValue{s.at, s.healthy})
+		}
+		if s.up > 0 {
+			queue = append(queue, timeValue{s.at, s.queue})
+		}
 	}
 	var marks []timeMark
 	if !r.killedAt.IsZero() {
