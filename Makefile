@@ -4,7 +4,7 @@ VERSION  := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 30s
 
-.PHONY: build run demo test test-api test-faults kafka-jars live bench fuzz vet cross clean train-sentiment eval-sentiment
+.PHONY: build run demo test test-api test-faults kafka-jars live bench bench-fleet fuzz vet cross clean train-sentiment eval-sentiment
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o playwatch .
@@ -75,6 +75,13 @@ eval-sentiment:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./...
+
+# The fleet benchmark (README "Fleet benchmark"): three servers, Apache
+# Kafka, PostgreSQL, 500 proxies and 35,000 apps for 15 minutes; report and
+# chart in .cache/bench-fleet/. Not part of `make test` or CI. A short run:
+# make bench-fleet BENCH_FLEET_DURATION=2m BENCH_FLEET_APPS=2000 BENCH_FLEET_INTERVAL=40s
+bench-fleet: kafka-jars
+	PLAYWATCH_BENCH_FLEET=1 $(GO) test -count=1 -v -timeout 0 -run '^TestBenchFleet$$' .
 
 # Runs every fuzz target for FUZZTIME each; new crashers land in testdata/fuzz.
 fuzz:
