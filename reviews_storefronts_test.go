@@ -214,3 +214,55 @@ func TestAppStatsExportStorefronts(t *testing.T) {
 		}
 	}
 }
+
+// The reviews page filters by storefront as the API does, keeps the codes
+// in its form and links, shows where each review was seen, and answers a
+// bad code with 400 and the form.
+func TestReviewsPageStorefronts(t *testing.T) {
+	pool := newTestPool(t)
+	seedReviewsAPI(t, pool)
+	for id, locs := range map[string][]locale{
+		"fa1": {sfIR}, "fa2": {sfIR}, "fa3": {sfIR, sfUS}, "en1": {sfUS}, "en2": {sfUS}, "en3": {sfDE},
+	} {
+		seeReviewIn(t, pool, id, locs...)
+	}
+	srv := reviewsPageServer(t, pool, "")
+	code, body, _ := getPage(t, srv.URL+"/reviews?country=us&lang=&q=&limit=1")
+	if code != http.StatusOK {
+		t.Fatalf("%d %s", code, body)
+	}
+	for _, want := range []string{`name="country" value="us"`, `<span class="storefronts" title="the storefronts it was seen in">(us/en)</span>`,
+		`href="/reviews?country=us&amp;cursor=`, `href="/api/v1/reviews?bom=1&amp;country=us&amp;format=csv"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the page lacks %s", want)
+		}
+	}
+	// Every page of the walk: us reviews only.
+	var ids []string
+	next := "/reviews?country=us&limit=1"
+	for range 10 {
+		_, body, _ := getPage(t, srv.URL+next)
+		for _, id := range []string{"fa1", "fa2", "fa3", "en1", "en2", "en3"} {
+			if strings.Contains(body, "reviewId="+id+"&") {
+				ids = append(ids, id)
+			}
+		}
+		i := strings.Index(body, `rel="next"`)
+		if i < 0 {
+			break
+		}
+		j := strings.LastIndex(body[:i], `href="`)
+		next = strings.ReplaceAll(body[j+len(`href="`):i-2], "&amp;", "&")
+	}
+	slices.Sort(ids)
+	if !slices.Equal(ids, []string{"en1", "en2", "fa3"}) {
+		t.Errorf("the us pages showed %v", ids)
+	}
+	if _, body, _ := getPage(t, srv.URL+"/reviews?country=ir&country=us"); !strings.Contains(body, "(ir/fa, us/en)") || strings.Contains(body, "reviewId=en3&") {
+		t.Errorf("country=ir,us: %s", body)
+	}
+	code, body, _ = getPage(t, srv.URL+"/reviews?lang=Persian")
+	if code != http.StatusBadRequest || !strings.Contains(body, "lang: ") || !strings.Contains(body, `name="lang" value="Persian"`) {
+		t.Errorf("bad lang: %d %s", code, body)
+	}
+}
