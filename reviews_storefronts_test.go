@@ -266,3 +266,47 @@ func TestReviewsPageStorefronts(t *testing.T) {
 		t.Errorf("bad lang: %d %s", code, body)
 	}
 }
+
+// `playwatch export` takes --country and --lang as the API's parameters:
+// reviews and listings of those storefronts only, a bad code a usage error.
+func TestExportCommandStorefronts(t *testing.T) {
+	dbURL := newTestDatabase(t)
+	pool := newTestPoolFor(t, dbURL)
+	seedReviewsAPI(t, pool)
+	for id, locs := range map[string][]locale{"fa1": {sfIR}, "fa2": {sfIR, sfUS}, "fa3": {sfIR}, "en1": {sfUS}, "en2": {sfUS}, "en3": {sfDE}} {
+		seeReviewIn(t, pool, id, locs...)
+	}
+	if _, err := pool.Exec(context.Background(), `INSERT INTO app_stats (application_id, country, lang, score, crawled_at)
+		SELECT id, sf.country, sf.lang, 4.5, $1 FROM apps_registry_application, (VALUES ('ir', 'fa'), ('us', 'en')) sf(country, lang)
+		WHERE package_name = 'ir.divar'`, testCrawl); err != nil {
+		t.Fatal(err)
+	}
+	env := envFunc(map[string]string{"DATABASE_URL": dbURL, "PLAYWATCH_DATA_DIR": t.TempDir(), "LOG_LEVEL": "warn"})
+	export := func(args ...string) (string, error) {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), append([]string{"export"}, args...), env, &out, &errOut)
+		return out.String(), err
+	}
+	out, err := export("reviews", "--country", "us", "--format", "ndjson")
+	var ids []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r reviewOut
+		if json.Unmarshal([]byte(line), &r) == nil {
+			ids = append(ids, r.ReviewID)
+		}
+	}
+	slices.Sort(ids)
+	if err != nil || !slices.Equal(ids, []string{"en1", "en2", "fa2"}) {
+		t.Errorf("export reviews --country us: %v %v", err, ids)
+	}
+	out, err = export("stats", "--package", "ir.divar", "--lang", "en")
+	recs, _ := csv.NewReader(strings.NewReader(out)).ReadAll()
+	if err != nil || len(recs) != 2 || recs[1][1] != "us" || recs[1][2] != "en" {
+		t.Errorf("export stats --lang en: %v %q", err, recs)
+	}
+	for _, bad := range [][]string{{"reviews", "--country", "USA"}, {"stats", "--package", "ir.divar", "--lang", "farsi"}} {
+		if _, err := export(bad...); err == nil || !errorsAsUsage(err) || !strings.Contains(err.Error(), "--"+strings.TrimPrefix(bad[len(bad)-2], "--")) {
+			t.Errorf("export %q: %v, want a usage error naming the flag", bad, err)
+		}
+	}
+}
