@@ -409,7 +409,7 @@ func reviewsSQL(q reviewQuery, appIDs []int64, maxID int64) (string, []any) {
 	if len(q.Countries) > 0 || len(q.Langs) > 0 {
 		// Through review_storefronts' primary key, per review: the other
 		// filters and the order choose the reviews read.
-		sf := []string{"rs.review_id = r.id"}
+		sf := []string{"rs.review_id = r.id", "rs.application_id = r.application_id"} // the second: its index by app and storefront
 		if len(q.Countries) > 0 {
 			sf = append(sf, "rs.country = ANY("+arg(q.Countries)+"::text[])")
 		}
