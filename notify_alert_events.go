@@ -433,6 +433,11 @@ GROUP BY a.id, rs.country, rs.lang`, now.Add(-time.Hour), now.Add(-7*24*time.Hou
 		return nil, fmt.Errorf("notify decide: negative reviews: %w", err)
 	}
 	var out []negativeCount
+	type key struct {
+		app int64
+		loc locale
+	}
+	index := map[key]int{}
 	var c negativeCount
 	var iranian bool
 	var in, first *string
@@ -447,8 +452,9 @@ GROUP BY a.id, rs.country, rs.lang`, now.Add(-time.Hour), now.Add(-7*24*time.Hou
 			x.App.Loc = d.cfg.Locales.forApp(iranian)
 		}
 		// The reviews without a storefront join those seen in the first one.
-		i := slices.IndexFunc(out, func(o negativeCount) bool { return o.App.ID == x.App.ID && o.App.Loc == x.App.Loc })
-		if i < 0 {
+		i, ok := index[key{x.App.ID, x.App.Loc}]
+		if !ok {
+			index[key{x.App.ID, x.App.Loc}] = len(out)
 			out = append(out, x)
 			return nil
 		}

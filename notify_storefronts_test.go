@@ -298,3 +298,28 @@ func TestNotifyRuleStorefrontsAPI(t *testing.T) {
 		t.Errorf("empty storefronts: %d %s", r.code, r.body)
 	}
 }
+
+// Negative reviews stored without a storefront (an older playwatch) count
+// with those seen in the app's first storefront.
+func TestNotifyNegativeSpikeWithoutStorefronts(t *testing.T) {
+	f := newDecideFixture(t)
+	t0 := f.t0
+	app := f.app("com.example.mixed", false, time.Time{})
+	f.storefrontsOf(app, sfIR, sfUS)
+	f.statsIn(app, sfIR, t0.Add(-8*24*time.Hour), 4.5, "1.0")
+	rule := f.rule("negative_spike", `{"storefronts": [{"country": "ir", "lang": "fa"}]}`, "0", nil, t0.Add(-2*time.Hour))
+	for i := range 5 {
+		id := fmt.Sprintf("neg-%d", i)
+		f.review(app, notifyTestReview{id: id, stars: 1, text: "bad", at: t0.Add(-time.Duration(50-i) * time.Minute)})
+		f.score(id, "NEGATIVE", "fa", t0.Add(-time.Minute))
+		if i%2 == 0 {
+			f.seenIn(id, sfIR, t0.Add(-time.Duration(49-i)*time.Minute))
+		}
+	}
+	if n := f.runOnce(); n != 1 {
+		t.Fatalf("inserted %d rows, want 1 (3 seen in ir/fa and 2 without a storefront: 5 in the first storefront)", n)
+	}
+	if rows := f.outbox(rule); len(rows) != 1 || rows[0].Payload.Alert.Value != "5" || rows[0].Payload.App.Country != "ir" {
+		t.Errorf("rows %+v", rows)
+	}
+}
