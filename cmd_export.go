@@ -20,15 +20,15 @@ import (
 // reads it), page by page, with progress on stderr.
 
 const (
-	exportSynopsis = "export reviews|stats [--package P] [--q Q] [--stars S] [--sentiment L] [--since D] [--until T] [--format csv|ndjson|json] [--output FILE] [flags]"
+	exportSynopsis = "export reviews|stats [--package P] [--country C] [--lang L] [--q Q] [--stars S] [--sentiment L] [--since D] [--until T] [--format csv|ndjson|json] [--output FILE] [flags]"
 	exportUsage    = "Usage:\n  playwatch " + exportSynopsis + "\n"
 )
 
 var exportSubcommands = []string{"reviews", "stats"}
 
 type exportFlags struct {
-	pkg, q, stars, sentiment, since, until, format, output string
-	bom                                                    bool
+	pkg, country, lang, q, stars, sentiment, since, until, format, output string
+	bom                                                                   bool
 }
 
 func (f *exportFlags) register(sub string) func(*flag.FlagSet) {
@@ -36,6 +36,8 @@ func (f *exportFlags) register(sub string) func(*flag.FlagSet) {
 		fs.StringVar(&f.pkg, "package", "", "only this app (reviews: or a comma-separated list; stats: required)")
 		fs.StringVar(&f.since, "since", "", "from this time (RFC 3339) or this long ago (7d)")
 		fs.StringVar(&f.until, "until", "", "before this time (RFC 3339) or this long ago")
+		fs.StringVar(&f.country, "country", "", "only the storefronts of this country, e.g. ir (or a comma-separated list)")
+		fs.StringVar(&f.lang, "lang", "", "only the storefronts of this language, e.g. fa (or a comma-separated list)")
 		fs.StringVar(&f.output, "output", "", "write to this file instead of stdout")
 		fs.BoolVar(&f.bom, "bom", false, "start a CSV with a UTF-8 byte order mark (spreadsheet programs that need it to show Persian)")
 		if sub == "reviews" {
@@ -60,6 +62,8 @@ func (f *exportFlags) values(sub string) url.Values {
 	set("since", f.since)
 	set("until", f.until)
 	set("format", f.format)
+	set("country", f.country)
+	set("lang", f.lang)
 	if f.bom {
 		v.Set("bom", "1")
 	}
@@ -140,11 +144,11 @@ func cmdExport(ctx context.Context, args []string, getenv func(string) string, s
 		fmt.Fprintf(stderr, "exported %d reviews in %s\n", n, time.Since(started).Round(time.Millisecond))
 		return nil
 	}
-	return exportStats(ctx, be.pool, cl.cfg.Locales, sq, bw, stderr)
+	return exportStats(ctx, be.pool, sq, bw, stderr)
 }
 
 // exportStats writes the app's listing history as CSV or as the API's JSON.
-func exportStats(ctx context.Context, db querier, locales localeDefaults, q statsQuery, w *bufio.Writer, stderr io.Writer) error {
+func exportStats(ctx context.Context, db querier, q statsQuery, w *bufio.Writer, stderr io.Writer) error {
 	var n int64
 	var emit func(*statsOut) error
 	var cw *csv.Writer
@@ -172,7 +176,7 @@ func exportStats(ctx context.Context, db querier, locales localeDefaults, q stat
 			return err
 		}
 	}
-	err := streamStats(ctx, db, locales, q, emit, func() error {
+	err := streamStats(ctx, db, q, emit, func() error {
 		fmt.Fprintf(stderr, "exported %d listings…\n", n)
 		if cw != nil {
 			cw.Flush()

@@ -95,7 +95,7 @@ Usage:
   playwatch notify retry ID...|--failed      send failed (or the given) notifications again
   playwatch reparse [--since 24h] [--until T] [--package P] [--dry-run]
                                              parse the archived raw pages again and publish their messages
-  playwatch export reviews|stats [--package P] [--q Q] [--stars S] [--sentiment L] [--since D] [--until T] [--format csv|ndjson|json] [--output FILE]
+  playwatch export reviews|stats [--package P] [--country C] [--lang L] [--q Q] [--stars S] [--sentiment L] [--since D] [--until T] [--format csv|ndjson|json] [--output FILE]
                                              export reviews or an app's listing history from the database
   playwatch db-url [--reader]                print a URL of the managed PostgreSQL (for psql, dashboards)
   playwatch version                          print the version and exit

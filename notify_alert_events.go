@@ -158,7 +158,7 @@ WHERE rule_id = $1 AND application_id = $2 AND country = $3 AND lang = $4 AND pa
 		return nil
 	}
 	for _, o := range obs {
-		if r.Apps != nil && !slices.Contains(r.Apps, o.App.PackageName) { // nil apps: every active app
+		if (r.Apps != nil && !slices.Contains(r.Apps, o.App.PackageName)) || !r.Filter.namesStorefront(o.App.Loc) { // nil apps: every active app
 			continue
 		}
 		k := alertStateKey{o.App.ID, o.App.Loc.Country, o.App.Loc.Lang, o.Path}
@@ -247,7 +247,7 @@ func (d *notifyDecider) crawlStreaks(ctx context.Context, tx pgx.Tx, now time.Ti
 	rows, err := tx.Query(ctx, `SELECT o.application_id, a.package_name, coalesce(nullif(a.display_name, ''), a.package_name),
 	o.country, o.lang, o.path, o.at, o.outcome, o.http_status, o.error,
 	s.application_id IS NOT NULL, s.outcome_at, coalesce(s.failures, 0), s.last_ok_at, s.failing_since,
-	(SELECT max(st.crawled_at) FROM app_stats st WHERE st.application_id = o.application_id)
+	(SELECT max(st.crawled_at) FROM app_stats st WHERE st.application_id = o.application_id AND st.country = o.country AND st.lang = o.lang)
 FROM app_crawl_outcomes o JOIN apps_registry_application a ON a.id = o.application_id
 LEFT JOIN notify_crawl_streaks s ON s.application_id = o.application_id AND s.country = o.country AND s.lang = o.lang AND s.path = o.path
 WHERE a.is_active
@@ -363,8 +363,9 @@ func crawlFailureCause(outcome string, status *int, errText string) string {
 const alertAppColumns = `a.id, a.package_name, coalesce(nullif(a.display_name, ''), a.package_name), a.is_iranian_app`
 
 // ratingDrops: PlaywatchRatingDrop, the newest score at least min_drop
-// below the newest one window ago; the episode starts with the crawl that
-// showed the drop.
+// below the newest one window ago, of the same storefront (two storefronts
+// are never compared); the episode starts with the crawl that showed the
+// drop.
 func (d *notifyDecider) ratingDrops(ctx context.Context, tx pgx.Tx, r notifyRule, now time.Time) ([]alertObs, error) {
 	minDrop, window := defaultMinDrop, defaultWindow
 	if r.Filter.MinDrop != nil {
@@ -378,12 +379,13 @@ func (d *notifyDecider) ratingDrops(ctx context.Context, tx pgx.Tx, r notifyRule
 			window = w
 		}
 	}
-	rows, err := tx.Query(ctx, `SELECT `+alertAppColumns+`, n.score, n.crawled_at, p.score
+	rows, err := tx.Query(ctx, `SELECT `+alertAppColumns+`, sf.country, sf.lang, n.score, n.crawled_at, p.score
 FROM apps_registry_application a
-CROSS JOIN LATERAL (SELECT score, crawled_at FROM app_stats WHERE application_id = a.id ORDER BY crawled_at DESC LIMIT 1) n
-CROSS JOIN LATERAL (SELECT score FROM app_stats WHERE application_id = a.id AND crawled_at <= $1 ORDER BY crawled_at DESC LIMIT 1) p
+`+storefrontsLateral(3)+`
+CROSS JOIN LATERAL (SELECT score, crawled_at FROM app_stats WHERE application_id = a.id AND country = sf.country AND lang = sf.lang ORDER BY crawled_at DESC LIMIT 1) n
+CROSS JOIN LATERAL (SELECT score FROM app_stats WHERE application_id = a.id AND country = sf.country AND lang = sf.lang AND crawled_at <= $1 ORDER BY crawled_at DESC LIMIT 1) p
 WHERE a.is_active AND n.score IS NOT NULL AND p.score IS NOT NULL AND ($2::text[] IS NULL OR a.package_name = ANY($2))`,
-		now.Add(-window), r.Apps)
+		append([]any{now.Add(-window), r.Apps}, d.cfg.Locales.args()...)...)
 	if err != nil {
 		return nil, fmt.Errorf("notify decide: rating drops: %w", err)
 	}
@@ -392,9 +394,8 @@ WHERE a.is_active AND n.score IS NOT NULL AND p.score IS NOT NULL AND ($2::text[
 	var iranian bool
 	var score, before float64
 	var at time.Time
-	if _, err := pgx.ForEachRow(rows, []any{&o.App.ID, &o.App.PackageName, &o.App.DisplayName, &iranian, &score, &at, &before}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&o.App.ID, &o.App.PackageName, &o.App.DisplayName, &iranian, &o.App.Loc.Country, &o.App.Loc.Lang, &score, &at, &before}, func() error {
 		x := alertObs{App: o.App}
-		x.App.Loc = d.cfg.Locales.forApp(iranian)
 		// The tolerance keeps 4.30 → 4.25 a drop of 0.05 in binary floating point.
 		if before-score >= minDrop-1e-9 {
 			x.Active, x.Start, x.KeyAt = true, at, at
@@ -409,8 +410,8 @@ WHERE a.is_active AND n.score IS NOT NULL AND p.score IS NOT NULL AND ($2::text[
 	return obs, nil
 }
 
-// negativeCount is an app's negative reviews of the last hour (their
-// times, newest first) and of the last 7 days.
+// negativeCount is an app's negative reviews in one storefront of the last
+// hour (their times, newest first) and of the last 7 days.
 type negativeCount struct {
 	App  notifyApp
 	Hour []time.Time
@@ -418,22 +419,48 @@ type negativeCount struct {
 }
 
 func (d *notifyDecider) negativeCounts(ctx context.Context, tx pgx.Tx, now time.Time) ([]negativeCount, error) {
-	rows, err := tx.Query(ctx, `SELECT `+alertAppColumns+`,
+	// A review stored without a storefront (by an older playwatch) counts in
+	// its app's first storefront.
+	rows, err := tx.Query(ctx, `SELECT `+alertAppColumns+`, rs.country || ' ' || rs.lang,
+	(SELECT f.country || ' ' || f.lang FROM app_storefronts f WHERE f.application_id = a.id ORDER BY f.position LIMIT 1),
 	coalesce(array_agg(r.at ORDER BY r.at DESC) FILTER (WHERE r.at > $1), '{}'), count(*)
 FROM apps_registry_application a
 JOIN reviews r ON r.application_id = a.id AND r.at > $2 AND r.at <= $3 AND r.sentiment = 'NEGATIVE'
+LEFT JOIN review_storefronts rs ON rs.review_id = r.id
 WHERE a.is_active
-GROUP BY a.id`, now.Add(-time.Hour), now.Add(-7*24*time.Hour), now)
+GROUP BY a.id, rs.country, rs.lang`, now.Add(-time.Hour), now.Add(-7*24*time.Hour), now)
 	if err != nil {
 		return nil, fmt.Errorf("notify decide: negative reviews: %w", err)
 	}
 	var out []negativeCount
+	type key struct {
+		app int64
+		loc locale
+	}
+	index := map[key]int{}
 	var c negativeCount
 	var iranian bool
-	if _, err := pgx.ForEachRow(rows, []any{&c.App.ID, &c.App.PackageName, &c.App.DisplayName, &iranian, &c.Hour, &c.Week}, func() error {
+	var in, first *string
+	if _, err := pgx.ForEachRow(rows, []any{&c.App.ID, &c.App.PackageName, &c.App.DisplayName, &iranian, &in, &first, &c.Hour, &c.Week}, func() error {
 		x := c
-		x.App.Loc = d.cfg.Locales.forApp(iranian)
-		out = append(out, x)
+		switch {
+		case in != nil:
+			x.App.Loc = splitStorefront(*in)
+		case first != nil:
+			x.App.Loc = splitStorefront(*first)
+		default:
+			x.App.Loc = d.cfg.Locales.forApp(iranian)
+		}
+		// The reviews without a storefront join those seen in the first one.
+		i, ok := index[key{x.App.ID, x.App.Loc}]
+		if !ok {
+			index[key{x.App.ID, x.App.Loc}] = len(out)
+			out = append(out, x)
+			return nil
+		}
+		out[i].Hour = append(out[i].Hour, x.Hour...)
+		slices.SortFunc(out[i].Hour, func(a, b time.Time) int { return b.Compare(a) })
+		out[i].Week += x.Week
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("notify decide: negative reviews: %w", err)
@@ -472,11 +499,14 @@ func negativeSpikes(r notifyRule, counts []negativeCount) []alertObs {
 // it. The event is that crawl's; no state is needed, its key holds the
 // version and the crawl.
 func (d *notifyDecider) newVersions(ctx context.Context, tx pgx.Tx, rules []notifyRule) ([]outboxRow, error) {
-	rows, err := tx.Query(ctx, `SELECT `+alertAppColumns+`, v.version, v.score, v.crawled_at, p.version, p.score
+	rows, err := tx.Query(ctx, `SELECT `+alertAppColumns+`, sf.country, sf.lang, v.version, v.score, v.crawled_at, p.version, p.score
 FROM apps_registry_application a
-CROSS JOIN LATERAL (SELECT version, score, crawled_at FROM app_stats WHERE application_id = a.id AND version IS NOT NULL ORDER BY crawled_at DESC LIMIT 1) v
-CROSS JOIN LATERAL (SELECT version, score FROM app_stats WHERE application_id = a.id AND version IS NOT NULL AND crawled_at < v.crawled_at ORDER BY crawled_at DESC LIMIT 1) p
-WHERE a.is_active AND v.version <> p.version`)
+`+storefrontsLateral(1)+`
+CROSS JOIN LATERAL (SELECT version, score, crawled_at FROM app_stats
+	WHERE application_id = a.id AND country = sf.country AND lang = sf.lang AND version IS NOT NULL ORDER BY crawled_at DESC LIMIT 1) v
+CROSS JOIN LATERAL (SELECT version, score FROM app_stats
+	WHERE application_id = a.id AND country = sf.country AND lang = sf.lang AND version IS NOT NULL AND crawled_at < v.crawled_at ORDER BY crawled_at DESC LIMIT 1) p
+WHERE a.is_active AND v.version <> p.version`, d.cfg.Locales.args()...)
 	if err != nil {
 		return nil, fmt.Errorf("notify decide: versions: %w", err)
 	}
@@ -486,11 +516,10 @@ WHERE a.is_active AND v.version <> p.version`)
 	var version, prevVersion string
 	var score, prevScore *float64
 	var at time.Time
-	if _, err := pgx.ForEachRow(rows, []any{&app.ID, &app.PackageName, &app.DisplayName, &iranian, &version, &score, &at, &prevVersion, &prevScore}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&app.ID, &app.PackageName, &app.DisplayName, &iranian, &app.Loc.Country, &app.Loc.Lang, &version, &score, &at, &prevVersion, &prevScore}, func() error {
 		a := app
-		a.Loc = d.cfg.Locales.forApp(iranian)
 		for _, r := range rules {
-			if (r.Apps != nil && !slices.Contains(r.Apps, a.PackageName)) || at.Before(ruleStart(r)) {
+			if (r.Apps != nil && !slices.Contains(r.Apps, a.PackageName)) || !r.Filter.namesStorefront(a.Loc) || at.Before(ruleStart(r)) {
 				continue
 			}
 			p := d.payloadOf(r.Event, a)

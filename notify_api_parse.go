@@ -295,11 +295,11 @@ var notifyEvents = []string{"review", "rating_drop", "negative_spike", "crawl_fa
 
 // eventFilterFields are the filter fields each event reads.
 var eventFilterFields = map[string][]string{
-	"review":         {"max_stars", "sentiment", "text_lang", "keywords", "min_length"},
-	"rating_drop":    {"min_drop", "window"},
-	"negative_spike": {"min_count", "factor"},
-	"crawl_failing":  {},
-	"new_version":    {},
+	"review":         {"max_stars", "sentiment", "text_lang", "keywords", "min_length", "storefronts"},
+	"rating_drop":    {"min_drop", "window", "storefronts"},
+	"negative_spike": {"min_count", "factor", "storefronts"},
+	"crawl_failing":  {"storefronts"},
+	"new_version":    {"storefronts"},
 }
 
 // parseRuleFields applies a POST (create) or PATCH body to rule, then
@@ -434,6 +434,7 @@ func filterFieldsSet(f ruleFilter) []string {
 	add("window", f.Window != "")
 	add("min_count", f.MinCount != nil)
 	add("factor", f.Factor != nil)
+	add("storefronts", len(f.Storefronts) > 0)
 	return out
 }
 
@@ -490,8 +491,10 @@ func parseFilter(v json.RawMessage) (ruleFilter, error) {
 				}
 				f.Window = s
 			}
+		case "storefronts":
+			f.Storefronts, err = decodeStorefronts(name, v)
 		default:
-			err = fmt.Errorf("%s is not a filter field (review: max_stars, sentiment, text_lang, keywords, min_length; rating_drop: min_drop, window; negative_spike: min_count, factor)", name)
+			err = fmt.Errorf("%s is not a filter field (every event: storefronts; review: max_stars, sentiment, text_lang, keywords, min_length; rating_drop: min_drop, window; negative_spike: min_count, factor)", name)
 		}
 		if err != nil {
 			return f, err

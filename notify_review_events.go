@@ -46,6 +46,12 @@ type reviewCandidate struct {
 	Sentiment  string
 	TextLang   string
 	Hash       string
+	// Storefronts are those the review was seen in as a new review (not in
+	// a storefront's first crawl), first seen first; a review stored
+	// without any (by an older playwatch) is in its app's first storefront.
+	// App.Loc is the first; a rule's event names the first of them the
+	// rule names.
+	Storefronts []locale
 
 	words []string // the normalised words, computed at the first keyword rule
 }
@@ -54,11 +60,20 @@ type reviewCandidate struct {
 // stored crawl (its whole history) or older: its at must be after that
 // crawl, the earlier of the app's first app_stats row and its first stored
 // review (an app whose listing was never stored still has a first crawl).
+// The same holds per storefront: a storefront added to an app brings its
+// history with its first crawl, and a review is in a storefront for the
+// rules only when it is newer than that storefront's first crawl.
 const reviewCandidatesSQL = `SELECT a.id, a.package_name, coalesce(nullif(a.display_name, ''), a.package_name), a.is_iranian_app,
 	r.review_id, coalesce(r.user_name, ''), coalesce(r.score, 0)::int, coalesce(r.content, ''), r.at, coalesce(r.app_version, ''),
 	coalesce(r.reply_content, ''), r.replied_at, r.first_seen_at, r.last_synced_at,
 	(r.sentiment IS NOT NULL AND r.sentiment_at IS NOT NULL AND r.sentiment_text_hash = reviews_sentiment_input(r.score, r.content)),
-	coalesce(r.sentiment, ''), coalesce(r.text_lang, ''), encode(reviews_sentiment_input(r.score, r.content), 'hex')
+	coalesce(r.sentiment, ''), coalesce(r.text_lang, ''), encode(reviews_sentiment_input(r.score, r.content), 'hex'),
+	array(SELECT rs.country || ' ' || rs.lang FROM review_storefronts rs WHERE rs.review_id = r.id
+		AND r.at > least((SELECT min(s.crawled_at) FROM app_stats s WHERE s.application_id = rs.application_id AND s.country = rs.country AND s.lang = rs.lang),
+			(SELECT min(f.first_seen_at) FROM review_storefronts f WHERE f.application_id = rs.application_id AND f.country = rs.country AND f.lang = rs.lang))
+		ORDER BY rs.first_seen_at, rs.country, rs.lang),
+	EXISTS (SELECT FROM review_storefronts rs WHERE rs.review_id = r.id),
+	(SELECT f.country || ' ' || f.lang FROM app_storefronts f WHERE f.application_id = a.id ORDER BY f.position LIMIT 1)
 FROM reviews r JOIN apps_registry_application a ON a.id = r.application_id
 WHERE a.is_active AND r.at > $3
   AND r.at > least((SELECT min(s.crawled_at) FROM app_stats s WHERE s.application_id = r.application_id),
@@ -90,7 +105,11 @@ func (d *notifyDecider) decideReviews(ctx context.Context, tx pgx.Tx, rules []no
 			earliest = minTime(earliest, ruleStart(r))
 		}
 		cands, err := queryReviewCandidates(ctx, tx, d.cfg.Locales,
-			reviewCandidatesSQL+`(r.first_seen_at > $1 OR r.sentiment_at > $2)`,
+			// A review first stored from another storefront is new to a
+			// rule that names only the one it is seen in now.
+			reviewCandidatesSQL+`(r.first_seen_at > $1 OR r.sentiment_at > $2
+	OR r.id = ANY(ARRAY(SELECT rs.review_id FROM app_storefronts f JOIN review_storefronts rs
+		ON rs.application_id = f.application_id AND rs.country = f.country AND rs.lang = f.lang AND rs.first_seen_at > $1)))`,
 			newSince.Add(-window), scoredSince.Add(-notifyCursorMargin), earliest, nil)
 		if err != nil {
 			return nil, err
@@ -173,12 +192,28 @@ func queryReviewCandidates(ctx context.Context, tx pgx.Tx, locales localeDefault
 	for rows.Next() {
 		c := &reviewCandidate{}
 		var iranian bool
+		var seenIn []string
+		var inAny bool
+		var first *string
 		if err := rows.Scan(&c.App.ID, &c.App.PackageName, &c.App.DisplayName, &iranian,
 			&c.ReviewID, &c.UserName, &c.Stars, &c.Text, &c.At, &c.AppVersion, &c.Reply, &c.RepliedAt, &c.FirstSeen, &c.LastSynced,
-			&c.Scored, &c.Sentiment, &c.TextLang, &c.Hash); err != nil {
+			&c.Scored, &c.Sentiment, &c.TextLang, &c.Hash, &seenIn, &inAny, &first); err != nil {
 			return nil, fmt.Errorf("notify decide: reviews: %w", err)
 		}
-		c.App.Loc = locales.forApp(iranian)
+		for _, s := range seenIn {
+			c.Storefronts = append(c.Storefronts, splitStorefront(s))
+		}
+		if !inAny {
+			loc := locales.forApp(iranian)
+			if first != nil {
+				loc = splitStorefront(*first)
+			}
+			c.Storefronts = []locale{loc}
+		}
+		if len(c.Storefronts) == 0 {
+			continue // only in storefronts whose first crawl brought it
+		}
+		c.App.Loc = c.Storefronts[0]
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {
@@ -205,6 +240,10 @@ func (d *notifyDecider) matchReviews(r notifyRule, cands []*reviewCandidate, now
 		if (r.Apps != nil && !slices.Contains(r.Apps, c.App.PackageName)) || !c.At.After(start) {
 			continue
 		}
+		in := slices.IndexFunc(c.Storefronts, f.namesStorefront)
+		if in < 0 {
+			continue
+		}
 		label, lang, fromStars := c.Sentiment, c.TextLang, false
 		if lang == "" { // scored before the job wrote text_lang
 			lang = detectSentimentLang(c.Text)
@@ -218,11 +257,14 @@ func (d *notifyDecider) matchReviews(r notifyRule, cands []*reviewCandidate, now
 		if !reviewMatches(f, c, label, lang, keywords) {
 			continue
 		}
-		p := d.payloadOf("review", c.App)
+		app := c.App
+		app.Loc = c.Storefronts[in]
+		p := d.payloadOf("review", app)
 		p.Review = &payloadReview{ReviewID: c.ReviewID, UserName: c.UserName, Stars: c.Stars, Text: c.Text, At: c.At.UTC(),
 			AppVersion: c.AppVersion, Sentiment: label, SentimentFromStars: fromStars, TextLang: lang,
-			ReplyText: c.Reply, RepliedAt: c.RepliedAt, URL: playURL(c.App.PackageName, c.App.Loc.Lang, c.ReviewID)}
+			ReplyText: c.Reply, RepliedAt: c.RepliedAt, URL: playURL(app.PackageName, app.Loc.Lang, c.ReviewID)}
 		at := c.At
+		// One message per review and rule, whichever storefronts it is in.
 		out = append(out, fanOut(r, "review:"+c.ReviewID+":"+c.Hash, p, c.storedAt(), &at)...)
 	}
 	return out

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,6 +41,13 @@ type ruleFilter struct {
 	// negative_spike (PlaywatchNegativeReviewSpike: ≥ 5 in the last hour and ≥ 3 × the hourly average of the last 7 days)
 	MinCount *int     `json:"min_count,omitempty"`
 	Factor   *float64 `json:"factor,omitempty"`
+	// every event: the storefronts of the app the rule is for (none: all)
+	Storefronts []locale `json:"storefronts,omitempty"`
+}
+
+// namesStorefront says whether the rule is for events of storefront loc.
+func (f ruleFilter) namesStorefront(loc locale) bool {
+	return len(f.Storefronts) == 0 || slices.Contains(f.Storefronts, loc)
 }
 
 const ruleColumns = `r.id, r.name, r.event, coalesce(array(SELECT destination_id FROM notify_rule_destinations WHERE rule_id = r.id ORDER BY destination_id), '{}'),

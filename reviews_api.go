@@ -286,8 +286,17 @@ func (c *csvReviews) review(r *reviewOut) error {
 	}
 	c.rec = append(c.rec[:0], r.PackageName, r.ReviewID, optText(r.UserName), stars, optText(r.Text), optTime(&r.At),
 		strconv.FormatInt(r.ThumbsUp, 10), optText(r.AppVersion), optText(r.TextLang), optText(r.Sentiment),
-		strings.Join(r.Topics, ";"), optText(r.ReplyText), optTime(r.RepliedAt), r.URL)
+		strings.Join(r.Topics, ";"), optText(r.ReplyText), optTime(r.RepliedAt), r.URL, storefrontsCSV(r.Storefronts))
 	return c.cw.Write(c.rec)
+}
+
+// storefrontsCSV is a review's storefronts as a CSV cell: us/en;ir/fa.
+func storefrontsCSV(locs []locale) string {
+	parts := make([]string, len(locs))
+	for i, l := range locs {
+		parts[i] = l.Country + "/" + l.Lang
+	}
+	return strings.Join(parts, ";")
 }
 
 func (c *csvReviews) end() error {
@@ -372,6 +381,8 @@ var statsFields = []string{"crawled_at", "country", "lang", "score", "ratings", 
 // statsQuery is one stats export.
 type statsQuery struct {
 	Package      string
+	Countries    []string // only these storefronts' listings (none: every storefront's)
+	Langs        []string
 	Since, Until time.Time
 	Format       string
 	BOM          bool
@@ -405,8 +416,22 @@ func parseStatsQuery(pkg string, vals url.Values, now time.Time) (statsQuery, er
 				return q, badParam("bom", "must be 0 or 1, not %q", v)
 			}
 			q.BOM = v == "1"
+		case "country", "lang":
+			check := map[string]func(string, string) error{"country": checkStorefrontCountry, "lang": checkStorefrontLang}[key]
+			var list []string
+			for _, c := range strings.Split(v, ",") {
+				if err := check(key, c); err != nil {
+					return q, badParam(key, "%q: %v", c, err)
+				}
+				list = append(list, c)
+			}
+			if key == "country" {
+				q.Countries = list
+			} else {
+				q.Langs = list
+			}
 		default:
-			return q, badParam(key, "unknown query parameter (known: since, until, format, bom)")
+			return q, badParam(key, "unknown query parameter (known: country, lang, since, until, format, bom)")
 		}
 	}
 	q.BOM = q.BOM && q.Format == "csv"
@@ -419,44 +444,47 @@ const statsPageSize = 2000
 var errStatsAppNotFound = errors.New("app not registered")
 
 // streamStats reads the app's listings from q.Since to q.Until, oldest
-// first, a page per statement, and hands each to emit.
-func streamStats(ctx context.Context, db querier, locales localeDefaults, q statsQuery, emit func(*statsOut) error, afterPage func() error) error {
+// first (the storefronts of one crawl time by country and lang), a page per
+// statement, and hands each to emit.
+func streamStats(ctx context.Context, db querier, q statsQuery, emit func(*statsOut) error, afterPage func() error) error {
 	var id int64
-	var iranian bool
-	rows, err := db.Query(ctx, `SELECT id, is_iranian_app FROM apps_registry_application WHERE package_name = $1`, q.Package)
+	rows, err := db.Query(ctx, `SELECT id FROM apps_registry_application WHERE package_name = $1`, q.Package)
 	if err != nil {
 		return fmt.Errorf("stats: app: %w", err)
 	}
-	if _, err := pgx.ForEachRow(rows, []any{&id, &iranian}, func() error { return nil }); err != nil {
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { return nil }); err != nil {
 		return fmt.Errorf("stats: app: %w", err)
 	}
 	if id == 0 {
 		return errStatsAppNotFound
 	}
-	loc := locales.forApp(iranian)
-	after := time.Time{}
+	// Keyset paging on (crawled_at, country, lang): two storefronts may be
+	// crawled at the same time. "" sorts before every code: from after on.
+	after, afterCountry, afterLang := time.Time{}, "", ""
 	if !q.Since.IsZero() {
-		after = q.Since.Add(-time.Microsecond)
+		after = q.Since
 	}
 	until := q.Until
 	if until.IsZero() {
 		until = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 	}
 	for {
-		rows, err := db.Query(ctx, `SELECT crawled_at, score, ratings, min_installs, real_installs, reviews_count, version,
+		rows, err := db.Query(ctx, `SELECT crawled_at, country, lang, score, ratings, min_installs, real_installs, reviews_count, version,
 			ratings_1, ratings_2, ratings_3, ratings_4, ratings_5 FROM app_stats
-			WHERE application_id = $1 AND crawled_at > $2 AND crawled_at < $3 ORDER BY crawled_at LIMIT $4`,
-			id, after, until, statsPageSize)
+			WHERE application_id = $1 AND crawled_at >= $2 AND (crawled_at, country::text, lang::text) > ($2, $5::text, $6::text) AND crawled_at < $3
+			  AND ($7::text[] IS NULL OR country = ANY($7)) AND ($8::text[] IS NULL OR lang = ANY($8))
+			ORDER BY crawled_at, country, lang LIMIT $4`,
+			id, after, until, statsPageSize, afterCountry, afterLang, q.Countries, q.Langs)
 		if err != nil {
 			return fmt.Errorf("stats: %w", err)
 		}
 		var s statsOut
 		n := 0
-		_, err = pgx.ForEachRow(rows, []any{&s.CrawledAt, &s.Score, &s.Ratings, &s.Installs, &s.RealInstalls, &s.ReviewsCount,
+		_, err = pgx.ForEachRow(rows, []any{&s.CrawledAt, &s.Country, &s.Lang, &s.Score, &s.Ratings, &s.Installs, &s.RealInstalls, &s.ReviewsCount,
 			&s.Version, &s.Ratings1, &s.Ratings2, &s.Ratings3, &s.Ratings4, &s.Ratings5}, func() error {
 			out := s
-			out.CrawledAt, out.Country, out.Lang = out.CrawledAt.UTC(), loc.Country, loc.Lang
-			after = s.CrawledAt
+			out.CrawledAt = out.CrawledAt.UTC()
+			after, afterCountry, afterLang = s.CrawledAt, s.Country, s.Lang
 			n++
 			s = statsOut{}
 			return emit(&out)
@@ -509,7 +537,7 @@ func (a *reviewsAPI) serveStats(w http.ResponseWriter, r *http.Request) {
 		out := struct {
 			Stats []*statsOut `json:"stats"`
 		}{Stats: []*statsOut{}}
-		err := streamStats(r.Context(), a.stats, a.locales, q, func(s *statsOut) error {
+		err := streamStats(r.Context(), a.stats, q, func(s *statsOut) error {
 			out.Stats = append(out.Stats, s)
 			return nil
 		}, func() error { return nil })
@@ -553,7 +581,7 @@ func (a *reviewsAPI) serveStats(w http.ResponseWriter, r *http.Request) {
 	}
 	cw := csv.NewWriter(bw)
 	_ = cw.Write(statsFields)
-	err = streamStats(r.Context(), a.stats, a.locales, q, func(s *statsOut) error { return cw.Write(statsCSVRecord(s)) }, func() error {
+	err = streamStats(r.Context(), a.stats, q, func(s *statsOut) error { return cw.Write(statsCSVRecord(s)) }, func() error {
 		cw.Flush()
 		if err := bw.Flush(); err != nil {
 			return err

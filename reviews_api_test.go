@@ -623,7 +623,7 @@ func TestAppStatsExport(t *testing.T) {
 	if code, body := get("?format=xml"); code != http.StatusBadRequest || !strings.Contains(string(body), "format") {
 		t.Errorf("bad format: %d %s", code, body)
 	}
-	if code, body := get("?country=ir"); code != http.StatusBadRequest || !strings.Contains(string(body), "country") {
+	if code, body := get("?colour=ir"); code != http.StatusBadRequest || !strings.Contains(string(body), "colour") {
 		t.Errorf("unknown param: %d %s", code, body)
 	}
 	resp, err := http.Get(srv.URL + "/api/v1/apps/com.not.registered/stats?format=csv")

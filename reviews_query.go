@@ -36,12 +36,14 @@ const (
 var reviewSorts = []string{"newest", "oldest", "thumbs_up"}
 
 // reviewQueryParams are the query parameters of GET /api/v1/reviews.
-var reviewQueryParams = []string{"package", "q", "stars", "sentiment", "text_lang", "topic", "version", "has_reply",
+var reviewQueryParams = []string{"package", "country", "lang", "q", "stars", "sentiment", "text_lang", "topic", "version", "has_reply",
 	"since", "until", "sort", "limit", "cursor", "format", "bom"}
 
 // reviewFilter is what selects reviews; zero fields do not filter.
 type reviewFilter struct {
 	Packages   []string
+	Countries  []string // a storefront (review_storefronts) of one of these countries
+	Langs      []string // and of one of these languages
 	Q          string
 	Patterns   []string // searchPatterns(Q)
 	Stars      []int16
@@ -159,6 +161,22 @@ func parseReviewQuery(vals url.Values, now time.Time, formats []string) (reviewQ
 	for _, p := range q.Packages {
 		if err := validatePackageName(p); err != nil {
 			return q, badParam("package", "%q: %v", p, err)
+		}
+	}
+	if q.Countries, err = list("country"); err != nil {
+		return q, err
+	}
+	for _, c := range q.Countries {
+		if err := checkStorefrontCountry("country", c); err != nil {
+			return q, badParam("country", "%q: %v", c, err)
+		}
+	}
+	if q.Langs, err = list("lang"); err != nil {
+		return q, err
+	}
+	for _, l := range q.Langs {
+		if err := checkStorefrontLang("lang", l); err != nil {
+			return q, badParam("lang", "%q: %v", l, err)
 		}
 	}
 	if v, ok := get("q"); ok {
@@ -291,6 +309,8 @@ func (f reviewFilter) values() url.Values {
 		}
 	}
 	join("package", f.Packages)
+	join("country", f.Countries)
+	join("lang", f.Langs)
 	if f.Q != "" {
 		v.Set("q", f.Q)
 	}
@@ -337,12 +357,14 @@ type reviewOut struct {
 	ReplyText   *string    `json:"reply_text"`
 	RepliedAt   *time.Time `json:"replied_at"`
 	URL         string     `json:"url"`
+	// Storefronts are those the review was seen in, first seen first.
+	Storefronts []locale `json:"storefronts"`
 }
 
 // reviewCSVFields are the JSON field names of reviewOut, in order: the CSV
 // header.
 var reviewCSVFields = []string{"package_name", "review_id", "user_name", "stars", "text", "at", "thumbs_up", "app_version",
-	"text_lang", "sentiment", "topics", "reply_text", "replied_at", "url"}
+	"text_lang", "sentiment", "topics", "reply_text", "replied_at", "url", "storefronts"}
 
 // reviewPage is one page of a walk; Next is nil after the last one.
 type reviewPage struct {
@@ -383,6 +405,18 @@ func reviewsSQL(q reviewQuery, appIDs []int64, maxID int64) (string, []any) {
 		where = append(where, "r.application_id = "+arg(appIDs[0]))
 	case len(appIDs) > 1:
 		where = append(where, "r.application_id = ANY("+arg(appIDs)+"::bigint[])")
+	}
+	if len(q.Countries) > 0 || len(q.Langs) > 0 {
+		// Through review_storefronts' primary key, per review: the other
+		// filters and the order choose the reviews read.
+		sf := []string{"rs.review_id = r.id", "rs.application_id = r.application_id"} // the second: its index by app and storefront
+		if len(q.Countries) > 0 {
+			sf = append(sf, "rs.country = ANY("+arg(q.Countries)+"::text[])")
+		}
+		if len(q.Langs) > 0 {
+			sf = append(sf, "rs.lang = ANY("+arg(q.Langs)+"::text[])")
+		}
+		where = append(where, "EXISTS (SELECT FROM review_storefronts rs WHERE "+strings.Join(sf, " AND ")+")")
 	}
 	for _, p := range q.Patterns {
 		where = append(where, "r.search_text LIKE "+arg(p))
@@ -439,7 +473,8 @@ func reviewsSQL(q reviewQuery, appIDs []int64, maxID int64) (string, []any) {
 		order += " + " + map[bool]string{true: "0", false: "interval '0'"}[q.Sort == "thumbs_up"]
 	}
 	sql := `SELECT r.id, a.package_name, a.is_iranian_app, r.review_id, r.user_name, r.score, r.content, r.at,
-	r.thumbs_up_count, r.app_version, r.text_lang, r.sentiment, r.topics, r.reply_content, r.replied_at, r.first_at
+	r.thumbs_up_count, r.app_version, r.text_lang, r.sentiment, r.topics, r.reply_content, r.replied_at, r.first_at,
+	array(SELECT rs.country || ' ' || rs.lang FROM review_storefronts rs WHERE rs.review_id = r.id ORDER BY rs.first_seen_at, rs.country, rs.lang)
 FROM reviews r JOIN apps_registry_application a ON a.id = r.application_id
 WHERE ` + strings.Join(where, " AND ") + `
 ORDER BY ` + order + " " + dir + ", r.id " + dir + `
@@ -489,16 +524,25 @@ func (db reviewsDB) page(ctx context.Context, q reviewQuery) (reviewPage, error)
 	var iranian bool
 	var thumbs int32
 	var firstAt *time.Time
+	var seenIn []string
 	_, err = pgx.ForEachRow(rows, []any{&id, &r.PackageName, &iranian, &r.ReviewID, &r.UserName, &r.Stars, &r.Text, &r.At,
-		&thumbs, &r.AppVersion, &r.TextLang, &r.Sentiment, &r.Topics, &r.ReplyText, &r.RepliedAt, &firstAt}, func() error {
+		&thumbs, &r.AppVersion, &r.TextLang, &r.Sentiment, &r.Topics, &r.ReplyText, &r.RepliedAt, &firstAt, &seenIn}, func() error {
 		out := r
+		out.Storefronts = make([]locale, len(seenIn))
+		for i, s := range seenIn {
+			out.Storefronts[i] = splitStorefront(s)
+		}
 		out.At = out.At.UTC()
 		if out.RepliedAt != nil {
 			t := out.RepliedAt.UTC()
 			out.RepliedAt = &t
 		}
 		out.ThumbsUp = int64(thumbs)
-		out.URL = playReviewURL(out.PackageName, out.ReviewID, db.locales.forApp(iranian).Lang)
+		lang := db.locales.forApp(iranian).Lang
+		if len(out.Storefronts) > 0 { // the language it was first read in
+			lang = out.Storefronts[0].Lang
+		}
+		out.URL = playReviewURL(out.PackageName, out.ReviewID, lang)
 		page.Reviews = append(page.Reviews, out)
 		ids = append(ids, id)
 		if q.Sort == "thumbs_up" {

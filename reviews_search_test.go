@@ -115,7 +115,11 @@ func TestReviewsQueryPlans(t *testing.T) {
 			now() - g * interval '1 minute', now() - g * interval '1 minute', now(),
 			CASE WHEN g % 500 = 0 THEN ARRAY['battery'] ELSE ARRAY['ui'] END
 		FROM generate_series(1, 20000) g, (SELECT array_agg(id) AS ids FROM apps_registry_application) a;
-		ANALYZE reviews`); err != nil {
+		ANALYZE reviews;
+		INSERT INTO review_storefronts (review_id, application_id, country, lang, first_seen_at)
+		SELECT id, application_id, CASE WHEN id % 50 = 0 THEN 'de' ELSE 'us' END, CASE WHEN id % 50 = 0 THEN 'de' ELSE 'en' END, first_seen_at FROM reviews
+		ON CONFLICT DO NOTHING;
+		ANALYZE review_storefronts`); err != nil {
 		t.Fatal(err)
 	}
 	var divar int64
@@ -131,7 +135,11 @@ func TestReviewsQueryPlans(t *testing.T) {
 		"search in an app": {reviewQuery{reviewFilter: reviewFilter{Patterns: searchPatterns("کیفیت"), Sort: "newest"}, Limit: 50}, []int64{divar}, "reviews_search_text_idx reviews_application_id_at_idx"}, // a small app's reviews are read and filtered
 		"an app, newest":   {reviewQuery{reviewFilter: reviewFilter{Sort: "newest"}, Limit: 50, Cursor: &reviewCursor{MaxID: 1 << 40, Key: 1 << 60, ID: 1 << 40}}, []int64{divar}, "reviews_application_id_first_at_idx"},
 		"all, oldest":      {reviewQuery{reviewFilter: reviewFilter{Sort: "oldest"}, Limit: 50}, nil, "reviews_first_at_idx"},
-		"a rare topic":     {reviewQuery{reviewFilter: reviewFilter{Topics: []string{"battery"}, Sort: "newest"}, Limit: 50}, nil, "reviews_topics_idx"},
+		"a rare storefront": {reviewQuery{reviewFilter: reviewFilter{Countries: []string{"de"}, Sort: "newest"}, Limit: 50}, nil,
+			"reviews_pkey reviews_first_at_idx review_storefronts_pkey review_storefronts_application_id_idx"},
+		"an app's storefront": {reviewQuery{reviewFilter: reviewFilter{Countries: []string{"us"}, Langs: []string{"en"}, Sort: "newest"}, Limit: 50}, []int64{divar},
+			"reviews_application_id_first_at_idx review_storefronts_pkey review_storefronts_application_id_idx"},
+		"a rare topic": {reviewQuery{reviewFilter: reviewFilter{Topics: []string{"battery"}, Sort: "newest"}, Limit: 50}, nil, "reviews_topics_idx"},
 	} {
 		sql, args := reviewsSQL(c.q, c.apps, 1<<40)
 		var plan []byte

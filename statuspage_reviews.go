@@ -35,7 +35,7 @@ type reviewsSource struct {
 
 // listParams are the page's parameters that a form sends once per checked
 // box; the page joins them into the API's comma-separated lists.
-var listParams = []string{"package", "stars", "sentiment", "text_lang", "topic"}
+var listParams = []string{"package", "country", "lang", "stars", "sentiment", "text_lang", "topic"}
 
 func (p *statusPage) registerReviews(mux *http.ServeMux) {
 	if p.reviews == nil {
@@ -63,6 +63,7 @@ type appChoice struct {
 // reviewsForm is what the form shows as filled in.
 type reviewsForm struct {
 	Q, Topic, Version, Since, Until, Sort, HasReply, TextLang, Limit string
+	Country, Lang                                                    string // storefront codes, comma-separated
 	Stars, Sentiments                                                []checkBox
 }
 
@@ -73,6 +74,7 @@ type checkBox struct {
 
 type reviewItem struct {
 	Package, Stars, StarsLabel, User, When, Version, Sentiment, SentimentClass, Text, Reply, RepliedAt, URL string
+	Storefronts                                                                                             string // us/en, ir/fa
 	Topics                                                                                                  []string
 	ThumbsUp                                                                                                string
 }
@@ -181,7 +183,7 @@ func cloneValues(v url.Values) url.Values {
 func formOf(vals url.Values) reviewsForm {
 	f := reviewsForm{Q: vals.Get("q"), Topic: vals.Get("topic"), Version: vals.Get("version"), Since: vals.Get("since"),
 		Until: vals.Get("until"), Sort: vals.Get("sort"), HasReply: vals.Get("has_reply"), TextLang: vals.Get("text_lang"),
-		Limit: vals.Get("limit")}
+		Limit: vals.Get("limit"), Country: vals.Get("country"), Lang: vals.Get("lang")}
 	stars := strings.Split(vals.Get("stars"), ",")
 	for n := 1; n <= 5; n++ {
 		s := strconv.Itoa(n)
@@ -197,7 +199,7 @@ func formOf(vals url.Values) reviewsForm {
 func reviewItemOf(r reviewOut) reviewItem {
 	v := reviewItem{Package: r.PackageName, User: optString(r.UserName), When: r.At.UTC().Format("2 Jan 2006 15:04"),
 		Version: optString(r.AppVersion), Text: optText(r.Text), Reply: optText(r.ReplyText), URL: r.URL, Topics: r.Topics,
-		ThumbsUp: groupDigits(r.ThumbsUp), Stars: "no stars", StarsLabel: "no stars", Sentiment: "not scored", SentimentClass: "none"}
+		ThumbsUp: groupDigits(r.ThumbsUp), Storefronts: strings.ReplaceAll(storefrontsCSV(r.Storefronts), ";", ", "), Stars: "no stars", StarsLabel: "no stars", Sentiment: "not scored", SentimentClass: "none"}
 	if r.Stars != nil {
 		n := int(*r.Stars)
 		v.Stars = strings.Repeat("★", n) + strings.Repeat("☆", 5-n)
