@@ -256,3 +256,60 @@ func TestKnownReviewsPerStorefront(t *testing.T) {
 		t.Error("us/en: a page with a review stored from ir/fa only ends the paging")
 	}
 }
+
+// Each storefront of an app is paged on its own: an app in two storefronts
+// is read in full in each at first, then incrementally in each (one page);
+// a storefront added later is read in full although the app's reviews are
+// stored from the others, since none is known to come from it. A review is
+// stored once and records every storefront it was seen in.
+func TestCrawlIncrementalPerStorefront(t *testing.T) {
+	const pkg = "com.example.storefronts"
+	f := newIncrementalFixture(t, 1000)
+	f.crawler.cycle.FullSyncInterval = 365 * 24 * time.Hour // no resync falls in these hours
+	f.replay.setApp(pkg, replayApp{Reviews: 1000})
+	f.register(t, pkg, false)
+	us, ir, gb := locale{Lang: "en", Country: "us"}, locale{Lang: "fa", Country: "ir"}, locale{Lang: "en", Country: "gb"}
+	setTestStorefronts(t, f.pool, pkg, us, ir)
+	start := time.Date(2026, 8, 1, 0, 0, 0, 0, time.UTC)
+	seen := map[string]int{}
+	pages := func(loc string) int {
+		n := f.replay.requestsIn("reviews", pkg, loc)
+		d := n - seen[loc]
+		seen[loc] = n
+		return d
+	}
+	for h, c := range []struct {
+		add       bool // gb/en added before the cycle
+		fullReads int
+		want      map[string]int // reviews requests per storefront
+	}{
+		{false, 2, map[string]int{"en/us": 7, "fa/ir": 7}},
+		{false, 0, map[string]int{"en/us": 1, "fa/ir": 1}},
+		{true, 1, map[string]int{"en/us": 1, "fa/ir": 1, "en/gb": 7}},
+	} {
+		if c.add {
+			setTestStorefronts(t, f.pool, pkg, us, ir, gb)
+		}
+		sum := f.cycleAt(t, start.Add(time.Duration(h)*time.Hour))
+		if sum.FullReads != c.fullReads || sum.Apps != len(c.want) {
+			t.Errorf("cycle %d: %s; want %d crawls, %d full reads", h, sum, len(c.want), c.fullReads)
+		}
+		for loc, want := range c.want {
+			if n := pages(loc); n != want {
+				t.Errorf("cycle %d: %d reviews requests in %s, want %d", h, n, loc, want)
+			}
+		}
+	}
+	if n := count(t, f.pool, `SELECT count(*) FROM reviews`); n != 1000 {
+		t.Errorf("%d reviews rows, want 1000 (each stored once)", n)
+	}
+	for _, l := range []locale{us, ir, gb} {
+		if n := count(t, f.pool, `SELECT count(*) FROM review_storefronts WHERE country = $1 AND lang = $2`, l.Country, l.Lang); n != 1000 {
+			t.Errorf("%d reviews recorded in %s/%s, want 1000", n, l.Country, l.Lang)
+		}
+		var mark *time.Time
+		if err := f.pool.QueryRow(context.Background(), `SELECT max(newest_at) FROM review_read_marks WHERE country = $1 AND lang = $2`, l.Country, l.Lang).Scan(&mark); err != nil || mark == nil {
+			t.Errorf("%s/%s has no read mark (%v)", l.Country, l.Lang, err)
+		}
+	}
+}
