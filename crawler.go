@@ -23,9 +23,9 @@ type storeReader interface {
 }
 
 // crawlState is what a crawl keeps in PostgreSQL besides its messages
-// (pgKnownReviews): an app's newest stored reviews and the read mark of its
-// storefront, where an incremental crawl stops paging, and the last outcome
-// of each path (app_crawl_outcomes).
+// (pgKnownReviews), per app and storefront: the newest reviews stored from
+// the storefront and its read mark, where an incremental crawl stops paging,
+// and the last outcome of each path (app_crawl_outcomes).
 type crawlState interface {
 	KnownReviews(ctx context.Context, pkg string, loc locale, limit, countUpTo int) (knownReviews, error)
 	SetReadMark(ctx context.Context, pkg string, loc locale, newest review, readAt time.Time) error
@@ -245,7 +245,7 @@ func (c *crawler) crawlApp(ctx context.Context, j crawlJob) appResult {
 			r.skipped = max(0, (full+p.pageLen-1)/p.pageLen-p.pages)
 			c.metrics.pagesSkipped.Add(float64(r.skipped))
 		}
-		c.logger.Debug("reviews read", "package", a.PackageName, "full", r.fullRead, "reason", p.reason,
+		c.logger.Debug("reviews read", "package", a.PackageName, "country", loc.Country, "lang", loc.Lang, "full", r.fullRead, "reason", p.reason,
 			"requests", tally.count("reviews"), "reviews", len(revs), "pages_skipped", r.skipped)
 	}
 	c.observe(a.PackageName, loc, pathReviews, r.reviewsErr)
@@ -290,7 +290,8 @@ func (c *crawler) reviewsPaging(ctx context.Context, j crawlJob) *reviewsPaging 
 	if err != nil {
 		p.reason = "stored_unreadable"
 		c.metrics.knownFailures.Inc()
-		c.logger.Warn("cannot read the stored reviews; reading the app's reviews in full", "package", j.App.PackageName, "err", err)
+		c.logger.Warn("cannot read the stored reviews; reading the app's reviews in full", "package", j.App.PackageName,
+			"country", j.Locale.Country, "lang", j.Locale.Lang, "err", err)
 		return p
 	}
 	if len(known.newest) == 0 {
@@ -330,7 +331,8 @@ func (c *crawler) setReadMark(ctx context.Context, j crawlJob, revs []review) {
 	defer cancel()
 	if err := c.known.SetReadMark(wctx, j.App.PackageName, j.Locale, newest, j.CrawledAt); err != nil {
 		c.metrics.stateWriteFailures.WithLabelValues("read_mark").Inc()
-		c.logger.Warn("cannot record the read mark; the next read of the app's reviews goes deeper", "package", j.App.PackageName, "err", err)
+		c.logger.Warn("cannot record the read mark; the next read of the app's reviews goes deeper", "package", j.App.PackageName,
+			"country", j.Locale.Country, "lang", j.Locale.Lang, "err", err)
 	}
 }
 
@@ -357,7 +359,7 @@ func (c *crawler) recordOutcome(ctx context.Context, j crawlJob, path string, er
 	defer cancel()
 	if werr := c.known.RecordOutcome(wctx, j.App.PackageName, j.Locale, path, o); werr != nil {
 		c.metrics.stateWriteFailures.WithLabelValues("outcome").Inc()
-		c.logger.Warn("cannot record the crawl outcome", "package", j.App.PackageName, "path", path, "outcome", o.Outcome, "err", werr)
+		c.logger.Warn("cannot record the crawl outcome", "package", j.App.PackageName, "country", j.Locale.Country, "lang", j.Locale.Lang, "path", path, "outcome", o.Outcome, "err", werr)
 	}
 }
 
