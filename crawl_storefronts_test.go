@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // setTestStorefronts gives the registered app pkg the storefronts locs, in
@@ -299,6 +300,19 @@ func TestCrawlIncrementalPerStorefront(t *testing.T) {
 				t.Errorf("cycle %d: %d reviews requests in %s, want %d", h, n, loc, want)
 			}
 		}
+	}
+	// A storefront taken off the app loses its per-app series at the next
+	// cycle; the others keep theirs.
+	seriesOf := func(l locale) float64 {
+		return metricValue(t, f.reg, "playwatch_crawl_consecutive_failures", map[string]string{"package": pkg, "country": l.Country, "lang": l.Lang, "path": pathStats})
+	}
+	if got := seriesOf(ir); got != 0 {
+		t.Errorf("ir/fa stats failure streak %v, want 0", got)
+	}
+	setTestStorefronts(t, f.pool, pkg, us, gb)
+	f.cycleAt(t, start.Add(3*time.Hour))
+	if n, err := testutil.GatherAndCount(f.reg, "playwatch_crawl_consecutive_failures", "playwatch_crawl_last_success_timestamp_seconds"); err != nil || n != 8 {
+		t.Errorf("%d per-app series after taking ir/fa off (%v), want 8 (2 storefronts × 2 paths × 2 metrics)", n, err)
 	}
 	if n := count(t, f.pool, `SELECT count(*) FROM reviews`); n != 1000 {
 		t.Errorf("%d reviews rows, want 1000 (each stored once)", n)
