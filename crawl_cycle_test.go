@@ -37,7 +37,7 @@ func newCycleCrawler(cfg cycleConfig, apps activeAppLister, store storeReader, k
 	return &cycleCrawler{crawler: newCrawler(cfg.crawlerConfig, store, known, pub, reg, logger), cycle: cfg, apps: apps}
 }
 
-// RunCycle crawls every active app once in the test process, CRAWL_WORKERS
+// RunCycle crawls every active app once per storefront in the test process, CRAWL_WORKERS
 // at a time, at the crawler clock's time: the tests of crawlApp over many
 // apps, without a scheduler, crawl-jobs and workers around it. The product
 // plans its cycles in one place only, the scheduler (scheduler.go); this
@@ -51,12 +51,17 @@ func (c *cycleCrawler) RunCycle(ctx context.Context) (cycleSummary, error) {
 	if err != nil {
 		return sum, fmt.Errorf("list active apps: %w", err)
 	}
-	active := make(map[string]bool, len(apps))
+	var jobs []crawlJob
+	active := make(map[appStorefront]bool, len(apps))
 	for _, a := range apps {
-		active[a.PackageName] = true
+		for _, loc := range c.cycle.Locales.storefronts(a) {
+			active[appStorefront{a.PackageName, loc}] = true
+			jobs = append(jobs, crawlJob{App: a, CrawledAt: crawledAt, Locale: loc,
+				FullResync: fullResyncDue(crawlJobKey(a.PackageName, loc), crawledAt, crawledAt.Add(-c.cfg.Interval), c.cycle.FullSyncInterval)})
+		}
 	}
 	c.metrics.forgetInactive(active)
-	sum.Apps = len(apps)
+	sum.Apps = len(jobs)
 	var mu sync.Mutex
 	queue := make(chan crawlJob)
 	var wg sync.WaitGroup
@@ -71,9 +76,7 @@ func (c *cycleCrawler) RunCycle(ctx context.Context) (cycleSummary, error) {
 		})
 	}
 feed:
-	for _, a := range apps {
-		j := crawlJob{App: a, CrawledAt: crawledAt, FullResync: fullResyncDue(a.PackageName, crawledAt, crawledAt.Add(-c.cfg.Interval), c.cycle.FullSyncInterval),
-			Locale: c.cycle.Locales.forApp(a.IsIranianApp)}
+	for _, j := range jobs {
 		select {
 		case queue <- j:
 		case <-ctx.Done():

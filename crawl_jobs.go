@@ -6,10 +6,11 @@ import (
 	"time"
 )
 
-// The crawl-jobs topic: one message per app and cycle, key = package_name,
-// published by the scheduler leader and consumed by the crawl workers of
-// every instance in one group (docs/design.md "crawl-jobs"). It is not a
-// storage topic: the storage consumer never reads it.
+// The crawl-jobs topic: one message per app, storefront and cycle, key =
+// crawlJobKey (package and storefront), published by the scheduler leader
+// and consumed by the crawl workers of every instance in one group
+// (docs/design.md "crawl-jobs"). It is not a storage topic: the storage
+// consumer never reads it.
 const topicCrawlJobs = "crawl-jobs"
 
 // createdTopics are the topics playwatch creates: the storage topics and
@@ -19,7 +20,18 @@ var createdTopics = append(append([]string(nil), allTopics...), topicCrawlJobs)
 // maxCrawlJobBytes bounds a job's value: a job is a few hundred bytes.
 const maxCrawlJobBytes = 4096
 
-// crawlJobMessage is one app's crawl in one cycle, as it travels. PlannedAt
+// crawlJobKey is the Kafka key of a's job in the storefront loc,
+// "package|country|lang": an app's storefronts hash to different partitions,
+// so their jobs spread over the workers. The worker reads the job from its
+// value alone, so a job of an older playwatch, keyed by the package, is
+// crawled the same; the key also seeds the storefront's full-resync phase
+// (fullResyncDue).
+func crawlJobKey(pkg string, loc locale) string {
+	return pkg + "|" + loc.Country + "|" + loc.Lang
+}
+
+// crawlJobMessage is one app's crawl in one storefront and cycle, as it
+// travels. PlannedAt
 // is the cycle's planned time (a new-app job: the time it was published)
 // and becomes the crawled_at of every message of the crawl, so a job
 // redelivered to another instance stores nothing twice.

@@ -23,9 +23,9 @@ type storeReader interface {
 }
 
 // crawlState is what a crawl keeps in PostgreSQL besides its messages
-// (pgKnownReviews): an app's newest stored reviews and the read mark of its
-// storefront, where an incremental crawl stops paging, and the last outcome
-// of each path (app_crawl_outcomes).
+// (pgKnownReviews), per app and storefront: the newest reviews stored from
+// the storefront and its read mark, where an incremental crawl stops paging,
+// and the last outcome of each path (app_crawl_outcomes).
 type crawlState interface {
 	KnownReviews(ctx context.Context, pkg string, loc locale, limit, countUpTo int) (knownReviews, error)
 	SetReadMark(ctx context.Context, pkg string, loc locale, newest review, readAt time.Time) error
@@ -58,22 +58,26 @@ type crawlJob struct {
 	Locale     locale    // the storefront read: a crawl-jobs job carries the leader's choice
 }
 
-// fullResyncDue says whether the cycle at at reads pkg's reviews in full,
-// the cycle before it having been at prev, with a full read due every every
-// (0: always). Each app has its own phase point within every, from a hash of
-// its name, so the full reads spread evenly over the cycles instead of
-// falling into one. A cycle reads in full the apps whose phase point fell in
+// fullResyncDue says whether the cycle at at reads the reviews of the job
+// key (crawlJobKey: an app in one storefront) in full, the cycle before it
+// having been at prev, with a full read due every every (0: always). Each
+// app and storefront has its own phase point within every, from a hash of
+// the key, so the full reads spread evenly over the cycles instead of
+// falling into one, and an app's storefronts do not all resync in the same
+// cycle. A cycle reads in full the keys whose phase point fell in
 // (max(prev, at−every), at]: consecutive cycles' windows join up, so however
-// far apart the cycles are (an overrun, a restart) each app is read in full
+// far apart the cycles are (an overrun, a restart) each key is read in full
 // at least once per every, and once per every when cycles are closer than
 // that. Pure and deterministic, so that any instance planning a cycle
-// decides the same.
-func fullResyncDue(pkg string, at, prev time.Time, every time.Duration) bool {
+// decides the same. (Before storefronts the key was the package alone: an
+// upgrade moves each app's phase once, so its next full read may come up
+// to 2 × every after its last.)
+func fullResyncDue(key string, at, prev time.Time, every time.Duration) bool {
 	if every <= 0 {
 		return true
 	}
 	h := fnv.New64a()
-	_, _ = io.WriteString(h, pkg)
+	_, _ = io.WriteString(h, key)
 	phase := int64(h.Sum64() % uint64(every))
 	// pos: how long before at the app's last phase point was.
 	pos := (at.UnixNano() - phase) % int64(every)
@@ -110,7 +114,7 @@ const (
 // cycleSummary is the outcome of one cycle (crawl --once: of the jobs this
 // process crawled).
 type cycleSummary struct {
-	Apps      int
+	Apps      int // crawls: one per app and storefront
 	StatsOK   int
 	ReviewsOK int
 	Reviews   int            // review messages published
@@ -204,7 +208,7 @@ func (c *crawler) crawlApp(ctx context.Context, j crawlJob) appResult {
 		err = c.pub.PublishAppStats(ctx, m)
 	}
 	r.statsErr = err
-	c.observe(a.PackageName, pathStats, err)
+	c.observe(a.PackageName, loc, pathStats, err)
 	c.recordOutcome(ctx, j, pathStats, err)
 
 	if errors.Is(r.statsErr, errNotFound) {
@@ -241,10 +245,10 @@ func (c *crawler) crawlApp(ctx context.Context, j crawlJob) appResult {
 			r.skipped = max(0, (full+p.pageLen-1)/p.pageLen-p.pages)
 			c.metrics.pagesSkipped.Add(float64(r.skipped))
 		}
-		c.logger.Debug("reviews read", "package", a.PackageName, "full", r.fullRead, "reason", p.reason,
+		c.logger.Debug("reviews read", "package", a.PackageName, "country", loc.Country, "lang", loc.Lang, "full", r.fullRead, "reason", p.reason,
 			"requests", tally.count("reviews"), "reviews", len(revs), "pages_skipped", r.skipped)
 	}
-	c.observe(a.PackageName, pathReviews, r.reviewsErr)
+	c.observe(a.PackageName, loc, pathReviews, r.reviewsErr)
 	c.recordOutcome(ctx, j, pathReviews, r.reviewsErr)
 	stats, reviews := tally.count("details"), tally.count("reviews")
 	c.metrics.requests.WithLabelValues(pathStats).Observe(float64(stats))
@@ -286,7 +290,8 @@ func (c *crawler) reviewsPaging(ctx context.Context, j crawlJob) *reviewsPaging 
 	if err != nil {
 		p.reason = "stored_unreadable"
 		c.metrics.knownFailures.Inc()
-		c.logger.Warn("cannot read the stored reviews; reading the app's reviews in full", "package", j.App.PackageName, "err", err)
+		c.logger.Warn("cannot read the stored reviews; reading the app's reviews in full", "package", j.App.PackageName,
+			"country", j.Locale.Country, "lang", j.Locale.Lang, "err", err)
 		return p
 	}
 	if len(known.newest) == 0 {
@@ -326,7 +331,8 @@ func (c *crawler) setReadMark(ctx context.Context, j crawlJob, revs []review) {
 	defer cancel()
 	if err := c.known.SetReadMark(wctx, j.App.PackageName, j.Locale, newest, j.CrawledAt); err != nil {
 		c.metrics.stateWriteFailures.WithLabelValues("read_mark").Inc()
-		c.logger.Warn("cannot record the read mark; the next read of the app's reviews goes deeper", "package", j.App.PackageName, "err", err)
+		c.logger.Warn("cannot record the read mark; the next read of the app's reviews goes deeper", "package", j.App.PackageName,
+			"country", j.Locale.Country, "lang", j.Locale.Lang, "err", err)
 	}
 }
 
@@ -353,11 +359,11 @@ func (c *crawler) recordOutcome(ctx context.Context, j crawlJob, path string, er
 	defer cancel()
 	if werr := c.known.RecordOutcome(wctx, j.App.PackageName, j.Locale, path, o); werr != nil {
 		c.metrics.stateWriteFailures.WithLabelValues("outcome").Inc()
-		c.logger.Warn("cannot record the crawl outcome", "package", j.App.PackageName, "path", path, "outcome", o.Outcome, "err", werr)
+		c.logger.Warn("cannot record the crawl outcome", "package", j.App.PackageName, "country", j.Locale.Country, "lang", j.Locale.Lang, "path", path, "outcome", o.Outcome, "err", werr)
 	}
 }
 
-func (c *crawler) observe(pkg, path string, err error) {
+func (c *crawler) observe(pkg string, loc locale, path string, err error) {
 	outcome := crawlFailureReason(err)
 	c.metrics.apps.WithLabelValues(path, outcome).Inc()
 	m := c.metrics
@@ -365,47 +371,57 @@ func (c *crawler) observe(pkg, path string, err error) {
 	defer m.knownMu.Unlock()
 	switch outcome {
 	case "ok":
-		m.lastSuccess.WithLabelValues(pkg, path).SetToCurrentTime()
-		m.failures.WithLabelValues(pkg, path).Set(0)
+		m.lastSuccess.WithLabelValues(pkg, loc.Country, loc.Lang, path).SetToCurrentTime()
+		m.failures.WithLabelValues(pkg, loc.Country, loc.Lang, path).Set(0)
 	case "canceled":
 		// A crawl cut short by shutdown says nothing about the app.
 		return
 	default:
-		m.failures.WithLabelValues(pkg, path).Inc()
+		m.failures.WithLabelValues(pkg, loc.Country, loc.Lang, path).Inc()
 	}
-	m.known[pkg] = time.Now()
+	m.known[appStorefront{pkg, loc}] = time.Now()
 }
 
-// forgetInactive drops the per-app series of apps no longer active, so a
-// deleted app neither alerts as stale nor stays on the dashboards.
-func (m *crawlMetrics) forgetInactive(active map[string]bool) {
+// appStorefront is an app (by package) in one storefront: what a per-app
+// series is of.
+type appStorefront struct {
+	pkg string
+	loc locale
+}
+
+// forget drops the per-app series of k; the caller holds knownMu.
+func (m *crawlMetrics) forget(k appStorefront) {
+	l := prometheus.Labels{"package": k.pkg, "country": k.loc.Country, "lang": k.loc.Lang}
+	m.lastSuccess.DeletePartialMatch(l)
+	m.failures.DeletePartialMatch(l)
+	delete(m.known, k)
+}
+
+// forgetInactive drops the per-app series of apps and storefronts no longer
+// active, so a deleted app, or a storefront taken off an app, neither
+// alerts as stale nor stays on the dashboards.
+func (m *crawlMetrics) forgetInactive(active map[appStorefront]bool) {
 	m.knownMu.Lock()
 	defer m.knownMu.Unlock()
-	for pkg := range m.known {
-		if active[pkg] {
-			continue
+	for k := range m.known {
+		if !active[k] {
+			m.forget(k)
 		}
-		m.lastSuccess.DeletePartialMatch(prometheus.Labels{"package": pkg})
-		m.failures.DeletePartialMatch(prometheus.Labels{"package": pkg})
-		delete(m.known, pkg)
 	}
 }
 
-// forgetStale drops the per-app series of apps this process has not
-// crawled for 2 × CRAWL_INTERVAL: their crawl-jobs partition went to
-// another instance (or the app was deleted, which only the leader sees).
+// forgetStale drops the per-app series of apps and storefronts this process
+// has not crawled for 2 × CRAWL_INTERVAL: their crawl-jobs partition went
+// to another instance (or the app was deleted, which only the leader sees).
 // The fleet's alert takes the newest success and the shortest streak over
 // the instances, so a stale series would hide an app failing elsewhere.
 func (m *crawlMetrics) forgetStale(now time.Time) {
 	m.knownMu.Lock()
 	defer m.knownMu.Unlock()
-	for pkg, at := range m.known {
-		if now.Sub(at) < m.forgetAfter {
-			continue
+	for k, at := range m.known {
+		if now.Sub(at) >= m.forgetAfter {
+			m.forget(k)
 		}
-		m.lastSuccess.DeletePartialMatch(prometheus.Labels{"package": pkg})
-		m.failures.DeletePartialMatch(prometheus.Labels{"package": pkg})
-		delete(m.known, pkg)
 	}
 }
 
@@ -442,11 +458,11 @@ type crawlMetrics struct {
 	// stateWriteFailures: writes of read marks and outcomes that failed.
 	stateWriteFailures *prometheus.CounterVec
 
-	// known are the packages with per-app series, with the time of their
-	// last crawl; the lock also keeps a forget from racing an observe of
-	// the same app.
+	// known are the apps and storefronts with per-app series, with the
+	// time of their last crawl; the lock also keeps a forget from racing an
+	// observe of the same app.
 	knownMu     sync.Mutex
-	known       map[string]time.Time
+	known       map[appStorefront]time.Time
 	forgetAfter time.Duration // 2 × CRAWL_INTERVAL
 }
 
@@ -455,7 +471,7 @@ type crawlMetrics struct {
 // intervals, also one that never succeeded (docs/design.md "Failure rules").
 func newCrawlMetrics(reg prometheus.Registerer, interval time.Duration) *crawlMetrics {
 	m := &crawlMetrics{
-		known:       map[string]time.Time{},
+		known:       map[appStorefront]time.Time{},
 		forgetAfter: 2 * interval,
 		busy: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "playwatch_crawl_workers_busy",
@@ -484,19 +500,19 @@ func newCrawlMetrics(reg prometheus.Registerer, interval time.Duration) *crawlMe
 		}),
 		lastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "playwatch_crawl_last_success_timestamp_seconds",
-			Help: "Unix time of the last successful crawl of an app's path: data freshness per app.",
-		}, []string{"package", "path"}),
+			Help: "Unix time of the last successful crawl of an app's path in a storefront (country, lang): data freshness per app and storefront.",
+		}, []string{"package", "country", "lang", "path"}),
 		failures: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "playwatch_crawl_consecutive_failures",
-			Help: "Crawls of an app's path in a row that failed (0 after a success); present from the app's first crawl, so an app that never succeeded shows too.",
-		}, []string{"package", "path"}),
+			Help: "Crawls of an app's path in a storefront (country, lang) in a row that failed (0 after a success); present from the first crawl, so an app that never succeeded shows too.",
+		}, []string{"package", "country", "lang", "path"}),
 		interval: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "playwatch_crawl_interval_seconds",
 			Help: "CRAWL_INTERVAL: time between the starts of two crawl cycles.",
 		}),
 		newApps: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "playwatch_crawl_new_apps_total",
-			Help: "Apps crawled between cycles because they became active after their cycle began.",
+			Help: "App storefronts crawled between cycles because they became active (a new app, or a storefront added to an app) after their cycle began.",
 		}),
 		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "playwatch_crawl_requests_per_app",

@@ -51,11 +51,11 @@ func reviewRequests(f *incrementalFixture, seen map[string]int, pkg string) int 
 }
 
 // firstResyncHour is the first hour from start at which pkg's full resync
-// is due with hourly cycles and a daily resync.
+// in the default storefront is due with hourly cycles and a daily resync.
 func firstResyncHour(t *testing.T, pkg string, start time.Time) int {
 	for h := range 24 {
 		at := start.Add(time.Duration(h) * time.Hour)
-		if fullResyncDue(pkg, at, at.Add(-time.Hour), 24*time.Hour) {
+		if fullResyncDue(crawlJobKey(pkg, testLocales.Default), at, at.Add(-time.Hour), 24*time.Hour) {
 			return h
 		}
 	}
@@ -80,7 +80,7 @@ func TestCrawlIncrementalPaging(t *testing.T) {
 	start := time.Date(2026, 8, 1, 0, 0, 0, 0, time.UTC)
 	start = start.Add(time.Duration(firstResyncHour(t, pkg, start)+1) * time.Hour)
 	hour := func(h int) time.Time { return start.Add(time.Duration(h) * time.Hour) }
-	if fullResyncDue(late, hour(2), hour(1), 24*time.Hour) {
+	if fullResyncDue(crawlJobKey(late, testLocales.Default), hour(2), hour(1), 24*time.Hour) {
 		t.Fatalf("%s resyncs in hour 2: the checks below want it read incrementally then", late)
 	}
 	seen := map[string]int{}
@@ -252,6 +252,23 @@ func TestFullResyncDueSpreadsOverTheDay(t *testing.T) {
 		if n < 60 || n > 140 {
 			t.Errorf("hour %d: %d of %d apps resync, want about %d", h, n, apps, apps/24)
 		}
+	}
+	// An app's storefronts have phases of their own: its two storefronts
+	// resync in the same hourly cycle for about 1 app in 24, not for all.
+	together := 0
+	for i := range apps {
+		pkg := fmt.Sprintf("com.example.app%d", i)
+		ir, us := make([]int, len(hourly)), make([]int, len(hourly))
+		resyncs(crawlJobKey(pkg, locale{Lang: "fa", Country: "ir"}), hourly, ir)
+		resyncs(crawlJobKey(pkg, locale{Lang: "en", Country: "us"}), hourly, us)
+		for h := range hourly {
+			if ir[h] == 1 && us[h] == 1 {
+				together++
+			}
+		}
+	}
+	if together < 60 || together > 140 {
+		t.Errorf("%d of %d apps resync both storefronts in the same cycle, want about %d", together, apps, apps/24)
 	}
 	if fullResyncDue("com.example.app", start, start, 24*time.Hour) {
 		t.Error("a cycle at the time of the one before read an app in full")

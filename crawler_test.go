@@ -189,7 +189,7 @@ func TestCrawlCycleTwentyApps(t *testing.T) {
 			t.Errorf("playwatch_crawl_app_paths_total{%s,%s} = %v, want %v", c.path, c.outcome, got, c.want)
 		}
 	}
-	if got := testutil.ToFloat64(f.crawler.metrics.lastSuccess.WithLabelValues("com.example.app01", pathReviews)); got < float64(before.Unix()) {
+	if got := testutil.ToFloat64(f.crawler.metrics.lastSuccess.WithLabelValues("com.example.app01", testLocales.Default.Country, testLocales.Default.Lang, pathReviews)); got < float64(before.Unix()) {
 		t.Errorf("freshness of com.example.app01 = %v", got)
 	}
 	if got := testutil.ToFloat64(f.pub.metrics.produced.WithLabelValues(topicReviews)); got != float64(total) {
@@ -475,8 +475,8 @@ func TestCrawlMetricsForgetAppsNotCrawled(t *testing.T) {
 	c := &crawler{metrics: newCrawlMetrics(reg, interval)}
 	const moved, movedFailing, kept, failing = "com.example.moved", "com.example.movedfailing", "com.example.kept", "com.example.failing"
 	broken := fmt.Errorf("connection reset")
-	c.observe(moved, pathStats, nil)
-	c.observe(movedFailing, pathReviews, broken)
+	c.observe(moved, testLocales.Default, pathStats, nil)
+	c.observe(movedFailing, testLocales.Default, pathReviews, broken)
 	series := func() int {
 		n, err := testutil.GatherAndCount(reg, "playwatch_crawl_last_success_timestamp_seconds", "playwatch_crawl_consecutive_failures")
 		if err != nil {
@@ -488,15 +488,15 @@ func TestCrawlMetricsForgetAppsNotCrawled(t *testing.T) {
 		t.Fatalf("%d per-app series after the first crawls, want 3", n)
 	}
 	time.Sleep(2*interval + 100*time.Millisecond)
-	c.observe(kept, pathStats, nil)
-	c.observe(failing, pathStats, broken)
+	c.observe(kept, testLocales.Default, pathStats, nil)
+	c.observe(failing, testLocales.Default, pathStats, broken)
 	if n := series(); n != 3 {
 		t.Errorf("%d per-app series, want 3 (%s's two, %s's streak): %s and %s were not crawled for 2 intervals", n, kept, failing, moved, movedFailing)
 	}
 	if got := metricValue(t, reg, "playwatch_crawl_consecutive_failures", map[string]string{"package": failing, "path": pathStats}); got != 1 {
 		t.Errorf("%s streak %v, want 1", failing, got)
 	}
-	c.observe(moved, pathStats, broken)
+	c.observe(moved, testLocales.Default, pathStats, broken)
 	if got := metricValue(t, reg, "playwatch_crawl_consecutive_failures", map[string]string{"package": moved, "path": pathStats}); got != 1 {
 		t.Errorf("%s back on this instance: streak %v, want 1 (counted afresh)", moved, got)
 	}

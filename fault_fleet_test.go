@@ -36,20 +36,22 @@ type fleetCycle struct {
 	planned, finished time.Time
 	epoch             int64
 	apps              int
-	statsRows         int
+	statsRows         int // app_stats rows at the cycle's planned time
+	storefronts       int // distinct (app, storefront) among them
 }
 
 func fleetCycles(t *testing.T, pool *pgxpool.Pool) []fleetCycle {
 	t.Helper()
 	rows, err := pool.Query(context.Background(), `SELECT c.id, c.planned_at, coalesce(c.finished_at, 'epoch'), c.leader_epoch, coalesce(c.apps, 0),
-		(SELECT count(*) FROM app_stats s WHERE s.crawled_at = c.planned_at)
+		(SELECT count(*) FROM app_stats s WHERE s.crawled_at = c.planned_at),
+		(SELECT count(DISTINCT (s.application_id, s.country, s.lang)) FROM app_stats s WHERE s.crawled_at = c.planned_at)
 		FROM crawl_cycles c ORDER BY c.id`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []fleetCycle
 	var c fleetCycle
-	if _, err := pgx.ForEachRow(rows, []any{&c.id, &c.planned, &c.finished, &c.epoch, &c.apps, &c.statsRows}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&c.id, &c.planned, &c.finished, &c.epoch, &c.apps, &c.statsRows, &c.storefronts}, func() error {
 		out = append(out, c)
 		return nil
 	}); err != nil {
@@ -59,16 +61,18 @@ func fleetCycles(t *testing.T, pool *pgxpool.Pool) []fleetCycle {
 }
 
 // Three instances with the crawler role on one Apache Kafka and one
-// PostgreSQL, each with two proxies of its own: one cycle over 60 apps
-// crawls each app once, spread over all three; the leader SIGKILLed mid-cycle
-// is replaced within SCHEDULER_LEASE and the cycle completes with one
-// app_stats row per app; a non-leader killed mid-cycle leaves its jobs to
-// the others in the same cycle; a leader whose database connections are
-// cut loses the lease, and no cycle is planned by two leaders.
+// PostgreSQL, each with two proxies of its own: one cycle over 30 apps of
+// two storefronts each (60 jobs) crawls each app once in each storefront,
+// spread over all three; the leader SIGKILLed mid-cycle is replaced within
+// SCHEDULER_LEASE and the cycle completes with one app_stats row per app and
+// storefront; a non-leader killed mid-cycle leaves its jobs to the others in
+// the same cycle; a leader whose database connections are cut loses the
+// lease, and no cycle is planned by two leaders.
 func TestFaultFleetThreeInstances(t *testing.T) {
 	requireFaultSuite(t)
 	const (
-		apps, reviewsPerApp = 60, 40
+		apps, reviewsPerApp = 30, 40
+		jobs                = 2 * apps // each app in two storefronts
 		lease               = 8 * time.Second
 		interval            = 30 * time.Second
 	)
@@ -108,8 +112,8 @@ func TestFaultFleetThreeInstances(t *testing.T) {
 			"PLAYSTORE_URL":       replay.URL,
 			"PROXIES":             strings.Join(proxies, ","),
 			"RATE_LIMIT_REQUESTS": "0",
-			// Two requests per app, two egresses per instance: a cycle
-			// of 60 apps takes about 10 s on three instances.
+			// Two requests per job, two egresses per instance: a cycle
+			// of 60 jobs takes about 10 s on three instances.
 			"EGRESS_MIN_GAP":      "500ms",
 			"REVIEWS_PER_APP":     strconv.Itoa(reviewsPerApp),
 			"CRAWL_WORKERS":       "3",
@@ -162,33 +166,48 @@ func TestFaultFleetThreeInstances(t *testing.T) {
 		replay.setApp(pkgs[i], replayApp{Reviews: 100})
 	}
 	registerApps(t, pool, pkgs...)
-	t.Logf("leader %s; 60 apps registered %s after the start", first.name, time.Since(began).Round(time.Millisecond))
+	storefronts := []locale{{Lang: "fa", Country: "ir"}, {Lang: "en", Country: "us"}}
+	for _, pkg := range pkgs {
+		setTestStorefronts(t, pool, pkg, storefronts...)
+	}
+	t.Logf("leader %s; %d apps of 2 storefronts registered %s after the start", first.name, apps, time.Since(began).Round(time.Millisecond))
 
 	cycleDone := func(id int64, timeout time.Duration) fleetCycle {
 		t.Helper()
 		var c fleetCycle
-		waitFor(t, timeout, fmt.Sprintf("cycle %d to finish with %d app_stats rows", id, apps), func() bool {
+		waitFor(t, timeout, fmt.Sprintf("cycle %d to finish with %d app_stats rows", id, jobs), func() bool {
 			cs := fleetCycles(t, pool)
 			if len(cs) < int(id) {
 				return false
 			}
 			c = cs[id-1]
-			return c.finished.Year() > 1970 && c.statsRows == apps
+			return c.finished.Year() > 1970 && c.statsRows == jobs
 		})
+		if c.storefronts != jobs || c.apps != apps {
+			t.Errorf("cycle %d: %d distinct (app, storefront) in its %d app_stats rows, want %d; crawl_cycles.apps %d, want %d",
+				id, c.storefronts, c.statsRows, jobs, c.apps, apps)
+		}
 		return c
 	}
 
-	// One cycle: every listing requested once, through its instance's own
-	// proxies, and the work spread over all three.
+	// One cycle: every listing requested once in each storefront, through
+	// its instance's own proxies, and the work spread over all three.
 	c1 := cycleDone(1, interval+time.Minute)
 	perInstance := map[string]int{}
 	for _, pkg := range pkgs {
+		for _, l := range storefronts {
+			if n := replay.requestsIn("details", pkg, l.Lang+"/"+l.Country); n != 1 {
+				t.Errorf("%s: listing requested %d times in %s/%s, want once", pkg, n, l.Country, l.Lang)
+			}
+		}
 		vias := replay.viasOf("details", pkg)
-		if len(vias) != 1 {
-			t.Errorf("%s: listing requested %d times (%v), want once", pkg, len(vias), vias)
+		if len(vias) != len(storefronts) {
+			t.Errorf("%s: listing requested %d times (%v), want once per storefront", pkg, len(vias), vias)
 			continue
 		}
-		perInstance[strings.SplitN(strings.TrimPrefix(vias[0], "1.1 "), "-", 2)[0]]++
+		for _, via := range vias {
+			perInstance[strings.SplitN(strings.TrimPrefix(via, "1.1 "), "-", 2)[0]]++
+		}
 	}
 	for _, f := range fleet {
 		if perInstance[f.name] == 0 {
@@ -198,10 +217,24 @@ func TestFaultFleetThreeInstances(t *testing.T) {
 	waitStored(t, time.Minute, k.Brokers(), pool, fleet[0].env["CONSUMER_GROUP"])
 	tt := tallyTopics(t, k.Brokers())
 	checkTopicsMatchDatabase(t, tt, pool)
+	// The replay store lists the same reviews in both storefronts: each is
+	// stored once and recorded in both.
 	if n := count(t, pool, `SELECT count(*) FROM reviews`); n != apps*reviewsPerApp {
 		t.Errorf("%d reviews rows, want %d", n, apps*reviewsPerApp)
 	}
-	t.Logf("cycle 1: %s, apps per instance %v", c1.finished.Sub(c1.planned).Round(time.Millisecond), perInstance)
+	if n := count(t, pool, `SELECT count(*) FROM review_storefronts`); n != jobs*reviewsPerApp {
+		t.Errorf("%d review_storefronts rows, want %d", n, jobs*reviewsPerApp)
+		// Which storefronts: a reviews path that failed says why.
+		rows, err := pool.Query(context.Background(), `SELECT a.package_name || ' ' || o.country || '/' || o.lang || ': ' || n.n || ' reviews, outcome ' || o.outcome || ' ' || o.error
+			FROM app_crawl_outcomes o JOIN apps_registry_application a ON a.id = o.application_id,
+			LATERAL (SELECT count(*) AS n FROM review_storefronts f WHERE f.application_id = o.application_id AND f.country = o.country AND f.lang = o.lang) n
+			WHERE o.path = 'reviews' AND n.n <> $1`, reviewsPerApp)
+		if err == nil {
+			short, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+			t.Logf("storefronts with other than %d reviews: %v", reviewsPerApp, short)
+		}
+	}
+	t.Logf("cycle 1: %s, jobs per instance %v", c1.finished.Sub(c1.planned).Round(time.Millisecond), perInstance)
 
 	// midCycle waits until a cycle is under way: published, and a third to
 	// two thirds of its jobs left (the fleet's job lag); it returns its id.
@@ -216,7 +249,7 @@ func TestFaultFleetThreeInstances(t *testing.T) {
 			for _, f := range fleet {
 				if f.a.running() {
 					lag := f.a.metric(t, "playwatch_crawl_jobs_lag_records", "")
-					return lag >= apps/3 && lag <= 2*apps/3
+					return lag >= jobs/3 && lag <= 2*jobs/3
 				}
 			}
 			return false
@@ -309,11 +342,12 @@ func TestFaultFleetThreeInstances(t *testing.T) {
 	cycleDone(id+1, interval+2*time.Minute)
 
 	// Every cycle is planned once: one per interval at most, each after the
-	// previous one finished, each with exactly one app_stats row per app.
+	// previous one finished, each with exactly one app_stats row per app and
+	// storefront.
 	cs := fleetCycles(t, pool)
 	for i, c := range cs {
-		if c.finished.Year() > 1970 && c.statsRows != apps {
-			t.Errorf("cycle %d: %d app_stats rows, want %d", c.id, c.statsRows, apps)
+		if c.finished.Year() > 1970 && (c.statsRows != jobs || c.storefronts != jobs) {
+			t.Errorf("cycle %d: %d app_stats rows of %d (app, storefront), want %d", c.id, c.statsRows, c.storefronts, jobs)
 		}
 		if i == 0 {
 			continue

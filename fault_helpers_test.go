@@ -33,20 +33,26 @@ func newRealTimePlayStore(t testing.TB, baseURL string) *testPlayStore {
 }
 
 // topicTally is what the crawl topics hold: each app-stats record by
-// package and crawl time, each review record by review id and crawl time.
+// package, storefront and crawl time, each review record by review id,
+// storefront and crawl time.
 type topicTally struct {
 	records int                  // on both topics
-	stats   map[string]int       // "package crawled_at" -> records
-	reviews map[string]int       // "review_id crawled_at" -> records
+	stats   map[string]int       // "package country/lang crawled_at" -> records
+	reviews map[string]int       // "review_id country/lang crawled_at" -> records
 	newest  map[string]time.Time // review_id -> latest crawled_at
 	byApp   map[string]int       // package -> distinct review ids
+	seenIn  map[string]bool      // "review_id country/lang": the storefronts a review was read in
 
 	statsOf, reviewsOf map[string]int // package -> records, every crawl
 }
 
-func statsKey(pkg string, at time.Time) string { return pkg + " " + at.UTC().Format(time.RFC3339Nano) }
-func reviewKey(id string, at time.Time) string { return id + " " + at.UTC().Format(time.RFC3339Nano) }
-func (tt topicTally) distinctReviews() int     { return len(tt.newest) }
+func statsKey(pkg, country, lang string, at time.Time) string {
+	return pkg + " " + country + "/" + lang + " " + at.UTC().Format(time.RFC3339Nano)
+}
+func reviewKey(id, country, lang string, at time.Time) string {
+	return id + " " + country + "/" + lang + " " + at.UTC().Format(time.RFC3339Nano)
+}
+func (tt topicTally) distinctReviews() int { return len(tt.newest) }
 func (tt topicTally) duplicates() (dups []string) {
 	return append(duplicatedKeys(tt.stats), duplicatedKeys(tt.reviews)...)
 }
@@ -65,13 +71,13 @@ func duplicatedKeys(m map[string]int) []string {
 func tallyTopics(t *testing.T, brokers []string) topicTally {
 	t.Helper()
 	tt := topicTally{stats: map[string]int{}, reviews: map[string]int{}, newest: map[string]time.Time{}, byApp: map[string]int{},
-		statsOf: map[string]int{}, reviewsOf: map[string]int{}}
+		seenIn: map[string]bool{}, statsOf: map[string]int{}, reviewsOf: map[string]int{}}
 	for _, r := range consumeAll(t, brokers, topicAppStats, int(endOffsets(t, brokers, topicAppStats))) {
 		var m appStatsMessage
 		if err := jsonUnmarshalStrict(r.Value, &m); err != nil {
 			t.Fatalf("app-stats record %s: %v", r.Value, err)
 		}
-		tt.stats[statsKey(m.PackageName, m.CrawledAt)]++
+		tt.stats[statsKey(m.PackageName, m.Country, m.Lang, m.CrawledAt)]++
 		tt.statsOf[m.PackageName]++
 		tt.records++
 	}
@@ -80,7 +86,8 @@ func tallyTopics(t *testing.T, brokers []string) topicTally {
 		if err := jsonUnmarshalStrict(r.Value, &m); err != nil {
 			t.Fatalf("reviews record %s: %v", r.Value, err)
 		}
-		tt.reviews[reviewKey(m.ReviewID, m.CrawledAt)]++
+		tt.reviews[reviewKey(m.ReviewID, m.Country, m.Lang, m.CrawledAt)]++
+		tt.seenIn[m.ReviewID+" "+m.Country+"/"+m.Lang] = true
 		tt.reviewsOf[m.PackageName]++
 		if prev, ok := tt.newest[m.ReviewID]; !ok {
 			tt.byApp[m.PackageName]++
@@ -108,22 +115,23 @@ func waitStored(t *testing.T, timeout time.Duration, brokers []string, pool *pgx
 
 // checkTopicsMatchDatabase asserts that the topics hold no record twice and
 // that the database holds exactly what they hold: one app_stats row per
-// app-stats record, one reviews row per review id carrying its latest crawl,
-// and no dead letters.
+// app-stats record (app, storefront, crawl), one reviews row per review id
+// carrying its latest crawl, a review_storefronts row for every storefront
+// a review was read in, and no dead letters.
 func checkTopicsMatchDatabase(t *testing.T, tt topicTally, pool *pgxpool.Pool) {
 	t.Helper()
 	if dups := tt.duplicates(); len(dups) > 0 {
 		t.Errorf("%d records are on the topics more than once: %v", len(dups), firstN(dups, 10))
 	}
 	ctx := context.Background()
-	rows, err := pool.Query(ctx, `SELECT a.package_name, s.crawled_at FROM app_stats s JOIN apps_registry_application a ON a.id = s.application_id`)
+	rows, err := pool.Query(ctx, `SELECT a.package_name, s.country, s.lang, s.crawled_at FROM app_stats s JOIN apps_registry_application a ON a.id = s.application_id`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	stored := map[string]bool{}
-	var pkg string
+	var pkg, country, lang string
 	var at time.Time
-	if _, err := pgx.ForEachRow(rows, []any{&pkg, &at}, func() error { stored[statsKey(pkg, at)] = true; return nil }); err != nil {
+	if _, err := pgx.ForEachRow(rows, []any{&pkg, &country, &lang, &at}, func() error { stored[statsKey(pkg, country, lang, at)] = true; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	var missing, extra []string
@@ -160,6 +168,23 @@ func checkTopicsMatchDatabase(t *testing.T, tt topicTally, pool *pgxpool.Pool) {
 	if len(wrong) > 0 || len(synced) != len(tt.newest) {
 		t.Errorf("reviews: %d rows for %d review ids on the topic; %d wrong or missing: %v",
 			len(synced), len(tt.newest), len(wrong), firstN(wrong, 5))
+	}
+	rows, err = pool.Query(ctx, `SELECT r.review_id || ' ' || f.country || '/' || f.lang FROM review_storefronts f JOIN reviews r ON r.id = f.review_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := 0
+	var in string
+	if _, err := pgx.ForEachRow(rows, []any{&in}, func() error {
+		if tt.seenIn[in] {
+			recorded++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if recorded != len(tt.seenIn) {
+		t.Errorf("review_storefronts: %d of the %d (review, storefront) pairs on the topic recorded", recorded, len(tt.seenIn))
 	}
 	if n := count(t, pool, `SELECT count(*) FROM dead_letter_events`); n != 0 {
 		t.Errorf("%d dead letters, want none", n)

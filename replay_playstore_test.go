@@ -69,6 +69,9 @@ type replayApp struct {
 
 	// DetailsPage replaces the synthesized page (e.g. an edited fixture).
 	DetailsPage []byte
+	// NotIn are storefront countries (gl) where the app is not published:
+	// every request from them answers 404.
+	NotIn []string
 }
 
 // replayPlayStore is a local Play Store built from the recorded fixtures. It
@@ -91,6 +94,7 @@ type replayPlayStore struct {
 	reviewPages   map[string][]byte // generated answers, by request
 	counts        map[string]int    // "details pkg" / "reviews pkg" -> requests
 	locales       map[string]string // "details pkg" / "reviews pkg" -> "hl/gl" of the last request
+	inLocale      map[string]int    // "details pkg hl/gl" / "reviews pkg hl/gl" -> requests
 	nextNID       int
 	lastReviewReq url.Values // hl/gl of the last reviews request
 	lastPageSize  int
@@ -121,6 +125,7 @@ func newReplayPlayStore(t testing.TB) *replayPlayStore {
 		reviewPages: make(map[string][]byte),
 		counts:      make(map[string]int),
 		locales:     make(map[string]string),
+		inLocale:    make(map[string]int),
 		vias:        make(map[string][]string),
 		shifts:      make(map[string]time.Duration),
 	}
@@ -243,6 +248,14 @@ func (s *replayPlayStore) locale(endpoint, pkg string) string {
 	return s.locales[endpoint+" "+pkg]
 }
 
+// requestsIn counts the requests for endpoint of pkg in the storefront
+// loc ("hl/gl").
+func (s *replayPlayStore) requestsIn(endpoint, pkg, loc string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inLocale[endpoint+" "+pkg+" "+loc]
+}
+
 // viasOf is the Via header of each request for endpoint and pkg: which
 // egress (forward proxy) sent it, "" for a direct request.
 func (s *replayPlayStore) viasOf(endpoint, pkg string) []string {
@@ -310,11 +323,15 @@ func (s *replayPlayStore) countAndFault(endpoint, pkg string, r *http.Request) (
 	key := endpoint + " " + pkg
 	s.counts[key]++
 	s.locales[key] = r.URL.Query().Get("hl") + "/" + r.URL.Query().Get("gl")
+	s.inLocale[key+" "+s.locales[key]]++
 	if r.Header.Get("Via") != "" {
 		s.proxied++
 	}
 	s.vias[key] = append(s.vias[key], r.Header.Get("Via"))
 	app := s.app(pkg)
+	if slices.Contains(app.NotIn, r.URL.Query().Get("gl")) {
+		return app, fault404
+	}
 	queue, always := app.DetailsFaults, app.DetailsAlways
 	if endpoint == "reviews" {
 		queue, always = app.ReviewsFaults, app.ReviewsAlways

@@ -22,7 +22,8 @@ type knownReview struct {
 	ContentMD5 string // hex md5 of the stored content; "" for NULL
 }
 
-// knownReviews are what an app's crawl knows of its stored reviews.
+// knownReviews are what a crawl of an app in one storefront knows of its
+// stored reviews.
 type knownReviews struct {
 	newest map[string]knownReview // the newest ones, by review id
 	stored int                    // how many are stored, counted up to a bound
@@ -69,18 +70,25 @@ type pgKnownReviews struct{ pool *pgxpool.Pool }
 
 func newPGKnownReviews(pool *pgxpool.Pool) *pgKnownReviews { return &pgKnownReviews{pool: pool} }
 
-// KnownReviews returns the limit newest stored reviews of pkg, how many are
-// stored, counted up to countUpTo, and the read mark of the storefront loc:
-// one statement, the reviews parts scans of reviews_application_id_at_idx
-// (docs/schema.md) that stop at their bound.
+// KnownReviews returns the limit newest stored reviews of pkg seen in the
+// storefront loc (review_storefronts), how many of those are stored,
+// counted up to countUpTo, and the storefront's read mark: one statement.
+// A review stored from another storefront only is not this storefront's:
+// its list may not hold it, and a complete read of this storefront never
+// read past it. The reviews part walks reviews_application_id_at_idx
+// (docs/schema.md) newest first, each row checked on review_storefronts'
+// key, and stops at its bound; the count is a bounded scan of
+// review_storefronts_application_id_idx.
 func (p *pgKnownReviews) KnownReviews(ctx context.Context, pkg string, loc locale, limit, countUpTo int) (knownReviews, error) {
 	rows, err := p.pool.Query(ctx, `
 WITH app AS (SELECT id FROM apps_registry_application WHERE package_name = $1)
 SELECT r.review_id, r.at, md5(r.content),
-       (SELECT count(*) FROM (SELECT 1 FROM reviews WHERE application_id = (SELECT id FROM app) LIMIT $3) s),
+       (SELECT count(*) FROM (SELECT 1 FROM review_storefronts
+          WHERE application_id = (SELECT id FROM app) AND country = $4 AND lang = $5 LIMIT $3) s),
        (SELECT newest_at FROM review_read_marks WHERE application_id = (SELECT id FROM app) AND country = $4 AND lang = $5)
 FROM reviews r
 WHERE r.application_id = (SELECT id FROM app)
+  AND EXISTS (SELECT 1 FROM review_storefronts f WHERE f.review_id = r.id AND f.country = $4 AND f.lang = $5)
 ORDER BY r.at DESC
 LIMIT $2`, pkg, limit, countUpTo, loc.Country, loc.Lang)
 	if err != nil {

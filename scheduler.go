@@ -30,7 +30,7 @@ import (
 // transaction can check the lease it plans under.
 //
 // The leader inserts a crawl_cycles row, publishes one job per active app
-// to crawl-jobs, records the topic's end offsets in the row, and calls the
+// and storefront to crawl-jobs, records the topic's end offsets in the row, and calls the
 // cycle finished once the crawl workers' committed offsets reach them. The
 // next cycle is planned when CRAWL_INTERVAL has passed since the planned
 // time and the previous cycle has finished. A new leader reads the last row
@@ -95,9 +95,10 @@ type scheduler struct {
 	// What the planning loop keeps of its leadership: the epoch it led
 	// under, the apps it has seen.
 	ledEpoch int64
-	// known are the apps of the current cycle and the new apps published
-	// since; nil until this leader has planned or taken over a cycle.
-	known        map[string]bool
+	// known are the apps and storefronts of the current cycle and the new
+	// ones published since; nil until this leader has planned or taken over
+	// a cycle.
+	known        map[newAppKey]bool
 	nextNewCheck time.Time
 	idleUntil    time.Time // no active apps: when to look again
 }
@@ -480,8 +481,8 @@ func (s *scheduler) planCycle(ctx context.Context, last *crawlCycle) (*crawlCycl
 		if s.idleUntil.IsZero() {
 			s.logger.Info("no active apps to crawl; register some with POST /api/v1/apps")
 		}
-		s.idleUntil, s.known = time.Now().Add(min(s.cfg.NewAppCheck, s.cfg.Interval)), map[string]bool{}
-		s.crawl.forgetInactive(s.known)
+		s.idleUntil, s.known = time.Now().Add(min(s.cfg.NewAppCheck, s.cfg.Interval)), map[newAppKey]bool{}
+		s.crawl.forgetInactive(nil)
 		s.crawl.lastCycle.SetToCurrentTime() // an empty cycle is not an overrun
 		return nil, nil
 	}
@@ -532,18 +533,22 @@ func (s *scheduler) publishCycle(ctx context.Context, c crawlCycle) error {
 
 func (s *scheduler) publish(ctx context.Context, c crawlCycle, apps []app) error {
 	recs := make([]*kgo.Record, 0, len(apps))
-	known := make(map[string]bool, len(apps))
+	known := make(map[newAppKey]bool, len(apps))
+	series := make(map[appStorefront]bool, len(apps))
 	for _, a := range apps {
-		r, err := s.jobRecord(c, a)
-		if err != nil {
-			return err
+		for _, loc := range s.cfg.Locales.storefronts(a) {
+			r, err := s.jobRecord(c, a, loc)
+			if err != nil {
+				return err
+			}
+			recs = append(recs, r)
+			known[newAppKey{a.ID, loc}] = true
+			series[appStorefront{a.PackageName, loc}] = true
 		}
-		recs = append(recs, r)
-		known[a.PackageName] = true
 	}
-	// The per-app series of this process's crawls: an app no longer
-	// active would otherwise look like one that stopped succeeding.
-	s.crawl.forgetInactive(known)
+	// The per-app series of this process's crawls: an app or storefront no
+	// longer active would otherwise look like one that stopped succeeding.
+	s.crawl.forgetInactive(series)
 	pctx, cancel, err := s.produceContext(ctx, s.ledEpoch)
 	if err != nil {
 		return fmt.Errorf("publish the jobs of crawl cycle %d: %w", c.ID, err)
@@ -554,7 +559,9 @@ func (s *scheduler) publish(ctx context.Context, c crawlCycle, apps []app) error
 	}
 	s.metrics.published.Add(float64(len(recs)))
 	// The jobs are out: recording their end offsets is retried on its own
-	// for a lease's time rather than publishing them all again.
+	// for a lease's time rather than publishing them all again. The row's
+	// apps counts apps, not jobs (one per app and storefront): the status
+	// page says how many apps a cycle crawled.
 	for deadline := time.Now().Add(s.cfg.Lease); ; {
 		var ends map[int32]int64
 		if ends, err = s.jobEnds(ctx); err == nil {
@@ -571,26 +578,27 @@ func (s *scheduler) publish(ctx context.Context, c crawlCycle, apps []app) error
 		return fmt.Errorf("record the jobs of crawl cycle %d: %w", c.ID, err)
 	}
 	s.known, s.nextNewCheck = known, time.Now().Add(s.cfg.NewAppCheck)
-	s.logger.Info("crawl cycle started", "cycle", c.ID, "apps", len(apps), "planned_at", c.PlannedAt)
+	s.logger.Info("crawl cycle started", "cycle", c.ID, "apps", len(apps), "jobs", len(recs), "planned_at", c.PlannedAt)
 	return nil
 }
 
-// jobRecord is the job of a in cycle c (ID 0: the new-app watch's, a full
-// read: a new app has nothing stored, a reactivated one missed its resyncs),
-// planned under the lease epoch c.Epoch.
-func (s *scheduler) jobRecord(c crawlCycle, a app) (*kgo.Record, error) {
-	loc := s.cfg.Locales.forApp(a.IsIranianApp)
+// jobRecord is the job of a in the storefront loc in cycle c (ID 0: the
+// new-app watch's, a full read: a new app or storefront has nothing stored,
+// a reactivated one missed its resyncs), planned under the lease epoch
+// c.Epoch, keyed by crawlJobKey.
+func (s *scheduler) jobRecord(c crawlCycle, a app, loc locale) (*kgo.Record, error) {
 	prev := c.Prev
 	if prev.IsZero() {
 		prev = c.PlannedAt.Add(-s.cfg.Interval)
 	}
+	key := crawlJobKey(a.PackageName, loc)
 	b, err := crawlJobMessage{CycleID: c.ID, PlannedAt: messageTime(c.PlannedAt), PackageName: a.PackageName, IsIranianApp: a.IsIranianApp,
-		Lang: loc.Lang, Country: loc.Country, FullResync: c.ID == 0 || fullResyncDue(a.PackageName, c.PlannedAt, prev, s.cfg.FullResyncEvery),
+		Lang: loc.Lang, Country: loc.Country, FullResync: c.ID == 0 || fullResyncDue(key, c.PlannedAt, prev, s.cfg.FullResyncEvery),
 		LeaseEpoch: c.Epoch}.encode()
 	if err != nil {
 		return nil, err
 	}
-	return &kgo.Record{Topic: topicCrawlJobs, Key: []byte(a.PackageName), Value: b}, nil
+	return &kgo.Record{Topic: topicCrawlJobs, Key: []byte(key), Value: b}, nil
 }
 
 // finishCycle records that every job of c is done.
@@ -620,12 +628,14 @@ func (s *scheduler) finishCycle(ctx context.Context, c crawlCycle) (*crawlCycle,
 	return &c, nil
 }
 
-// watchNewApps publishes, every NewAppCheck, a job for each active app that
-// neither the current cycle cur nor an earlier look has seen, crawled at
-// now, the database's time; the next cycle crawls it with the others. Only
-// the leader looks, and each job it publishes is recorded in
-// crawl_new_app_jobs, so no app is crawled early twice in a cycle, also
-// across a restart or a takeover.
+// watchNewApps publishes, every NewAppCheck, a job for each active app and
+// storefront that neither the current cycle cur nor an earlier look has
+// seen, crawled at now, the database's time; the next cycle crawls it with
+// the others. That covers a new app, an app reactivated, and a storefront
+// added to an app (PATCH): each gets its first crawl within
+// CRAWL_NEW_APP_CHECK. Only the leader looks, and each job it publishes is
+// recorded in crawl_new_app_jobs, so no app and storefront is crawled early
+// twice in a cycle, also across a restart or a takeover.
 func (s *scheduler) watchNewApps(ctx context.Context, cur *crawlCycle, now time.Time) error {
 	if cur == nil || time.Now().Before(s.nextNewCheck) {
 		return nil
@@ -637,35 +647,42 @@ func (s *scheduler) watchNewApps(ctx context.Context, cur *crawlCycle, now time.
 	}
 	if s.known == nil {
 		// Started or taken over after the cycle was planned: its jobs hold
-		// the apps registered before it, and crawl_new_app_jobs those the
-		// watch crawled since, in the storefront it would read now. One
-		// registered later and not crawled yet gets a job now. created_at,
-		// not updated_at: the crawl's own name fill and any edit move
+		// the apps registered before it, in every storefront they had, and
+		// crawl_new_app_jobs those the watch crawled since. One registered
+		// later and not crawled yet gets a job now. created_at, not
+		// updated_at: the crawl's own name fill and any edit move
 		// updated_at, and such an app would be crawled twice in the cycle;
-		// an app reactivated meanwhile and not crawled yet waits for the
-		// next cycle instead.
+		// an app reactivated meanwhile, or a storefront added to an older
+		// app, and not crawled yet waits for the next cycle instead
+		// (app_storefronts keeps no time of its own).
 		crawled, err := s.newAppJobs(ctx, cur.ID)
 		if err != nil {
 			return err
 		}
-		s.known = make(map[string]bool, len(apps))
+		s.known = make(map[newAppKey]bool, len(apps))
 		for _, a := range apps {
-			if !a.CreatedAt.After(cur.PlannedAt) || crawled[newAppKey{a.ID, s.cfg.Locales.forApp(a.IsIranianApp)}] {
-				s.known[a.PackageName] = true
+			for _, loc := range s.cfg.Locales.storefronts(a) {
+				if k := (newAppKey{a.ID, loc}); !a.CreatedAt.After(cur.PlannedAt) || crawled[k] {
+					s.known[k] = true
+				}
 			}
 		}
 	}
 	for _, a := range apps {
-		if s.known[a.PackageName] {
-			continue
+		for _, loc := range s.cfg.Locales.storefronts(a) {
+			k := newAppKey{a.ID, loc}
+			if s.known[k] {
+				continue
+			}
+			if err := s.publishNewApp(ctx, cur.ID, a, loc, now); err != nil {
+				return err
+			}
+			s.known[k] = true
+			s.metrics.published.Inc()
+			s.crawl.newApps.Inc()
+			s.logger.Info("crawling a newly active app or storefront now; the next cycle crawls it with the others",
+				"package", a.PackageName, "country", loc.Country, "lang", loc.Lang, "cycle", cur.ID)
 		}
-		if err := s.publishNewApp(ctx, cur.ID, a, now); err != nil {
-			return err
-		}
-		s.known[a.PackageName] = true
-		s.metrics.published.Inc()
-		s.crawl.newApps.Inc()
-		s.logger.Info("crawling a newly active app now; the next cycle crawls it with the others", "package", a.PackageName, "cycle", cur.ID)
 	}
 	return nil
 }
@@ -692,30 +709,29 @@ func (s *scheduler) newAppJobs(ctx context.Context, cycle int64) (map[newAppKey]
 	return out, nil
 }
 
-// publishNewApp publishes the new-app watch's job for a, then records it.
-// Published first: a leader that dies in between leaves an app crawled
-// twice, never one not crawled.
-func (s *scheduler) publishNewApp(ctx context.Context, cycle int64, a app, now time.Time) error {
-	r, err := s.jobRecord(crawlCycle{PlannedAt: now, Epoch: s.ledEpoch}, a)
+// publishNewApp publishes the new-app watch's job for a in the storefront
+// loc, then records it. Published first: a leader that dies in between
+// leaves an app crawled twice, never one not crawled.
+func (s *scheduler) publishNewApp(ctx context.Context, cycle int64, a app, loc locale, now time.Time) error {
+	r, err := s.jobRecord(crawlCycle{PlannedAt: now, Epoch: s.ledEpoch}, a, loc)
 	if err != nil {
 		return err
 	}
 	pctx, cancel, err := s.produceContext(ctx, s.ledEpoch)
 	if err != nil {
-		return fmt.Errorf("publish a job for new app %s: %w", a.PackageName, err)
+		return fmt.Errorf("publish a job for new app %s (%s/%s): %w", a.PackageName, loc.Country, loc.Lang, err)
 	}
 	defer cancel()
 	if err := s.producer.ProduceSync(pctx, r).FirstErr(); err != nil {
-		return fmt.Errorf("publish a job for new app %s: %w", a.PackageName, err)
+		return fmt.Errorf("publish a job for new app %s (%s/%s): %w", a.PackageName, loc.Country, loc.Lang, err)
 	}
-	loc := s.cfg.Locales.forApp(a.IsIranianApp)
 	err = s.inLease(ctx, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO crawl_new_app_jobs (cycle_id, application_id, country, lang, planned_at, lease_epoch)
 			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`, cycle, a.ID, loc.Country, loc.Lang, messageTime(now), s.ledEpoch)
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("record the job for new app %s: %w", a.PackageName, err)
+		return fmt.Errorf("record the job for new app %s (%s/%s): %w", a.PackageName, loc.Country, loc.Lang, err)
 	}
 	return nil
 }

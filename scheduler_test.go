@@ -133,7 +133,7 @@ func TestSchedulerCycleThroughCrawlJobs(t *testing.T) {
 	// A job delivered again (another leader published it before it died)
 	// crawls at the same time, so app_stats takes it once, and in the
 	// locale the job carries: that leader had other PLAYSTORE_* settings.
-	job, err := m.sched.jobRecord(crawlCycle{ID: 1, PlannedAt: planned}, app{PackageName: "com.example.fleet03"})
+	job, err := m.sched.jobRecord(crawlCycle{ID: 1, PlannedAt: planned}, app{PackageName: "com.example.fleet03"}, testLocales.Default)
 	if err != nil {
 		t.Fatal(err)
 	}
