@@ -143,3 +143,57 @@ func TestRollupsMatchThePipeline(t *testing.T) {
 	}
 	rollupsMustMatch(t, ctx, pool, "rebuilt")
 }
+
+// The consumer, two sentiment jobs and rollup rebuilds at the same time,
+// on the same apps and hours: no count is lost or doubled (a deadlock
+// between them, which PostgreSQL breaks, is retried by its writer).
+func TestRollupsUnderConcurrentWriters(t *testing.T) {
+	ctx := context.Background()
+	pool := newTestPool(t)
+	brokers := newConsumerTestBroker(t)
+	pkgs := []string{"com.example.a", "com.example.b", "com.example.c", "com.example.d"}
+	registerApps(t, pool, pkgs...)
+	texts := []string{"the app crashes after the update", "too many ads", "great app", "cannot login", "ok"}
+	var recs []*kgo.Record
+	for i := range 2000 {
+		pkg := pkgs[i%len(pkgs)]
+		f := with(reviewFields(pkg, fmt.Sprintf("c%d", i), testCrawl), "country", []string{"us", "gb"}[i%2], "lang", "en",
+			"score", 1+i%5, "content", texts[i%len(texts)], "at", testCrawl.Add(-time.Duration(i%7)*time.Hour).Format(time.RFC3339))
+		recs = append(recs, rec(topicReviews, pkg, msgJSON(f)))
+		if i%3 == 0 { // seen in the other storefront too, and edited there later
+			recs = append(recs, rec(topicReviews, pkg, msgJSON(with(f, "country", "de", "lang", "de", "score", 5,
+				"crawled_at", testCrawl.Add(time.Minute).Format(time.RFC3339Nano), "content", "works well now"))))
+		}
+	}
+	produce(t, brokers, recs...)
+	opts := testConsumerOptions()
+	opts.MaxPollRecords = 100
+	startTestConsumer(t, pool, brokers, opts, consumerHooks{})
+	jctx, stop := context.WithCancel(ctx)
+	defer stop()
+	jobs := make(chan error, 3)
+	for range 2 {
+		job, _ := newTestSentimentJob(t, pool, 50)
+		go func() { jobs <- job.Run(jctx) }()
+	}
+	go func() {
+		for jctx.Err() == nil {
+			if _, err := rebuildRollups(jctx, pool, "", nil); err != nil && jctx.Err() == nil {
+				jobs <- err
+				return
+			}
+		}
+		jobs <- nil
+	}()
+	waitFor(t, 60*time.Second, "every review stored and labelled", func() bool {
+		return count(t, pool, `SELECT count(*) FROM reviews WHERE sentiment IS NOT NULL AND content = 'works well now'`) == 667 &&
+			count(t, pool, `SELECT count(*) FROM reviews WHERE `+sentimentTodo) == 0 && count(t, pool, `SELECT count(*) FROM reviews`) == 2000
+	})
+	stop()
+	for range 3 {
+		if err := <-jobs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	rollupsMustMatch(t, ctx, pool, "after concurrent writers")
+}
