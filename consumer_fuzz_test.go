@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"slices"
 	"testing"
 	"time"
@@ -20,6 +21,8 @@ func FuzzConsumerRecord(f *testing.F) {
 	f.Add(uint8(1), []byte(`{"package_name":"com.example.app","review_id":"r2","at":"2026-11-01T00:00:00Z","crawled_at":"2026-11-02T00:00:00Z","reply_content":"thanks","replied_at":"2026-11-01T12:00:00Z","app_version":"1.2.3"}`))
 	f.Add(uint8(2), []byte(`{"analysis_id":"00000000-0000-4000-8000-000000000001","package_name":"com.example.app","scenario":"UPLOAD","bytes_transferred_total":10,"bytes_payload_total":5,"overhead_ratio":0.5,"analyzed_at":"2026-11-01T00:00:00Z"}`))
 	f.Add(uint8(1), []byte(`{"review_id":"\ud800","at":"2026-13-01T00:00:00Z"}`))
+	f.Add(uint8(0), []byte(`{"package_name":"com.example.app","crawled_at":"2026-11-01T00:00:00Z","country":"ir","lang":"fa"}`))
+	f.Add(uint8(1), []byte(`{"package_name":"com.example.app","review_id":"r3","at":"2026-11-01T00:00:00Z","crawled_at":"2026-11-02T00:00:00Z","country":"us","lang":"pt-BR"}`))
 	f.Add(uint8(3), []byte(`null`))
 	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, topic uint8, value []byte) {
@@ -43,6 +46,7 @@ func FuzzConsumerRecord(f *testing.F) {
 			if s.msg.Developer != nil {
 				checkText(t, *s.msg.Developer, 255)
 			}
+			checkStorefront(t, s.msg.Country, s.msg.Lang)
 			if h := s.msg.Histogram; h != nil && (len(h) != 5 || slices.ContainsFunc(h, func(n *int64) bool { return n == nil || *n < 0 })) {
 				t.Fatalf("histogram %v accepted", h)
 			}
@@ -55,6 +59,7 @@ func FuzzConsumerRecord(f *testing.F) {
 			if rv.msg.AppVersion != nil {
 				checkText(t, *rv.msg.AppVersion, maxVersion)
 			}
+			checkStorefront(t, rv.msg.Country, rv.msg.Lang)
 			if rv.msg.Score != nil && (*rv.msg.Score < 1 || *rv.msg.Score > 5) {
 				t.Fatalf("score %d accepted", *rv.msg.Score)
 			}
@@ -65,6 +70,16 @@ func FuzzConsumerRecord(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkStorefront fails on an accepted storefront that is neither absent
+// nor two codes that fit their columns (VARCHAR(8), VARCHAR(16)).
+func checkStorefront(t *testing.T, country, lang string) {
+	t.Helper()
+	if (country == "") != (lang == "") || parseLocaleCode(cmp.Or(country, "us")) != nil || parseLocaleCode(cmp.Or(lang, "en")) != nil ||
+		len(country) > 8 || len(lang) > 16 {
+		t.Fatalf("accepted the storefront %q/%q", country, lang)
+	}
 }
 
 func checkText(t *testing.T, s string, maxRunes int) {

@@ -118,10 +118,7 @@ func TestCrawlCycleTwentyApps(t *testing.T) {
 		t.Errorf("%d requests for the 404 app's reviews or the inactive app", n)
 	}
 	for pkg := range wantReviews {
-		want := "en/us"
-		if strings.HasPrefix(pkg, "ir.") {
-			want = "fa/ir"
-		}
+		want := crawlTestStorefront(pkg)
 		if got := f.replay.locale("details", pkg) + " " + f.replay.locale("reviews", pkg); got != want+" "+want {
 			t.Errorf("%s was read with %s, want %s", pkg, got, want)
 		}
@@ -138,6 +135,9 @@ func TestCrawlCycleTwentyApps(t *testing.T) {
 			t.Errorf("key %q, package %q (seen before: %v)", r.Key, m.PackageName, seenStats[m.PackageName])
 		}
 		seenStats[m.PackageName] = true
+		if got := m.Lang + "/" + m.Country; got != crawlTestStorefront(m.PackageName) {
+			t.Errorf("app-stats of %s in storefront %s, want the job's %s", m.PackageName, got, crawlTestStorefront(m.PackageName))
+		}
 		// The replay pages are the Minecraft fixture with the package and title replaced.
 		if *m.Title != "App "+m.PackageName || *m.Genre != "Arcade" || *m.MinInstalls != 50000000 || *m.Score != 4.315863 ||
 			*m.Ratings != 5715302 || *m.ReviewsCount != 633450 || *m.Version != "1.26.32.2" || *m.AdSupported ||
@@ -171,6 +171,9 @@ func TestCrawlCycleTwentyApps(t *testing.T) {
 		if strings.ContainsRune(*m.Content, 0) {
 			t.Errorf("a NUL reached the message: %q", *m.Content)
 		}
+		if got := m.Lang + "/" + m.Country; got != crawlTestStorefront(m.PackageName) {
+			t.Errorf("review of %s in storefront %s, want the job's %s", m.PackageName, got, crawlTestStorefront(m.PackageName))
+		}
 		ids[m.ReviewID] = true
 		perApp[m.PackageName]++
 	}
@@ -192,6 +195,15 @@ func TestCrawlCycleTwentyApps(t *testing.T) {
 	if got := testutil.ToFloat64(f.pub.metrics.produced.WithLabelValues(topicReviews)); got != float64(total) {
 		t.Errorf("produced reviews = %v, want %d", got, total)
 	}
+}
+
+// crawlTestStorefront is the lang/country TestCrawlCycleTwentyApps reads
+// an app in: Persian for Iran for the ir.* apps, English for the US else.
+func crawlTestStorefront(pkg string) string {
+	if strings.HasPrefix(pkg, "ir.") {
+		return "fa/ir"
+	}
+	return "en/us"
 }
 
 func TestCrawlCycleWithoutApps(t *testing.T) {

@@ -150,6 +150,12 @@ func TestReparseStoresPagesTheCrawlCouldNotParse(t *testing.T) {
 		t.Errorf("archive failures: %v", got)
 	}
 
+	// The app's first storefront is another one now: the reparsed messages
+	// keep the storefront the pages were read in, from their headers.
+	if _, err := pool.Exec(context.Background(), `INSERT INTO app_storefronts (application_id, position, country, lang)
+		SELECT id, 0, 'de', 'de' FROM apps_registry_application WHERE package_name = $1`, pkg); err != nil {
+		t.Fatal(err)
+	}
 	tc := startTestConsumer(t, pool, brokers, testConsumerOptions(), consumerHooks{})
 	t.Cleanup(func() { _ = tc.stop() })
 	rp := &reparser{parser: parser, pub: pub}
@@ -165,6 +171,10 @@ func TestReparseStoresPagesTheCrawlCouldNotParse(t *testing.T) {
 	waitFor(t, 30*time.Second, "the reparsed app-stats and reviews stored", func() bool {
 		return count(t, pool, `SELECT count(*) FROM app_stats`) == 1 && count(t, pool, `SELECT count(*) FROM reviews`) == 40
 	})
+	if n := count(t, pool, `SELECT (SELECT count(*) FROM app_stats WHERE country = 'us' AND lang = 'en')
+		+ (SELECT count(*) FROM review_storefronts WHERE country = 'us' AND lang = 'en')`); n != 41 {
+		t.Errorf("%d rows in the storefront read (us/en), want the app-stats row and 40 reviews", n)
+	}
 	// The crawl's time, from the header, on every row: one crawl, one time.
 	var statsAt, syncedMin, syncedMax time.Time
 	if err := pool.QueryRow(context.Background(), `SELECT (SELECT crawled_at FROM app_stats), min(last_synced_at), max(last_synced_at) FROM reviews`).

@@ -104,3 +104,22 @@ func TestReparseSurvivesAParserPanic(t *testing.T) {
 		t.Errorf("stderr does not say which page and where the parser panicked:\n%s", progress.String())
 	}
 }
+
+// A page whose lang or country header is no code fails (it would be stored
+// in a storefront nobody reads); one without both headers is parsed, its
+// messages without a storefront, as an older playwatch's.
+func TestReparseChecksTheStorefrontHeaders(t *testing.T) {
+	_, brokers := newTestBroker(t, t.TempDir())
+	createRawPagesTopic(t, brokers)
+	archive, flush := newTestArchive(t, brokers, prometheus.NewRegistry())
+	body := readPlaystoreFixture(t, "reviews_UsvDTd_com.google.android.apps.translate_en_us_page1.txt")
+	for i, l := range []locale{{"en", "us"}, {"e n", "us"}, {"en", ""}, {"", ""}} {
+		archive.archive(context.Background(), rawPage{Kind: pageReviews, Package: fmt.Sprintf("com.example.part%d", i), Lang: l.Lang, Country: l.Country,
+			Status: 200, FetchedAt: time.Now(), Body: body})
+	}
+	flush()
+	sum := reparseRange(t, brokers, &reparser{parser: storeParser{}}, time.Now().Add(-time.Hour), nil)
+	if sum.Read != 4 || sum.Parsed != 2 || sum.Failing["reviews: bad lang or country header"] != 2 || len(sum.Failing) != 1 {
+		t.Errorf("reparse of pages with good, bad and no storefront headers: %s; want 4 read, 2 parsed, 2 failing: bad lang or country header", sum)
+	}
+}
