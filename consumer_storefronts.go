@@ -129,8 +129,8 @@ const tableReviewStorefronts = "review_storefronts"
 // reviews.first_seen_at). It runs in the batch's transaction, after the
 // upsert, on all the rows of the write (the versions keepNewestReviews left
 // out name storefronts too), and inserts what is not there yet, so a
-// redelivery, a dlq replay or a narrowed retry adds nothing twice. A
-// rollup kept per storefront belongs here, in the same transaction.
+// redelivery, a dlq replay or a narrowed retry adds nothing twice. The
+// rollups count each row it inserts, by their trigger (migration 17).
 func recordReviewStorefronts(ctx context.Context, tx pgx.Tx, rows []reviewRow) (rowCounts, error) {
 	type seenIn struct{ reviewID, country, lang string }
 	seen := make(map[seenIn]bool, len(rows))
