@@ -19,6 +19,7 @@ func BenchmarkStatusPage(b *testing.B) {
 	seedStatus(b, pool)
 	seedStatusVolume(b, pool, 50, 20000, 90*24, statusNow, 90*24*time.Hour)
 	page := newStatusPage(statusDB{pool}, newMetricsRegistry("bench"), "", time.Hour, 30*time.Second, 4, testLogger(b))
+	page.locales = testLocales
 	page.now = func() time.Time { return statusNow }
 	srv := httptest.NewServer(newHTTPHandler(newMetricsRegistry("bench"), newHTTPMetrics(newMetricsRegistry("bench")), nil, page, nil, page.logger))
 	b.Cleanup(srv.Close)

@@ -53,7 +53,8 @@ func (r releaseStat) share() (v float64, ok bool) {
 // topics.
 const appReleasesSQL = `WITH b AS MATERIALIZED (
 	SELECT app_version AS version, at, score, sentiment, topics FROM reviews
-	WHERE application_id = $1 AND at > $2::timestamptz - interval '180 days' AND at <= $2 AND coalesce(app_version, '') <> ''),
+	WHERE application_id = $1 AND at > $2::timestamptz - interval '180 days' AND at <= $2 AND coalesce(app_version, '') <> ''
+	AND EXISTS (SELECT 1 FROM review_storefronts f WHERE f.review_id = reviews.id AND f.country = $4 AND f.lang = $5)),
 r AS (SELECT version, min(at) AS first_review, count(*) AS n, avg(score)::float8 AS mean,
 	count(sentiment) AS labelled, count(*) FILTER (WHERE sentiment = 'NEGATIVE') AS neg
 	FROM b GROUP BY version),
@@ -61,7 +62,8 @@ t AS (SELECT version, (array_agg(topic ORDER BY n DESC, topic))[1:3] AS topics
 	FROM (SELECT version, topic, count(*) AS n FROM b CROSS JOIN unnest(b.topics) AS topic GROUP BY version, topic) c
 	GROUP BY version),
 s AS (SELECT version, min(crawled_at) AS first_listing FROM app_stats
-	WHERE application_id = $1 AND crawled_at > $2::timestamptz - interval '180 days' AND crawled_at <= $2 AND coalesce(version, '') <> ''
+	WHERE application_id = $1 AND country = $4 AND lang = $5
+	  AND crawled_at > $2::timestamptz - interval '180 days' AND crawled_at <= $2 AND coalesce(version, '') <> ''
 	GROUP BY version)
 SELECT coalesce(r.version, s.version) AS version, least(r.first_review, s.first_listing) AS first_seen,
 	coalesce(r.n, 0), r.mean, coalesce(r.labelled, 0), coalesce(r.neg, 0), coalesce(t.topics, '{}')
@@ -71,8 +73,8 @@ ORDER BY first_seen DESC, version LIMIT $3`
 
 // loadAppReleases is the app's versions, newest first, releasesShown + 1
 // of them at most.
-func loadAppReleases(ctx context.Context, tx pgx.Tx, appID int64, now time.Time) ([]releaseStat, error) {
-	rows, err := tx.Query(ctx, appReleasesSQL, appID, now, releasesShown+1)
+func loadAppReleases(ctx context.Context, tx pgx.Tx, appID int64, front locale, now time.Time) ([]releaseStat, error) {
+	rows, err := tx.Query(ctx, appReleasesSQL, appID, now, releasesShown+1, front.Country, front.Lang)
 	if err != nil {
 		return nil, fmt.Errorf("status page: releases of app %d: %w", appID, err)
 	}
