@@ -501,7 +501,7 @@ var commandSettings = map[string][]string{
 	"migrate":            {"logging", "services"},
 	"pcap":               {"logging", "services", "kafka", "producer"},
 	"dlq list":           {"logging", "services"},
-	"dlq replay":         {"logging", "services", "CONSUMER_GROUP", "CONSUMER_MAX_RECORD_BYTES"},
+	"dlq replay":         {"logging", "services", "CONSUMER_GROUP", "CONSUMER_MAX_RECORD_BYTES", "PLAYSTORE_LANG", "PLAYSTORE_COUNTRY", "PLAYSTORE_IRAN_LANG", "PLAYSTORE_IRAN_COUNTRY"},
 	"dlq discard":        {"logging", "services"},
 	"sentiment run":      {"logging", "services", "sentiment"},
 	"sentiment rescore":  {"logging", "services"},
@@ -511,6 +511,8 @@ var commandSettings = map[string][]string{
 	"notify run":         {"logging", "services", "notifier"},
 	"notify list":        {"logging", "services"},
 	"notify retry":       {"logging", "services"},
+	"rollup rebuild":     {"logging", "services"},
+	"rollup check":       {"logging", "services"},
 	"db-url":             {"PLAYWATCH_DATA_DIR", "DATABASE_URL"},
 	// The storefront languages: a review's Google Play link, a listing's country and lang.
 	"export reviews": {"logging", "services", "PLAYSTORE_LANG", "PLAYSTORE_COUNTRY", "PLAYSTORE_IRAN_LANG", "PLAYSTORE_IRAN_COUNTRY"},
