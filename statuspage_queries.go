@@ -281,8 +281,8 @@ type appDetail struct {
 	Category           *string
 	Messaging, Iranian bool
 	Active             bool
-	Storefronts        []locale // the app's, the first the default of the page
-	Front              locale   // the storefront the page shows
+	Storefronts        []locale            // the app's, the first the default of the page
+	Front              locale              // the storefront the page shows
 	Compare            []storefrontCompare // the newest listing of each storefront, with two or more
 	Latest             *statsSample
 	Stats              []statsPoint // the last 90 days, oldest first

@@ -5,7 +5,7 @@ package main
 // of reviews reads the buckets of its window, never every review.
 
 // rollupSentimentSQL sums a rollup's reviews by the sentiment job's label,
-// in the order of sentimentCounts' fields scanned by the page ('' is not
+// in the order of sentimentCounts' fields scanned by the page (” is not
 // labelled yet).
 const rollupSentimentSQL = `coalesce(sum(reviews) FILTER (WHERE sentiment = 'POSITIVE'), 0)::bigint AS pos,
 		coalesce(sum(reviews) FILTER (WHERE sentiment = 'NEUTRAL'), 0)::bigint AS neu,

@@ -86,7 +86,7 @@ func seedStatus(t testing.TB, pool *pgxpool.Pool) {
 		exec(`INSERT INTO dead_letter_events (topic, "partition", kafka_offset, error_reason, occurred_at) VALUES ('reviews', 0, $1, 'invalid_json: test', $2)`,
 			i, at(ago))
 	}
-	rollUpTestReviews(t, pool)
+	seedReviewStorefronts(t, pool)
 }
 
 // statusServer serves the status page on pool the way `playwatch run` does,
@@ -620,7 +620,7 @@ func seedStatusVolume(t testing.TB, pool *pgxpool.Pool, apps, reviewsPerApp, sta
 			t.Fatalf("%s: %v", q.sql, err)
 		}
 	}
-	rollUpTestReviews(t, pool)
+	seedReviewStorefronts(t, pool)
 	if _, err := pool.Exec(ctx, `VACUUM ANALYZE`); err != nil {
 		t.Fatal(err)
 	}
