@@ -141,8 +141,9 @@ const sentimentCountsSQL = `count(*) FILTER (WHERE sentiment = 'POSITIVE') AS po
 // overviewSQL is one row per active app and storefront (sf, see
 // appStorefrontsSQL), the app's first storefront first. Every lateral reads
 // one storefront through an index led by (application_id, country, lang):
-// app_stats' unique key, the hourly rollup (migration 17) for the last 24
-// hours' reviews, review_storefronts and the PK of app_crawl_outcomes.
+// app_stats' unique key, the rollups (migration 17: the last 24 hours'
+// reviews, the daily mean scores), review_storefronts and the key of
+// app_crawl_outcomes.
 const overviewSQL = `
 SELECT a.package_name, coalesce(nullif(a.display_name, ''), a.package_name), a.is_messaging_app, sf.country, sf.lang,
 	s.score, s.ratings, s.real_installs, s.min_installs, s.crawled_at,
@@ -187,12 +188,11 @@ CROSS JOIN LATERAL (
 		SELECT review_id FROM review_storefronts
 		WHERE application_id = a.id AND country = sf.country AND lang = sf.lang ORDER BY first_seen_at DESC LIMIT 20) n
 	JOIN reviews r ON r.id = n.review_id) sq
+-- The sparkline: each day's mean score, from the daily listings rollup.
 CROSS JOIN LATERAL (
-	SELECT array_agg(d ORDER BY d) AS days, array_agg(sc ORDER BY d) AS scores FROM (
-		SELECT date_trunc('day', crawled_at, 'UTC') AS d, avg(score) AS sc FROM app_stats
-		WHERE application_id = a.id AND country = sf.country AND lang = sf.lang
-		  AND crawled_at > $1::timestamptz - interval '30 days' AND score IS NOT NULL
-		GROUP BY 1) q) sp
+	SELECT array_agg(day ORDER BY day) AS days, array_agg(score_sum / score_n ORDER BY day) AS scores FROM app_stats_rollup_daily
+	WHERE application_id = a.id AND country = sf.country AND lang = sf.lang
+	  AND day > date_trunc('day', $1::timestamptz - interval '30 days', 'UTC') AND day <= $1 AND score_n > 0) sp
 LEFT JOIN LATERAL (
 	SELECT at, outcome, http_status, error FROM app_crawl_outcomes
 	WHERE application_id = a.id AND country = sf.country AND lang = sf.lang AND path = 'stats') os ON true

@@ -575,7 +575,7 @@ func TestStatusPageQueryPlans(t *testing.T) {
 // statusPlanTables are the tables whose every read by the pages must walk
 // an index led by application_id (dead_letter_events: by time).
 var statusPlanTables = []string{"reviews", "app_stats", "dead_letter_events", "review_storefronts",
-	"app_storefronts", "review_rollup_hourly", "review_topic_rollup_hourly"}
+	"app_storefronts", "review_rollup_hourly", "review_topic_rollup_hourly", "app_stats_rollup_daily"}
 
 type planNode struct {
 	Type      string     `json:"Node Type"`
