@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -661,6 +662,14 @@ func (p *statusPage) serveApp(w http.ResponseWriter, r *http.Request) {
 			version = d.Latest.Version
 		}
 		links := appReviewLinksOf(d.Package, version)
+		if len(d.Storefronts) > 1 {
+			// The storefront's reviews (the reviews page's country and lang filters).
+			sf := "&country=" + url.QueryEscape(d.Front.Country) + "&lang=" + url.QueryEscape(d.Front.Lang)
+			links.All, links.Negative = links.All+sf, links.Negative+sf
+			if links.Version != "" {
+				links.Version += sf
+			}
+		}
 		page.Links = &links
 	}
 	p.render(w, r, "app", page)

@@ -222,9 +222,15 @@ func TestStatusPageAppStorefronts(t *testing.T) {
 		}
 	}
 
+	// Its links to the reviews page name the storefront shown.
+	_, body, _ := getPage(t, reviewsPageServer(t, pool, "").URL+"/apps/"+statusSignal+"?storefront=us-en")
+	if want := `<a href="/reviews?package=` + statusSignal + `&amp;sentiment=NEGATIVE&amp;country=us&amp;lang=en">negative</a>`; !strings.Contains(body, want) {
+		t.Errorf("the app page lacks %s", want)
+	}
+
 	// An app of one storefront: no switch, no comparison; its default
 	// storefront (us/en) is the one ?storefront= may name.
-	_, body, _ := getPage(t, srv.URL+"/apps/"+statusTelegram)
+	_, body, _ = getPage(t, srv.URL+"/apps/"+statusTelegram)
 	if strings.Contains(body, `class="storefronts"`) || strings.Contains(body, `class="compare"`) {
 		t.Error("a one-storefront app has a storefront switch or comparison")
 	}
