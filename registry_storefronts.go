@@ -102,7 +102,7 @@ func parseStorefront(field string, v json.RawMessage) (locale, error) {
 	}
 	for _, name := range slices.Sorted(maps.Keys(members)) {
 		if name != "country" && name != "lang" {
-			return locale{}, fmt.Errorf("%s has an unknown field %q (known: country, lang)", field, truncate(name, 32))
+			return locale{}, fmt.Errorf("%s.%s is an unknown field (known: country, lang)", field, truncate(name, 32))
 		}
 	}
 	str := func(name string, validate func(field, v string) error) (string, error) {

@@ -254,8 +254,8 @@ func TestRegistryRefusesBadStorefronts(t *testing.T) {
 		{"lang bool", `[{"country":"ir","lang":true}]`, "storefronts[0].lang must be a string"},
 		{"missing lang", `[{"country":"ir"}]`, "storefronts[0].lang is required"},
 		{"missing country", `[{"lang":"fa"}]`, "storefronts[0].country is required"},
-		{"unknown member", `[{"country":"ir","lang":"fa","currency":"irr"}]`, `storefronts[0] has an unknown field "currency"`},
-		{"member in another case", `[{"Country":"ir","lang":"fa"}]`, `storefronts[0] has an unknown field "Country"`},
+		{"unknown member", `[{"country":"ir","lang":"fa","currency":"irr"}]`, `storefronts[0].currency is an unknown field`},
+		{"member in another case", `[{"Country":"ir","lang":"fa"}]`, `storefronts[0].Country is an unknown field`},
 		{"repeated member", `[{"country":"ir","lang":"fa","country":"us"}]`, "storefronts[0].country is given twice"},
 	}
 	for _, tc := range cases {

@@ -167,7 +167,7 @@ func parseReviewQuery(vals url.Values, now time.Time, formats []string) (reviewQ
 		return q, err
 	}
 	for _, c := range q.Countries {
-		if err := checkStorefrontCountry("country", c); err != nil {
+		if err := validateCountry("country", c); err != nil {
 			return q, badParam("country", "%q: %v", c, err)
 		}
 	}
@@ -175,7 +175,7 @@ func parseReviewQuery(vals url.Values, now time.Time, formats []string) (reviewQ
 		return q, err
 	}
 	for _, l := range q.Langs {
-		if err := checkStorefrontLang("lang", l); err != nil {
+		if err := validateLang("lang", l); err != nil {
 			return q, badParam("lang", "%q: %v", l, err)
 		}
 	}
