@@ -237,7 +237,7 @@ func TestConsumerReviewUpsertRules(t *testing.T) {
 	if _, err := pool.Exec(ctx, `DELETE FROM consumer_offsets`); err != nil {
 		t.Fatal(err)
 	}
-	tc = startTestConsumer(t, pool, brokers, withGroup(testConsumerOptions(), "replay"), consumerHooks{})
+	startTestConsumer(t, pool, brokers, withGroup(testConsumerOptions(), "replay"), consumerHooks{})
 	waitFor(t, 20*time.Second, "the replay to store every record", func() bool {
 		return count(t, pool, `SELECT coalesce(sum(next_offset), 0) FROM consumer_offsets WHERE consumer_group = 'replay' AND topic = 'reviews'`) == 5
 	})

@@ -14,8 +14,7 @@ func TestPublishReviewJSONIsEncodingJSON(t *testing.T) {
 	str := func(s string) *string { return &s }
 	score := 4
 	replied := at.Add(90 * time.Minute).In(time.FixedZone("IRST", 3*3600+1800))
-	var cases []reviewMessage
-	for _, m := range []reviewMessage{
+	cases := []reviewMessage{
 		{PackageName: "com.example.app", ReviewID: "gp:1", At: at, CrawledAt: at},
 		{PackageName: "com.example.app", ReviewID: "1234abcd-0000-4012-8000-000000000012", UserName: str("User 12"),
 			ThumbsUpCount: 17, Score: &score, Content: str("works fine"), At: at, CrawledAt: at.Add(time.Hour + 1234*time.Microsecond)},
@@ -32,8 +31,6 @@ func TestPublishReviewJSONIsEncodingJSON(t *testing.T) {
 		{PackageName: "com.example.app", ReviewID: "version only", At: at, CrawledAt: at, AppVersion: str("1.0")},
 		{PackageName: "ir.example.app", ReviewID: "storefront", At: at, CrawledAt: at, Country: "ir", Lang: "fa"},
 		{PackageName: "com.example.app", ReviewID: "odd storefront", At: at, CrawledAt: at, Country: `"<us>"`, Lang: "pt-BR\n"},
-	} {
-		cases = append(cases, m)
 	}
 	// Each character with a say in the escaping, alone in a string.
 	for _, c := range []string{`"`, `\`, "<", ">", "&", "\x00", "\n", "\x1f", "\x7f", "\xff", "\ufffd", "\u2028", "\u2029", "é"} {
