@@ -131,120 +131,150 @@ func parseReviewQuery(vals url.Values, now time.Time, formats []string) (reviewQ
 			return q, badParam(key, "given %d times; give it once (lists are comma-separated)", len(vs))
 		}
 	}
-	get := func(k string) (string, bool) {
-		vs, ok := vals[k]
-		if !ok {
-			return "", false
-		}
-		return vs[0], true
-	}
-	list := func(k string) ([]string, error) {
-		v, ok := get(k)
-		if !ok {
-			return nil, nil
-		}
-		var out []string
-		for _, s := range strings.Split(v, ",") {
-			if s = strings.TrimSpace(s); s == "" {
-				return nil, badParam(k, "%q has an empty item", v)
-			}
-			if !slices.Contains(out, s) {
-				out = append(out, s)
-			}
-		}
-		return out, nil
-	}
-	var err error
-	if q.Packages, err = list("package"); err != nil {
+	p := reviewParams(vals)
+	if err := p.filters(&q, now); err != nil {
 		return q, err
 	}
-	for _, p := range q.Packages {
-		if err := validatePackageName(p); err != nil {
-			return q, badParam("package", "%q: %v", p, err)
-		}
-	}
-	if q.Countries, err = list("country"); err != nil {
+	if err := p.paging(&q, formats); err != nil {
 		return q, err
 	}
-	for _, c := range q.Countries {
-		if err := validateCountry("country", c); err != nil {
-			return q, badParam("country", "%q: %v", c, err)
+	return q, nil
+}
+
+// reviewParams are the query parameters of a reviews request, each given
+// at most once.
+type reviewParams url.Values
+
+func (p reviewParams) get(k string) (string, bool) {
+	vs, ok := p[k]
+	if !ok {
+		return "", false
+	}
+	return vs[0], true
+}
+
+// list reads the comma-separated list k (nil when absent), each item
+// checked by check (an error says what is wrong with item s); an item
+// given twice counts once.
+func (p reviewParams) list(k string, check func(s string) error) ([]string, error) {
+	v, ok := p.get(k)
+	if !ok {
+		return nil, nil
+	}
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			return nil, badParam(k, "%q has an empty item", v)
+		}
+		if err := check(s); err != nil {
+			return nil, err
+		}
+		if !slices.Contains(out, s) {
+			out = append(out, s)
 		}
 	}
-	if q.Langs, err = list("lang"); err != nil {
-		return q, err
-	}
-	for _, l := range q.Langs {
-		if err := validateLang("lang", l); err != nil {
-			return q, badParam("lang", "%q: %v", l, err)
+	return out, nil
+}
+
+// filters reads the parameters that choose reviews: package, storefront,
+// text, stars, sentiment, language, topic, version, reply and time.
+func (p reviewParams) filters(q *reviewQuery, now time.Time) (err error) {
+	if q.Packages, err = p.list("package", func(s string) error {
+		if err := validatePackageName(s); err != nil {
+			return badParam("package", "%q: %v", s, err)
 		}
+		return nil
+	}); err != nil {
+		return err
 	}
-	if v, ok := get("q"); ok {
+	if q.Countries, err = p.list("country", func(s string) error {
+		if err := validateCountry("country", s); err != nil {
+			return badParam("country", "%q: %v", s, err)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if q.Langs, err = p.list("lang", func(s string) error {
+		if err := validateLang("lang", s); err != nil {
+			return badParam("lang", "%q: %v", s, err)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if v, ok := p.get("q"); ok {
 		if !utf8.ValidString(v) || v == "" || utf8.RuneCountInString(v) > maxSearchRunes {
-			return q, badParam("q", "must be 1 to %d characters of text", maxSearchRunes)
+			return badParam("q", "must be 1 to %d characters of text", maxSearchRunes)
 		}
 		// A q without a word (only punctuation) matches nothing.
 		q.Patterns, q.Q = searchPatterns(v), v
 	}
-	stars, err := list("stars")
-	if err != nil {
-		return q, err
-	}
-	for _, s := range stars {
+	if _, err = p.list("stars", func(s string) error {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > 5 {
-			return q, badParam("stars", "%q is not 1 to 5 (a list: 1,2)", s)
+			return badParam("stars", "%q is not 1 to 5 (a list: 1,2)", s)
 		}
-		q.Stars = append(q.Stars, int16(n))
+		if !slices.Contains(q.Stars, int16(n)) {
+			q.Stars = append(q.Stars, int16(n))
+		}
+		return nil
+	}); err != nil {
+		return err
 	}
-	sents, err := list("sentiment")
-	if err != nil {
-		return q, err
-	}
-	for _, s := range sents {
+	if _, err = p.list("sentiment", func(s string) error {
 		u := strings.ToUpper(s)
 		if u != "POSITIVE" && u != "NEUTRAL" && u != "NEGATIVE" {
-			return q, badParam("sentiment", "%q is not POSITIVE, NEUTRAL or NEGATIVE", s)
+			return badParam("sentiment", "%q is not POSITIVE, NEUTRAL or NEGATIVE", s)
 		}
-		q.Sentiments = append(q.Sentiments, u)
-	}
-	if q.TextLangs, err = list("text_lang"); err != nil {
-		return q, err
-	}
-	for _, l := range q.TextLangs {
-		if !textLangRe.MatchString(l) {
-			return q, badParam("text_lang", "%q is not a language code such as fa or en", l)
+		if !slices.Contains(q.Sentiments, u) {
+			q.Sentiments = append(q.Sentiments, u)
 		}
+		return nil
+	}); err != nil {
+		return err
 	}
-	if q.Topics, err = list("topic"); err != nil {
-		return q, err
-	}
-	for _, t := range q.Topics {
-		if !topicRe.MatchString(t) {
-			return q, badParam("topic", "%q is not a topic (lower-case letters, digits, _ and -, at most 40)", t)
+	if q.TextLangs, err = p.list("text_lang", func(s string) error {
+		if !textLangRe.MatchString(s) {
+			return badParam("text_lang", "%q is not a language code such as fa or en", s)
 		}
+		return nil
+	}); err != nil {
+		return err
 	}
-	if v, ok := get("version"); ok {
+	if q.Topics, err = p.list("topic", func(s string) error {
+		if !topicRe.MatchString(s) {
+			return badParam("topic", "%q is not a topic (lower-case letters, digits, _ and -, at most 40)", s)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return p.versionReplyTime(q, now)
+}
+
+func (p reviewParams) versionReplyTime(q *reviewQuery, now time.Time) error {
+	if v, ok := p.get("version"); ok {
 		if v == "" || !utf8.ValidString(v) || utf8.RuneCountInString(v) > maxVersion {
-			return q, badParam("version", "must be 1 to %d characters", maxVersion)
+			return badParam("version", "must be 1 to %d characters", maxVersion)
 		}
 		q.Version = &v
 	}
-	if v, ok := get("has_reply"); ok {
+	if v, ok := p.get("has_reply"); ok {
 		b, err := strconv.ParseBool(v)
 		if err != nil || (v != "true" && v != "false") {
-			return q, badParam("has_reply", "must be true or false, not %q", v)
+			return badParam("has_reply", "must be true or false, not %q", v)
 		}
 		q.HasReply = &b
 	}
 	for _, k := range []string{"since", "until"} {
-		v, ok := get(k)
+		v, ok := p.get(k)
 		if !ok {
 			continue
 		}
 		t, err := parseReviewTime(v, now)
 		if err != nil {
-			return q, badParam(k, "%v", err)
+			return badParam(k, "%v", err)
 		}
 		if k == "since" {
 			q.Since = t
@@ -252,39 +282,45 @@ func parseReviewQuery(vals url.Values, now time.Time, formats []string) (reviewQ
 			q.Until = t
 		}
 	}
-	if v, ok := get("sort"); ok {
+	return nil
+}
+
+// paging reads how the answer is cut and written: sort, limit, format,
+// bom and cursor.
+func (p reviewParams) paging(q *reviewQuery, formats []string) error {
+	if v, ok := p.get("sort"); ok {
 		if err := paramOneOf("sort", v, reviewSorts); err != nil {
-			return q, err
+			return err
 		}
 		q.Sort = v
 	}
-	if v, ok := get("limit"); ok {
+	if v, ok := p.get("limit"); ok {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxReviewLimit {
-			return q, badParam("limit", "must be an integer from 1 to %d, not %q", maxReviewLimit, v)
+			return badParam("limit", "must be an integer from 1 to %d, not %q", maxReviewLimit, v)
 		}
 		q.Limit = n
 	}
-	if v, ok := get("format"); ok {
+	if v, ok := p.get("format"); ok {
 		if err := paramOneOf("format", v, formats); err != nil {
-			return q, err
+			return err
 		}
 		q.Format = v
 	}
-	if v, ok := get("bom"); ok {
+	if v, ok := p.get("bom"); ok {
 		if v != "0" && v != "1" {
-			return q, badParam("bom", "must be 0 or 1, not %q", v)
+			return badParam("bom", "must be 0 or 1, not %q", v)
 		}
 		q.BOM = v == "1" && q.Format == "csv" // the other formats have none
 	}
-	if v, ok := get("cursor"); ok {
+	if v, ok := p.get("cursor"); ok {
 		c, err := decodeReviewCursor(v)
 		if err != nil {
-			return q, badParam("cursor", "%q is not a next_cursor (MAXID.KEY.ID, digits)", v)
+			return badParam("cursor", "%q is not a next_cursor (MAXID.KEY.ID, digits)", v)
 		}
 		q.Cursor = &c
 	}
-	return q, nil
+	return nil
 }
 
 // parseReviewTime is an RFC 3339 time or a positive duration before now
