@@ -758,7 +758,20 @@ func (p *statusPage) appPageOf(d appDetail, now time.Time) appPage {
 	}
 	page.Histogram = histogramChart(hist, []string{"1 ★", "2 ★", "3 ★", "4 ★", "5 ★"}, counts, []string{"h1", "h2", "h3", "h4", "h5"})
 
-	for _, r := range d.Negative {
+	page.Negative = negativeViews(d.Negative)
+
+	page.Topics = topicViews(d.Topics)
+	page.Releases = releasesSection{Rows: releaseViews(d.Releases), Chart: releasesChart(d.Releases)}
+
+	page.ShowNet = d.Messaging || len(d.Network) > 0
+	page.Network, page.RTT = networkViews(d.Network, from, now)
+	return page
+}
+
+// negativeViews are the newest negative reviews as the app page lists them.
+func negativeViews(reviews []negativeReview) []negativeView {
+	var out []negativeView
+	for _, r := range reviews {
 		v := negativeView{When: r.At.UTC().Format("2 Jan 2006 15:04"), User: optString(r.UserName), Content: optString(r.Content),
 			Version: optString(r.Version), Stars: "no stars"}
 		if r.Score != nil {
@@ -772,18 +785,21 @@ func (p *statusPage) appPageOf(d appDetail, now time.Time) appPage {
 		if r.Sentiment == nil {
 			v.Why = "not scored yet: 1–2 stars"
 		}
-		page.Negative = append(page.Negative, v)
+		out = append(out, v)
 	}
 
-	page.Topics = topicViews(d.Topics)
-	page.Releases = releasesSection{Rows: releaseViews(d.Releases), Chart: releasesChart(d.Releases)}
+	return out
+}
 
-	page.ShowNet = d.Messaging || len(d.Network) > 0
+// networkViews are the latest capture per scenario (the table) and the
+// handshake RTT of the captures since from (the chart).
+func networkViews(network []networkSample, from, now time.Time) ([]networkView, chart) {
+	var views []networkView
 	byScenario := map[string]*networkView{}
 	var rtt []namedSeries
 	for _, sc := range []string{"UPLOAD", "DOWNLOAD"} {
 		var vals []timeValue
-		for _, n := range d.Network {
+		for _, n := range network {
 			if n.Scenario != sc {
 				continue
 			}
@@ -802,14 +818,13 @@ func (p *statusPage) appPageOf(d appDetail, now time.Time) appPage {
 			}
 		}
 		if v := byScenario[sc]; v != nil {
-			page.Network = append(page.Network, *v)
+			views = append(views, *v)
 		}
 		slices.Reverse(vals)
 		rtt = append(rtt, namedSeries{Name: strings.ToLower(sc), Class: "s-" + strings.ToLower(sc), Values: vals})
 	}
-	page.RTT = timeSeriesChart(newChart("rtt", "TCP handshake RTT per analysed capture", "milliseconds"), from, now, rtt, 0, math.NaN(),
+	return views, timeSeriesChart(newChart("rtt", "TCP handshake RTT per analysed capture", "milliseconds"), from, now, rtt, 0, math.NaN(),
 		func(v float64) string { return fmt.Sprintf("%.2f ms", v) })
-	return page
 }
 
 // installsOf is a listing's installs as the page shows them, with the

@@ -446,20 +446,10 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time, lo
 		d.Latest = &latest
 	}
 
-	rows, err := tx.Query(ctx, appStatsSQL, d.ID, country, lang, since, now)
-	if err != nil {
-		return d, fmt.Errorf("status page: stats of %s: %w", pkg, err)
-	}
-	for rows.Next() {
-		var s statsPoint
-		if err := rows.Scan(&s.At, &s.Score, &s.RealInstalls, &s.MinInstalls); err != nil {
-			rows.Close()
-			return d, fmt.Errorf("status page: stats of %s: %w", pkg, err)
-		}
-		d.Stats = append(d.Stats, s)
-	}
-	if err := rows.Err(); err != nil {
-		return d, fmt.Errorf("status page: stats of %s: %w", pkg, err)
+	if d.Stats, err = queryRows(ctx, tx, "stats of "+pkg, func(rows pgx.CollectableRow, s *statsPoint) error {
+		return rows.Scan(&s.At, &s.Score, &s.RealInstalls, &s.MinInstalls)
+	}, appStatsSQL, d.ID, country, lang, since, now); err != nil {
+		return d, err
 	}
 
 	// An app whose reviews all predate the 90 days (the store stopped
@@ -473,36 +463,16 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time, lo
 	if newest != nil && newest.Before(since) {
 		d.ReviewsUntil = *newest
 	}
-	rows, err = tx.Query(ctx, appReviewDaysSQL, d.ID, country, lang, d.ReviewsUntil.Add(-90*24*time.Hour), d.ReviewsUntil)
-	if err != nil {
-		return d, fmt.Errorf("status page: reviews per day of %s: %w", pkg, err)
-	}
-	for rows.Next() {
-		var s sentimentDay
-		if err := rows.Scan(&s.Day, &s.Counts.Positive, &s.Counts.Neutral, &s.Counts.Negative, &s.Counts.None); err != nil {
-			rows.Close()
-			return d, fmt.Errorf("status page: reviews per day of %s: %w", pkg, err)
-		}
-		d.ReviewDays = append(d.ReviewDays, s)
-	}
-	if err := rows.Err(); err != nil {
-		return d, fmt.Errorf("status page: reviews per day of %s: %w", pkg, err)
+	if d.ReviewDays, err = queryRows(ctx, tx, "reviews per day of "+pkg, func(rows pgx.CollectableRow, s *sentimentDay) error {
+		return rows.Scan(&s.Day, &s.Counts.Positive, &s.Counts.Neutral, &s.Counts.Negative, &s.Counts.None)
+	}, appReviewDaysSQL, d.ID, country, lang, d.ReviewsUntil.Add(-90*24*time.Hour), d.ReviewsUntil); err != nil {
+		return d, err
 	}
 
-	rows, err = tx.Query(ctx, appNegativeSQL, d.ID, country, lang, d.ReviewsUntil.Add(-90*24*time.Hour), negativeLimit)
-	if err != nil {
-		return d, fmt.Errorf("status page: negative reviews of %s: %w", pkg, err)
-	}
-	for rows.Next() {
-		var r negativeReview
-		if err := rows.Scan(&r.At, &r.Score, &r.UserName, &r.Content, &r.Sentiment, &r.Version, &r.Reply, &r.RepliedAt); err != nil {
-			rows.Close()
-			return d, fmt.Errorf("status page: negative reviews of %s: %w", pkg, err)
-		}
-		d.Negative = append(d.Negative, r)
-	}
-	if err := rows.Err(); err != nil {
-		return d, fmt.Errorf("status page: negative reviews of %s: %w", pkg, err)
+	if d.Negative, err = queryRows(ctx, tx, "negative reviews of "+pkg, func(rows pgx.CollectableRow, r *negativeReview) error {
+		return rows.Scan(&r.At, &r.Score, &r.UserName, &r.Content, &r.Sentiment, &r.Version, &r.Reply, &r.RepliedAt)
+	}, appNegativeSQL, d.ID, country, lang, d.ReviewsUntil.Add(-90*24*time.Hour), negativeLimit); err != nil {
+		return d, err
 	}
 
 	if d.Topics, err = loadAppTopics(ctx, tx, d.ID, d.Front, now); err != nil {
@@ -512,39 +482,36 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time, lo
 		return d, err
 	}
 
-	rows, err = tx.Query(ctx, appNetworkSQL, d.ID)
-	if err != nil {
-		return d, fmt.Errorf("status page: network metrics of %s: %w", pkg, err)
-	}
-	for rows.Next() {
-		var n networkSample
-		if err := rows.Scan(&n.Scenario, &n.At, &n.RTT, &n.Retransmissions, &n.OutOfOrder, &n.ZeroWindows, &n.Resets,
-			&n.BytesTotal, &n.Overhead, &n.File); err != nil {
-			rows.Close()
-			return d, fmt.Errorf("status page: network metrics of %s: %w", pkg, err)
-		}
-		d.Network = append(d.Network, n)
-	}
-	if err := rows.Err(); err != nil {
-		return d, fmt.Errorf("status page: network metrics of %s: %w", pkg, err)
+	if d.Network, err = queryRows(ctx, tx, "network metrics of "+pkg, func(rows pgx.CollectableRow, n *networkSample) error {
+		return rows.Scan(&n.Scenario, &n.At, &n.RTT, &n.Retransmissions, &n.OutOfOrder, &n.ZeroWindows, &n.Resets,
+			&n.BytesTotal, &n.Overhead, &n.File)
+	}, appNetworkSQL, d.ID); err != nil {
+		return d, err
 	}
 
-	rows, err = tx.Query(ctx, appOutcomesSQL, d.ID)
-	if err != nil {
-		return d, fmt.Errorf("status page: crawl outcomes of %s: %w", pkg, err)
-	}
-	for rows.Next() {
-		var o outcomeRow
-		if err := rows.Scan(&o.Path, &o.Country, &o.Lang, &o.At, &o.Outcome, &o.HTTPStatus, &o.Error); err != nil {
-			rows.Close()
-			return d, fmt.Errorf("status page: crawl outcomes of %s: %w", pkg, err)
-		}
-		d.Outcomes = append(d.Outcomes, o)
-	}
-	if err := rows.Err(); err != nil {
-		return d, fmt.Errorf("status page: crawl outcomes of %s: %w", pkg, err)
+	if d.Outcomes, err = queryRows(ctx, tx, "crawl outcomes of "+pkg, func(rows pgx.CollectableRow, o *outcomeRow) error {
+		return rows.Scan(&o.Path, &o.Country, &o.Lang, &o.At, &o.Outcome, &o.HTTPStatus, &o.Error)
+	}, appOutcomesSQL, d.ID); err != nil {
+		return d, err
 	}
 	return d, nil
+}
+
+// queryRows runs sql and scans each row into a T; what names the read in
+// the error.
+func queryRows[T any](ctx context.Context, tx pgx.Tx, what string, scan func(pgx.CollectableRow, *T) error, sql string, args ...any) ([]T, error) {
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("status page: %s: %w", what, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (T, error) {
+		var v T
+		return v, scan(r, &v)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("status page: %s: %w", what, err)
+	}
+	return out, nil
 }
 
 // appGaugeRow is one app's business numbers for /metrics.
