@@ -517,7 +517,7 @@ func TestStatusPageQueryPlans(t *testing.T) {
 		args []any
 	}{
 		"overview":        {overviewSQL, []any{statusNow}},
-		"app gauges":      {appGaugesSQL, []any{statusNow}},
+		"app gauges":      {appGaugesSQL, append([]any{statusNow}, defaultStorefrontArgs(testLocales)...)},
 		"last cycle":      {lastCrawlCycleSQL, nil},
 		"dead letters":    {deadLettersSQL, []any{statusNow}},
 		"app":             {appRowSQL, []any{statusTelegram}},
@@ -528,7 +528,6 @@ func TestStatusPageQueryPlans(t *testing.T) {
 		"negative":        {appNegativeSQL, []any{id, negativeLimit}},
 		"network":         {appNetworkSQL, []any{id}},
 		"topics":          {appTopicsSQL, []any{id, statusNow}},
-		"topic gauges":    {appTopicGaugesSQL, []any{statusNow}},
 		"releases":        {appReleasesSQL, []any{id, statusNow, releasesShown + 1}},
 	} {
 		var plan []byte

@@ -42,37 +42,6 @@ func loadAppTopics(ctx context.Context, tx pgx.Tx, appID int64, now time.Time) (
 	return out, nil
 }
 
-// appTopicGaugesSQL counts, per active app, its reviews of the 7 days
-// before $1 by topic.
-const appTopicGaugesSQL = `SELECT a.package_name, c.topic, c.n
-FROM apps_registry_application AS a
-CROSS JOIN LATERAL (
-	SELECT t AS topic, count(*) AS n FROM reviews AS r CROSS JOIN unnest(r.topics) AS t
-	WHERE r.application_id = a.id AND r.at > $1::timestamptz - interval '7 days' AND r.at <= $1
-	GROUP BY t) c
-WHERE a.is_active`
-
-// loadAppTopicGauges is package → topic → reviews.
-func loadAppTopicGauges(ctx context.Context, tx pgx.Tx, now time.Time) (map[string]map[string]int64, error) {
-	rows, err := tx.Query(ctx, appTopicGaugesSQL, now)
-	if err != nil {
-		return nil, fmt.Errorf("app gauges: topics: %w", err)
-	}
-	out := map[string]map[string]int64{}
-	var pkg, topic string
-	var n int64
-	if _, err := pgx.ForEachRow(rows, []any{&pkg, &topic, &n}, func() error {
-		if out[pkg] == nil {
-			out[pkg] = map[string]int64{}
-		}
-		out[pkg][topic] = n
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("app gauges: topics: %w", err)
-	}
-	return out, nil
-}
-
 // topicView is one row of the app page's topics table.
 type topicView struct {
 	Topic, Reviews, Negative, Share string
