@@ -511,6 +511,8 @@ var commandSettings = map[string][]string{
 	"notify run":         {"logging", "services", "notifier"},
 	"notify list":        {"logging", "services"},
 	"notify retry":       {"logging", "services"},
+	"rollup rebuild":     {"logging", "services"},
+	"rollup check":       {"logging", "services"},
 	"db-url":             {"PLAYWATCH_DATA_DIR", "DATABASE_URL"},
 	// The storefront languages: a review's Google Play link, a listing's country and lang.
 	"export reviews": {"logging", "services", "PLAYSTORE_LANG", "PLAYSTORE_COUNTRY", "PLAYSTORE_IRAN_LANG", "PLAYSTORE_IRAN_COUNTRY"},

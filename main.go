@@ -93,6 +93,8 @@ Usage:
   playwatch notify list [--status S] [--rule ID] [--destination ID] [--limit N]
                                              show the notifications of the outbox, newest first
   playwatch notify retry ID...|--failed      send failed (or the given) notifications again
+  playwatch rollup rebuild [--package P]     recompute the status page's rollups from the stored reviews and listings
+  playwatch rollup check                     compare the rollups with the stored reviews and listings
   playwatch reparse [--since 24h] [--until T] [--package P] [--dry-run]
                                              parse the archived raw pages again and publish their messages
   playwatch export reviews|stats [--package P] [--q Q] [--stars S] [--sentiment L] [--since D] [--until T] [--format csv|ndjson|json] [--output FILE]
@@ -156,6 +158,8 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 		return cmdSentiment(ctx, rest, getenv, os.Stdin, stdout, stderr)
 	case "notify":
 		return cmdNotify(ctx, rest, getenv, stdout, stderr)
+	case "rollup":
+		return cmdRollup(ctx, rest, getenv, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "playwatch", version)
 		return nil

@@ -502,3 +502,218 @@ SELECT r.id, r.application_id,
        r.first_seen_at
   FROM reviews r JOIN apps_registry_application a ON a.id = r.application_id;
 CREATE INDEX review_storefronts_application_id_idx ON review_storefronts (application_id, country, lang, first_seen_at);
+
+-- migration 17: rollups
+-- Counts the status page and the per-app gauges read instead of every
+-- review (docs/schema.md §Rollups). Reviews are bucketed by the hour (UTC)
+-- of `at`, the time every reader filters on; an edit that moves `at`, and a
+-- new score, label, topics or app version, move the review's count from its
+-- old bucket to its new one. Rows with country = '' and lang = '' count each
+-- review of the app once (from reviews); the others count it in every
+-- storefront review_storefronts has seen it in. '' is "none" for app_version
+-- and sentiment, 0 for score. A count may fall to 0; the row stays.
+CREATE TABLE review_rollup_hourly (
+    application_id BIGINT NOT NULL REFERENCES apps_registry_application (id) ON DELETE CASCADE,
+    country        VARCHAR(8) NOT NULL,
+    lang           VARCHAR(16) NOT NULL,
+    hour           TIMESTAMPTZ NOT NULL,
+    app_version    VARCHAR(50) NOT NULL,
+    score          SMALLINT NOT NULL,
+    sentiment      VARCHAR(20) NOT NULL,
+    reviews        BIGINT NOT NULL,
+    PRIMARY KEY (application_id, country, lang, hour, app_version, score, sentiment)
+);
+-- One count per topic of reviews.topics (a review with two topics counts in
+-- both); reviews without topics (NULL or '{}') have no row.
+CREATE TABLE review_topic_rollup_hourly (
+    application_id BIGINT NOT NULL REFERENCES apps_registry_application (id) ON DELETE CASCADE,
+    country        VARCHAR(8) NOT NULL,
+    lang           VARCHAR(16) NOT NULL,
+    hour           TIMESTAMPTZ NOT NULL,
+    app_version    VARCHAR(50) NOT NULL,
+    topic          TEXT NOT NULL,
+    sentiment      VARCHAR(20) NOT NULL,
+    reviews        BIGINT NOT NULL,
+    PRIMARY KEY (application_id, country, lang, hour, app_version, topic, sentiment)
+);
+-- Every stored review, whatever its time: the gauges' totals.
+CREATE TABLE review_rollup_totals (
+    application_id BIGINT NOT NULL REFERENCES apps_registry_application (id) ON DELETE CASCADE,
+    country        VARCHAR(8) NOT NULL,
+    lang           VARCHAR(16) NOT NULL,
+    score          SMALLINT NOT NULL,
+    sentiment      VARCHAR(20) NOT NULL,
+    reviews        BIGINT NOT NULL,
+    PRIMARY KEY (application_id, country, lang, score, sentiment)
+);
+-- Listings per app, storefront and UTC day: how many, their scores' sum
+-- and count (the day's mean), and the day's newest listing.
+CREATE TABLE app_stats_rollup_daily (
+    application_id     BIGINT NOT NULL REFERENCES apps_registry_application (id) ON DELETE CASCADE,
+    country            VARCHAR(8) NOT NULL,
+    lang               VARCHAR(16) NOT NULL,
+    day                TIMESTAMPTZ NOT NULL,
+    listings           BIGINT NOT NULL,
+    score_sum          DOUBLE PRECISION NOT NULL,
+    score_n            BIGINT NOT NULL,
+    last_crawled_at    TIMESTAMPTZ NOT NULL,
+    last_score         DOUBLE PRECISION,
+    last_ratings       BIGINT,
+    last_real_installs BIGINT,
+    last_min_installs  BIGINT,
+    PRIMARY KEY (application_id, country, lang, day)
+);
+-- The writers' transactions keep the rollups: statement triggers with
+-- transition tables count exactly the rows a statement inserted or changed
+-- (a redelivered review that changes nothing, or an insert ON CONFLICT DO
+-- NOTHING skipped, counts nothing), whoever writes (the consumer, dlq
+-- replay, the sentiment job). Each takes pg_advisory_xact_lock_shared
+-- (0x706c726c, app id) per app; rollups_rebuild_app takes it exclusively,
+-- so a rebuild of one app waits for that app's writers and they for it.
+CREATE TYPE review_rollup_delta AS (
+    application_id BIGINT,
+    country        VARCHAR(8),
+    lang           VARCHAR(16),
+    hour           TIMESTAMPTZ,
+    app_version    VARCHAR(50),
+    score          SMALLINT,
+    sentiment      VARCHAR(20),
+    topics         TEXT[],
+    n              BIGINT
+);
+CREATE FUNCTION review_rollups_add(d review_rollup_delta[]) RETURNS void AS $$
+BEGIN
+    IF cardinality(d) = 0 THEN
+        RETURN;
+    END IF;
+    PERFORM pg_advisory_xact_lock_shared(1886155372, (a & 2147483647)::int)
+       FROM (SELECT DISTINCT application_id AS a FROM unnest(d) ORDER BY 1) l;
+    -- Keys in order, so that two writers lock rollup rows in one order.
+    WITH x AS MATERIALIZED (SELECT * FROM unnest(d)),
+    h AS (
+        INSERT INTO review_rollup_hourly AS t (application_id, country, lang, hour, app_version, score, sentiment, reviews)
+        SELECT application_id, country, lang, hour, app_version, score, sentiment, sum(n) FROM x
+         GROUP BY 1, 2, 3, 4, 5, 6, 7 HAVING sum(n) <> 0 ORDER BY 1, 2, 3, 4, 5, 6, 7
+        ON CONFLICT (application_id, country, lang, hour, app_version, score, sentiment)
+        DO UPDATE SET reviews = t.reviews + EXCLUDED.reviews),
+    tp AS (
+        INSERT INTO review_topic_rollup_hourly AS t (application_id, country, lang, hour, app_version, topic, sentiment, reviews)
+        SELECT application_id, country, lang, hour, app_version, topic, sentiment, sum(n) FROM x CROSS JOIN unnest(x.topics) AS topic
+         GROUP BY 1, 2, 3, 4, 5, 6, 7 HAVING sum(n) <> 0 ORDER BY 1, 2, 3, 4, 5, 6, 7
+        ON CONFLICT (application_id, country, lang, hour, app_version, topic, sentiment)
+        DO UPDATE SET reviews = t.reviews + EXCLUDED.reviews)
+    INSERT INTO review_rollup_totals AS t (application_id, country, lang, score, sentiment, reviews)
+    SELECT application_id, country, lang, score, sentiment, sum(n) FROM x
+     GROUP BY 1, 2, 3, 4, 5 HAVING sum(n) <> 0 ORDER BY 1, 2, 3, 4, 5
+    ON CONFLICT (application_id, country, lang, score, sentiment)
+    DO UPDATE SET reviews = t.reviews + EXCLUDED.reviews;
+END
+$$ LANGUAGE plpgsql;
+-- A new review counts once for its app (country = lang = '').
+CREATE FUNCTION reviews_rollup_insert() RETURNS trigger AS $$
+BEGIN
+    PERFORM review_rollups_add(ARRAY(
+        SELECT ROW(application_id, '', '', date_trunc('hour', at, 'UTC'), coalesce(app_version, ''), coalesce(score, 0),
+                   coalesce(sentiment, ''), topics, 1)::review_rollup_delta
+          FROM new_rows));
+    RETURN NULL;
+END
+$$ LANGUAGE plpgsql;
+CREATE TRIGGER reviews_rollup_insert AFTER INSERT ON reviews
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION reviews_rollup_insert();
+-- A changed hour, app version, score, label or topics moves the review's
+-- count, for its app and in each of its storefronts.
+CREATE FUNCTION reviews_rollup_update() RETURNS trigger AS $$
+BEGIN
+    PERFORM review_rollups_add(ARRAY(
+        WITH m AS (
+            SELECT o.id, o.application_id AS oa, date_trunc('hour', o.at, 'UTC') AS oh, coalesce(o.app_version, '') AS ov,
+                   coalesce(o.score, 0) AS os, coalesce(o.sentiment, '') AS ol, o.topics AS ot,
+                   n.application_id AS na, date_trunc('hour', n.at, 'UTC') AS nh, coalesce(n.app_version, '') AS nv,
+                   coalesce(n.score, 0) AS ns, coalesce(n.sentiment, '') AS nl, n.topics AS nt
+              FROM old_rows o JOIN new_rows n ON n.id = o.id),
+        c AS (
+            SELECT * FROM m WHERE (oa, oh, ov, os, ol, ot) IS DISTINCT FROM (na, nh, nv, ns, nl, nt)),
+        f AS (
+            SELECT c.*, ''::varchar AS country, ''::varchar AS lang FROM c
+            UNION ALL
+            SELECT c.*, s.country, s.lang FROM c JOIN review_storefronts s ON s.review_id = c.id)
+        SELECT ROW(oa, country, lang, oh, ov, os, ol, ot, -1)::review_rollup_delta FROM f
+        UNION ALL
+        SELECT ROW(na, country, lang, nh, nv, ns, nl, nt, 1)::review_rollup_delta FROM f));
+    RETURN NULL;
+END
+$$ LANGUAGE plpgsql;
+CREATE TRIGGER reviews_rollup_update AFTER UPDATE ON reviews
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION reviews_rollup_update();
+-- A review seen in a new storefront counts there too.
+CREATE FUNCTION review_storefronts_rollup_insert() RETURNS trigger AS $$
+BEGIN
+    PERFORM review_rollups_add(ARRAY(
+        SELECT ROW(s.application_id, s.country, s.lang, date_trunc('hour', r.at, 'UTC'), coalesce(r.app_version, ''),
+                   coalesce(r.score, 0), coalesce(r.sentiment, ''), r.topics, 1)::review_rollup_delta
+          FROM new_rows s JOIN reviews r ON r.id = s.review_id));
+    RETURN NULL;
+END
+$$ LANGUAGE plpgsql;
+CREATE TRIGGER review_storefronts_rollup_insert AFTER INSERT ON review_storefronts
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION review_storefronts_rollup_insert();
+-- app_stats is append-only: a listing adds to its day.
+CREATE FUNCTION app_stats_rollup_insert() RETURNS trigger AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(1886155372, (a & 2147483647)::int)
+       FROM (SELECT DISTINCT application_id AS a FROM new_rows ORDER BY 1) l;
+    INSERT INTO app_stats_rollup_daily AS t (application_id, country, lang, day, listings, score_sum, score_n,
+        last_crawled_at, last_score, last_ratings, last_real_installs, last_min_installs)
+    SELECT application_id, country, lang, date_trunc('day', crawled_at, 'UTC'), count(*), coalesce(sum(score), 0), count(score),
+           max(crawled_at), (array_agg(score ORDER BY crawled_at DESC))[1], (array_agg(ratings ORDER BY crawled_at DESC))[1],
+           (array_agg(real_installs ORDER BY crawled_at DESC))[1], (array_agg(min_installs ORDER BY crawled_at DESC))[1]
+      FROM new_rows GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
+    ON CONFLICT (application_id, country, lang, day) DO UPDATE SET
+        listings = t.listings + EXCLUDED.listings, score_sum = t.score_sum + EXCLUDED.score_sum, score_n = t.score_n + EXCLUDED.score_n,
+        last_crawled_at = greatest(t.last_crawled_at, EXCLUDED.last_crawled_at),
+        last_score = CASE WHEN EXCLUDED.last_crawled_at > t.last_crawled_at THEN EXCLUDED.last_score ELSE t.last_score END,
+        last_ratings = CASE WHEN EXCLUDED.last_crawled_at > t.last_crawled_at THEN EXCLUDED.last_ratings ELSE t.last_ratings END,
+        last_real_installs = CASE WHEN EXCLUDED.last_crawled_at > t.last_crawled_at THEN EXCLUDED.last_real_installs ELSE t.last_real_installs END,
+        last_min_installs = CASE WHEN EXCLUDED.last_crawled_at > t.last_crawled_at THEN EXCLUDED.last_min_installs ELSE t.last_min_installs END;
+    RETURN NULL;
+END
+$$ LANGUAGE plpgsql;
+CREATE TRIGGER app_stats_rollup_insert AFTER INSERT ON app_stats
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION app_stats_rollup_insert();
+-- Recomputes one app's rollups from the raw tables (the migration for
+-- every app, `playwatch rollup rebuild` app by app, each in its own
+-- transaction).
+CREATE FUNCTION rollups_rebuild_app(app BIGINT) RETURNS void AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(1886155372, (app & 2147483647)::int);
+    DELETE FROM review_rollup_hourly WHERE application_id = app;
+    DELETE FROM review_topic_rollup_hourly WHERE application_id = app;
+    DELETE FROM review_rollup_totals WHERE application_id = app;
+    DELETE FROM app_stats_rollup_daily WHERE application_id = app;
+    WITH x AS MATERIALIZED (
+        SELECT ''::varchar AS country, ''::varchar AS lang, date_trunc('hour', at, 'UTC') AS hour, coalesce(app_version, '') AS app_version,
+               coalesce(score, 0) AS score, coalesce(sentiment, '') AS sentiment, topics
+          FROM reviews WHERE application_id = app
+        UNION ALL
+        SELECT s.country, s.lang, date_trunc('hour', r.at, 'UTC'), coalesce(r.app_version, ''), coalesce(r.score, 0),
+               coalesce(r.sentiment, ''), r.topics
+          FROM review_storefronts s JOIN reviews r ON r.id = s.review_id WHERE s.application_id = app),
+    h AS (
+        INSERT INTO review_rollup_hourly (application_id, country, lang, hour, app_version, score, sentiment, reviews)
+        SELECT app, country, lang, hour, app_version, score, sentiment, count(*) FROM x GROUP BY 2, 3, 4, 5, 6, 7),
+    tp AS (
+        INSERT INTO review_topic_rollup_hourly (application_id, country, lang, hour, app_version, topic, sentiment, reviews)
+        SELECT app, country, lang, hour, app_version, topic, sentiment, count(*)
+          FROM x CROSS JOIN unnest(x.topics) AS topic GROUP BY 2, 3, 4, 5, 6, 7)
+    INSERT INTO review_rollup_totals (application_id, country, lang, score, sentiment, reviews)
+    SELECT app, country, lang, score, sentiment, count(*) FROM x GROUP BY 2, 3, 4, 5;
+    INSERT INTO app_stats_rollup_daily (application_id, country, lang, day, listings, score_sum, score_n,
+        last_crawled_at, last_score, last_ratings, last_real_installs, last_min_installs)
+    SELECT app, country, lang, date_trunc('day', crawled_at, 'UTC'), count(*), coalesce(sum(score), 0), count(score),
+           max(crawled_at), (array_agg(score ORDER BY crawled_at DESC))[1], (array_agg(ratings ORDER BY crawled_at DESC))[1],
+           (array_agg(real_installs ORDER BY crawled_at DESC))[1], (array_agg(min_installs ORDER BY crawled_at DESC))[1]
+      FROM app_stats WHERE application_id = app GROUP BY 2, 3, 4;
+END
+$$ LANGUAGE plpgsql;
+SELECT rollups_rebuild_app(id) FROM apps_registry_application ORDER BY id;
