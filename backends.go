@@ -235,7 +235,7 @@ func openBackends(ctx context.Context, cfg Config, logger *slog.Logger, opts bac
 	}
 	if embedded {
 		be.budget = newBrokerBudgetKeeper(budget, kadm.NewClient(be.kafka),
-			newConsumerStore(be.pool, cfg.ConsumerGroup), opts.metrics, logger)
+			newConsumerStore(be.pool, cfg.ConsumerGroup, cfg.Locales), opts.metrics, logger)
 		be.budget.jobsGroup = cfg.CrawlJobsGroup
 	}
 	if be.embedded != nil {

@@ -36,7 +36,7 @@ func BenchmarkBrokerBytesPerReview(b *testing.B) {
 			r := recorded[j%len(recorded)]
 			r.ReviewID = fmt.Sprintf("%s-%d-%d", r.ReviewID, i, j)
 			r.FetchedAt = crawled
-			ms[j] = reviewMessageFrom(pkg, r)
+			ms[j] = reviewMessageFrom(pkg, testLocales.Default, r)
 		}
 		if err := pub.PublishReviews(context.Background(), pkg, ms); err != nil {
 			b.Fatal(err)

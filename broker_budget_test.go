@@ -228,7 +228,7 @@ func TestBrokerBudgetTrimsOldRecordsOnceStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keeper := newBrokerBudgetKeeper(budget, adm, newConsumerStore(pool, testConsumerOptions().Group), prometheus.NewRegistry(), logger)
+	keeper := newBrokerBudgetKeeper(budget, adm, newConsumerStore(pool, testConsumerOptions().Group, testLocales), prometheus.NewRegistry(), logger)
 
 	produceStats(10)
 	time.Sleep(300 * time.Millisecond)

@@ -34,7 +34,7 @@ func cmdDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 	case "discard":
 		err = runDLQDiscard(ctx, be.pool, &f, cl.args, stdout)
 	default:
-		err = runDLQReplay(ctx, newConsumerStore(be.pool, cl.cfg.ConsumerGroup), &f, cl.args, cl.cfg.ConsumerMaxRecordBytes, stdout)
+		err = runDLQReplay(ctx, newConsumerStore(be.pool, cl.cfg.ConsumerGroup, cl.cfg.Locales), &f, cl.args, cl.cfg.ConsumerMaxRecordBytes, stdout)
 	}
 	return errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout))
 }

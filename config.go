@@ -501,7 +501,7 @@ var commandSettings = map[string][]string{
 	"migrate":            {"logging", "services"},
 	"pcap":               {"logging", "services", "kafka", "producer"},
 	"dlq list":           {"logging", "services"},
-	"dlq replay":         {"logging", "services", "CONSUMER_GROUP", "CONSUMER_MAX_RECORD_BYTES"},
+	"dlq replay":         {"logging", "services", "CONSUMER_GROUP", "CONSUMER_MAX_RECORD_BYTES", "PLAYSTORE_LANG", "PLAYSTORE_COUNTRY", "PLAYSTORE_IRAN_LANG", "PLAYSTORE_IRAN_COUNTRY"},
 	"dlq discard":        {"logging", "services"},
 	"sentiment run":      {"logging", "services", "sentiment"},
 	"sentiment rescore":  {"logging", "services"},

@@ -30,6 +30,9 @@ type consumerOptions struct {
 	MaxRecordBytes  int           // larger values are dead letters
 	RetryMaxBackoff time.Duration // cap of the wait between retries of a batch
 	Clock           clock         // retry waits, pause lengths, validation of timestamps
+	// Locales (PLAYSTORE_*) give the default storefront of an app without
+	// registered ones, where a message without one is stored.
+	Locales localeDefaults
 }
 
 func consumerOptionsFrom(cfg Config) consumerOptions {
@@ -41,6 +44,7 @@ func consumerOptionsFrom(cfg Config) consumerOptions {
 		MaxRecordBytes:  cfg.ConsumerMaxRecordBytes,
 		RetryMaxBackoff: cfg.ConsumerRetryMaxBackoff,
 		Clock:           systemClock{},
+		Locales:         cfg.Locales,
 	}
 }
 
@@ -105,7 +109,7 @@ var errStoppedByHook = errors.New("storage consumer stopped by a hook")
 
 func newStorageConsumer(pool *pgxpool.Pool, opts consumerOptions, reg prometheus.Registerer, logger *slog.Logger) *storageConsumer {
 	return &storageConsumer{
-		store:     newConsumerStore(pool, opts.Group),
+		store:     newConsumerStore(pool, opts.Group, opts.Locales),
 		opts:      opts,
 		metrics:   newConsumerMetrics(reg),
 		logger:    logger.With("role", "consumer"),

@@ -235,7 +235,7 @@ func benchReviews(n int) []*kgo.Record {
 		}
 		pkg := fmt.Sprintf("com.bench.app%02d", id%benchApps)
 		f := map[string]any{"package_name": pkg, "review_id": fmt.Sprintf("gp:AOqpTOH%012d", id), "user_name": fmt.Sprintf("User %d", id),
-			"thumbs_up_count": i % 97, "score": 1 + i%5, "content": text,
+			"thumbs_up_count": i % 97, "score": 1 + i%5, "content": text, "country": "us", "lang": "en",
 			"at":         testCrawl.Add(-time.Duration(id) * time.Second).Format(time.RFC3339),
 			"crawled_at": testCrawl.Add(time.Duration(i) * time.Millisecond).Format(time.RFC3339Nano)}
 		recs[i] = rec(topicReviews, pkg, msgJSON(f))
@@ -442,13 +442,14 @@ func upsertUnnest(ctx context.Context, conn *pgxpool.Conn, rows []reviewRow) err
 	})
 }
 
-// upsertStaging is the consumer's write path for reviews, alone.
+// upsertStaging is the consumer's write path for reviews (the upsert and
+// review_storefronts), alone.
 func upsertStaging(ctx context.Context, conn *pgxpool.Conn, rows []reviewRow) error {
 	if err := ensureStagingTables(ctx, conn.Conn().PgConn()); err != nil {
 		return err
 	}
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		_, err := reviewsContract.write(ctx, tx, keepNewestReviews(rows), false)
+		_, err := reviewsContract.write(ctx, tx, rows, false)
 		return err
 	})
 }

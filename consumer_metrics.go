@@ -80,6 +80,7 @@ func newConsumerMetrics(reg prometheus.Registerer) *consumerMetrics {
 	}
 	m.rows.WithLabelValues(tableDeadLetters)
 	m.rows.WithLabelValues(tableRegistry)
+	m.rows.WithLabelValues(tableReviewStorefronts)
 	for _, r := range allReasonCodes {
 		m.deadLetters.WithLabelValues(string(r))
 	}

@@ -112,7 +112,7 @@ func checkNewLogAfterBrokerDataDeleted(t *testing.T, commits bool, newRecs map[i
 	logger := slog.New(slog.NewTextHandler(io.MultiWriter(&logs, t.Output()), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	second := startLoggedTestConsumer(t, logger, pool, brokers, testConsumerOptions(), consumerHooks{})
 	waitFor(t, 20*time.Second, "the new reviews", func() bool { return reviews() == want })
-	store := newConsumerStore(pool, group)
+	store := newConsumerStore(pool, group, testLocales)
 	if got := storedOffsetsOf(t, store, topicReviews); got[0] != newRecs[0] || got[1] != newRecs[1] || got[2] != 30 {
 		t.Errorf("stored offsets %v, want 0:%d 1:%d (moved back to the new logs) 2:30 (no new record yet)", got, newRecs[0], newRecs[1])
 	}
@@ -224,7 +224,7 @@ func TestBrokerBudgetKeepsANewLogBelowTheStoredOffset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keeper := newBrokerBudgetKeeper(budget, adm, newConsumerStore(pool, group), prometheus.NewRegistry(), logger)
+	keeper := newBrokerBudgetKeeper(budget, adm, newConsumerStore(pool, group, testLocales), prometheus.NewRegistry(), logger)
 	time.Sleep(300 * time.Millisecond) // older than the retention
 	if err := keeper.trim(ctx); err != nil {
 		t.Fatal(err)
@@ -241,7 +241,7 @@ func TestBrokerBudgetKeepsANewLogBelowTheStoredOffset(t *testing.T) {
 	if err := tc.stop(); err != nil {
 		t.Fatal(err)
 	}
-	store := newConsumerStore(pool, group)
+	store := newConsumerStore(pool, group, testLocales)
 	if a, n := storedOffsetsOf(t, store, topicAppStats), storedOffsetsOf(t, store, topicNetworkMetrics); a[0] != 10 || n[0] != 10 {
 		t.Errorf("stored offsets app-stats %v, network-metrics %v; want 10 each", a, n)
 	}

@@ -22,13 +22,14 @@ import (
 // one INSERT … SELECT … ON CONFLICT, which measured fastest (see
 // consumer_bench_test.go).
 type consumerStore struct {
-	pool  *pgxpool.Pool
-	group string // consumer group whose offsets the consumer stores
-	apps  *packageIDs
+	pool    *pgxpool.Pool
+	group   string // consumer group whose offsets the consumer stores
+	apps    *packageIDs
+	locales localeDefaults // PLAYSTORE_*: the storefront of a message without one
 }
 
-func newConsumerStore(pool *pgxpool.Pool, group string) *consumerStore {
-	return &consumerStore{pool: pool, group: group, apps: &packageIDs{ids: map[string]int64{}}}
+func newConsumerStore(pool *pgxpool.Pool, group string, locales localeDefaults) *consumerStore {
+	return &consumerStore{pool: pool, group: group, apps: &packageIDs{ids: map[string]int64{}}, locales: locales}
 }
 
 // topicPartition names one partition.
@@ -84,7 +85,7 @@ type storeOutcome struct {
 // one under savepoints, and dead-letter them with the SQL error; it is used
 // after a data error. beforeCommit, when set, runs just before COMMIT.
 func (s *consumerStore) storeBatch(ctx context.Context, parts []partitionBatch, b *batchRows, narrow bool, beforeCommit func(context.Context) error) (storeOutcome, error) {
-	if err := s.apps.resolve(ctx, s.pool, b); err != nil {
+	if err := s.resolve(ctx, s.pool, b); err != nil {
 		return storeOutcome{}, err
 	}
 	var out storeOutcome

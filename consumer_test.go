@@ -30,7 +30,7 @@ type testConsumer struct {
 
 func testConsumerOptions() consumerOptions {
 	return consumerOptions{Group: "playwatch-storage", MaxPollRecords: 500, Linger: 20 * time.Millisecond,
-		Writers: 1, MaxRecordBytes: 1 << 20, RetryMaxBackoff: 200 * time.Millisecond, Clock: systemClock{}}
+		Writers: 1, MaxRecordBytes: 1 << 20, RetryMaxBackoff: 200 * time.Millisecond, Clock: systemClock{}, Locales: testLocales}
 }
 
 func startTestConsumer(t testing.TB, pool *pgxpool.Pool, brokers []string, opts consumerOptions, hooks consumerHooks) *testConsumer {
@@ -259,7 +259,7 @@ func TestStoreBatchKeepsNewestVersionInBatch(t *testing.T) {
 	pool := newTestPool(t)
 	const pkg = "org.telegram.messenger"
 	registerApps(t, pool, pkg)
-	store := newConsumerStore(pool, "g")
+	store := newConsumerStore(pool, "g", testLocales)
 	t1, t2 := testCrawl, testCrawl.Add(time.Minute)
 	mk := func(off int64, id string, crawled time.Time, content string) *kgo.Record {
 		return &kgo.Record{Topic: topicReviews, Partition: 0, Offset: off,

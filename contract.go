@@ -52,6 +52,11 @@ type topicRows interface {
 	// resolve sets each row's app id from ids and moves the rows of
 	// unregistered packages to dead.
 	resolve(ids map[string]int64, dead *[]deadLetter)
+	// withoutStorefront notes the app of each row whose message names no
+	// storefront; setStorefronts gives those rows their app's first
+	// storefront (consumer_storefronts.go).
+	withoutStorefront(note func(appID int64))
+	setStorefronts(first map[int64]locale)
 	keep(keep func(*kgo.Record) bool)
 	// write stores the rows; in narrow mode it also returns the rows
 	// PostgreSQL refused, as dead letters.
@@ -95,9 +100,11 @@ type tableContract[M any, P contractMessage[M]] struct {
 	// conflict ends the INSERT … SELECT from the staging table into the
 	// table, which is aliased t.
 	conflict string
-	// prepare, when set, runs on the rows before they are written.
+	// prepare, when set, picks the rows that are written into the table
+	// (of the rows of a write, which it leaves as they are).
 	prepare func([]row[M]) []row[M]
-	// afterWrite, when set, runs after the rows are in the table.
+	// afterWrite, when set, runs after the rows are in the table, on all
+	// the rows of the write, those prepare left out included.
 	afterWrite func(ctx context.Context, tx pgx.Tx, rows []row[M]) (rowCounts, error)
 
 	staging     string
@@ -143,10 +150,14 @@ func (c *tableContract[M, P]) write(ctx context.Context, tx pgx.Tx, rows []row[M
 			return nil, err
 		}
 	}
+	written := rows
+	if c.prepare != nil {
+		written = c.prepare(rows)
+	}
 	vals := make([]any, len(c.copyColumns))
 	_, err := tx.CopyFrom(ctx, pgx.Identifier{c.staging}, c.copyColumns,
-		pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
-			r := &rows[i]
+		pgx.CopyFromSlice(len(written), func(i int) ([]any, error) {
+			r := &written[i]
 			vals[0] = r.appID
 			for j := range c.columns {
 				vals[j+1] = c.columns[j].value(&r.msg)
@@ -222,9 +233,6 @@ func (t *contractRows[M, P]) keep(keep func(*kgo.Record) bool) {
 }
 
 func (t *contractRows[M, P]) write(ctx context.Context, tx pgx.Tx, narrow bool) (rowCounts, []deadLetter, error) {
-	if t.c.prepare != nil {
-		t.rows = t.c.prepare(t.rows)
-	}
 	return writeTable(ctx, tx, t.rows, narrow, t.c.write)
 }
 

@@ -18,7 +18,8 @@ const topicAppStats = "app-stats"
 // appStatsMessage is one crawl of one app's store listing. Pointers are the
 // nullable metrics: a metric the store did not show is null, never a zero
 // that looks like data. The fields after CrawledAt came later: a message of
-// an older playwatch lacks them, and they are stored as NULL.
+// an older playwatch lacks them, and they are stored as NULL; one without
+// Country and Lang is stored in its app's first storefront.
 type appStatsMessage struct {
 	PackageName  string     `json:"package_name"`
 	Title        *string    `json:"title"`
@@ -38,11 +39,15 @@ type appStatsMessage struct {
 	Developer     *string    `json:"developer"`
 	ReleasedAt    *time.Time `json:"released_at"`
 	RecentChanges *string    `json:"recent_changes"`
+	// Country and Lang are the storefront the listing was read in (both or
+	// neither).
+	Country string `json:"country"`
+	Lang    string `json:"lang"`
 }
 
-// appStatsFromDetails maps a details result to its message
-// (docs/playstore-protocol.md §5.1).
-func appStatsFromDetails(d appDetails) appStatsMessage {
+// appStatsFromDetails maps a details result, read in storefront loc, to its
+// message (docs/playstore-protocol.md §5.1).
+func appStatsFromDetails(d appDetails, loc locale) appStatsMessage {
 	m := appStatsMessage{
 		PackageName:   d.PackageName,
 		Title:         cleanTextPtr(&d.Title),
@@ -58,6 +63,8 @@ func appStatsFromDetails(d appDetails) appStatsMessage {
 		Developer:     cleanTextPtr(d.Developer),
 		ReleasedAt:    d.ReleasedAt,
 		RecentChanges: recentChangesText(d.RecentChangesHTML),
+		Country:       loc.Country,
+		Lang:          loc.Lang,
 	}
 	// An average below one star only appears on unrated listings ("0.0"
 	// over 0 ratings): that zero is not data.
@@ -112,11 +119,16 @@ func (m *appStatsMessage) validate(now time.Time) *invalidRecord {
 	c.text("developer", m.Developer, maxVarchar255)
 	c.timestamp("released_at", m.ReleasedAt, false)
 	c.text("recent_changes", m.RecentChanges, 0)
+	c.storefront(m.Country, m.Lang)
 	return c.result()
 }
 
 func (m *appStatsMessage) packageName() string   { return m.PackageName }
 func (m *appStatsMessage) newestTime() time.Time { return m.CrawledAt }
+func (m *appStatsMessage) storefront() locale    { return locale{Lang: m.Lang, Country: m.Country} }
+func (m *appStatsMessage) setStorefront(l locale) {
+	m.Country, m.Lang = l.Country, l.Lang
+}
 
 // ratingsOf returns the column value of the ratings of stars (1 to 5).
 func ratingsOf(stars int) func(*appStatsMessage) any {
@@ -131,8 +143,9 @@ func ratingsOf(stars int) func(*appStatsMessage) any {
 // statRow is one row of app_stats.
 type statRow = row[appStatsMessage]
 
-// appStatsContract appends one row per crawl; (application_id, crawled_at)
-// is the idempotency key, so a redelivered message adds nothing. The newest
+// appStatsContract appends one row per crawl of a storefront;
+// (application_id, country, lang, crawled_at) is the idempotency key, so a
+// redelivered message adds nothing. The newest
 // title and genre of a batch fill the app's empty registry names.
 var appStatsContract = newTableContract(tableContract[appStatsMessage, *appStatsMessage]{
 	topic: topicAppStats,
@@ -155,6 +168,10 @@ var appStatsContract = newTableContract(tableContract[appStatsMessage, *appStats
 		{"developer", "text", func(m *appStatsMessage) any { return m.Developer }},
 		{"released_at", "timestamptz", func(m *appStatsMessage) any { return m.ReleasedAt }},
 		{"recent_changes", "text", func(m *appStatsMessage) any { return m.RecentChanges }},
+		// Set by the consumer where the message names none (an older
+		// playwatch's): the app's first storefront.
+		{"country", "text", func(m *appStatsMessage) any { return storefrontCode(m.Country) }},
+		{"lang", "text", func(m *appStatsMessage) any { return storefrontCode(m.Lang) }},
 	},
 	conflict:   "ON CONFLICT (application_id, country, lang, crawled_at) DO NOTHING",
 	afterWrite: fillRegistry,

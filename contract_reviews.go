@@ -14,7 +14,8 @@ const topicReviews = "reviews"
 
 // reviewMessage is one review as seen by one crawl. CrawledAt becomes
 // reviews.last_synced_at. The fields after CrawledAt came later: a message
-// of an older playwatch lacks them, and they are stored as NULL.
+// of an older playwatch lacks them, and they are stored as NULL; one without
+// Country and Lang is stored in its app's first storefront.
 type reviewMessage struct {
 	PackageName   string     `json:"package_name"`
 	ReviewID      string     `json:"review_id"`
@@ -27,11 +28,15 @@ type reviewMessage struct {
 	ReplyContent  *string    `json:"reply_content"`
 	RepliedAt     *time.Time `json:"replied_at"`
 	AppVersion    *string    `json:"app_version"`
+	// Country and Lang are the storefront the review was read in (both or
+	// neither): review_storefronts records each one a review was seen in.
+	Country string `json:"country"`
+	Lang    string `json:"lang"`
 }
 
-// reviewMessageFrom maps one review of pkg to its message
-// (docs/playstore-protocol.md §5.2).
-func reviewMessageFrom(pkg string, r review) reviewMessage {
+// reviewMessageFrom maps one review of pkg, read in storefront loc, to its
+// message (docs/playstore-protocol.md §5.2).
+func reviewMessageFrom(pkg string, loc locale, r review) reviewMessage {
 	m := reviewMessage{
 		PackageName:  pkg,
 		ReviewID:     r.ReviewID,
@@ -43,6 +48,8 @@ func reviewMessageFrom(pkg string, r review) reviewMessage {
 		ReplyContent: cleanTextPtr(r.ReplyContent),
 		RepliedAt:    r.RepliedAt,
 		AppVersion:   cleanTextPtr(r.AppVersion),
+		Country:      loc.Country,
+		Lang:         loc.Lang,
 	}
 	if r.ThumbsUpCount != nil {
 		m.ThumbsUpCount = *r.ThumbsUpCount
@@ -55,9 +62,9 @@ func reviewMessageFrom(pkg string, r review) reviewMessage {
 // times faster: a crawl encodes a thousand reviews per app, and reflection
 // took a quarter of the crawler's CPU.
 func (m *reviewMessage) encodeJSON() ([]byte, error) {
-	// Keys, numbers and times take at most 330 bytes.
-	n := 330 + len(m.PackageName) + len(m.ReviewID)
-	for _, s := range []*string{m.UserName, m.Content, m.ReplyContent, m.AppVersion} {
+	// Keys, numbers and times take at most 360 bytes.
+	n := 360 + len(m.PackageName) + len(m.ReviewID)
+	for _, s := range []*string{m.UserName, m.Content, m.ReplyContent, m.AppVersion, &m.Country, &m.Lang} {
 		if s != nil {
 			n += len(*s)
 		}
@@ -98,6 +105,10 @@ func (m *reviewMessage) encodeJSON() ([]byte, error) {
 	}
 	b = append(b, `,"app_version":`...)
 	b = appendJSONString(b, m.AppVersion)
+	b = append(b, `,"country":`...)
+	b = appendJSONString(b, &m.Country)
+	b = append(b, `,"lang":`...)
+	b = appendJSONString(b, &m.Lang)
 	return append(b, '}'), nil
 }
 
@@ -146,16 +157,22 @@ func (m *reviewMessage) validate(now time.Time) *invalidRecord {
 	c.text("reply_content", m.ReplyContent, 0)
 	c.timestamp("replied_at", m.RepliedAt, false)
 	c.text("app_version", m.AppVersion, maxVersion)
+	c.storefront(m.Country, m.Lang)
 	return c.result()
 }
 
 func (m *reviewMessage) packageName() string   { return m.PackageName }
 func (m *reviewMessage) newestTime() time.Time { return m.CrawledAt }
+func (m *reviewMessage) storefront() locale    { return locale{Lang: m.Lang, Country: m.Country} }
+func (m *reviewMessage) setStorefront(l locale) {
+	m.Country, m.Lang = l.Country, l.Lang
+}
 
 // reviewRow is one row of reviews.
 type reviewRow = row[reviewMessage]
 
-// reviewsContract keeps the latest version of each review. The upsert never
+// reviewsContract keeps the latest version of each review, and records each
+// storefront a review was seen in (review_storefronts). The upsert never
 // sets sentiment (the sentiment job's), first_seen_at or application_id, and
 // only a strictly newer crawl replaces a stored version, its reply and app
 // version included: a redelivery, a replay or two partitions read out of
@@ -187,15 +204,18 @@ var reviewsContract = newTableContract(tableContract[reviewMessage, *reviewMessa
 	reply_content = EXCLUDED.reply_content, replied_at = EXCLUDED.replied_at, app_version = EXCLUDED.app_version,
 	search_text = EXCLUDED.search_text, search_version = EXCLUDED.search_version
 WHERE EXCLUDED.last_synced_at > t.last_synced_at`,
-	prepare: keepNewestReviews,
+	prepare:    keepNewestReviews,
+	afterWrite: recordReviewStorefronts,
 })
 
 // keepNewestReviews keeps one version of each review of a batch: the one
 // with the latest crawled_at (the first of equal ones, as the upsert's
 // guard would). ON CONFLICT cannot update one row twice in a statement.
+// rows stay as they are: every one of them names a storefront the review
+// was seen in (recordReviewStorefronts).
 func keepNewestReviews(rows []reviewRow) []reviewRow {
 	seen := make(map[string]int, len(rows))
-	out := rows[:0]
+	out := make([]reviewRow, 0, len(rows))
 	for _, r := range rows {
 		if i, ok := seen[r.msg.ReviewID]; ok {
 			if r.msg.CrawledAt.After(out[i].msg.CrawledAt) {

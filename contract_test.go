@@ -204,14 +204,14 @@ func TestConsumerReadsMessagesOfAnOlderPlaywatch(t *testing.T) {
 	for _, r := range page.Reviews {
 		if r.ReviewID == reviewID {
 			r.FetchedAt = later
-			newer = reviewMessageFrom(translate, r)
+			newer = reviewMessageFrom(translate, testLocales.Default, r)
 		}
 	}
 	value, err := newer.encodeJSON()
 	if err != nil {
 		t.Fatal(err)
 	}
-	stats, err := json.Marshal(appStatsFromDetails(d))
+	stats, err := json.Marshal(appStatsFromDetails(d, testLocales.Default))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -199,7 +199,7 @@ func (c *crawler) crawlApp(ctx context.Context, j crawlJob) appResult {
 
 	details, err := c.store.Details(fetchCtx, a.PackageName, loc.Lang, loc.Country)
 	if err == nil {
-		m := appStatsFromDetails(details)
+		m := appStatsFromDetails(details, loc)
 		m.CrawledAt = j.CrawledAt
 		err = c.pub.PublishAppStats(ctx, m)
 	}
@@ -218,7 +218,7 @@ func (c *crawler) crawlApp(ctx context.Context, j crawlJob) appResult {
 		if len(revs) > 0 {
 			msgs := make([]reviewMessage, len(revs))
 			for i, rv := range revs {
-				msgs[i] = reviewMessageFrom(a.PackageName, rv)
+				msgs[i] = reviewMessageFrom(a.PackageName, loc, rv)
 				msgs[i].CrawledAt = j.CrawledAt
 			}
 			if perr = c.pub.PublishReviews(ctx, a.PackageName, msgs); perr == nil {

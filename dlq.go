@@ -371,7 +371,7 @@ func (s *consumerStore) replayLocked(ctx context.Context, tx pgx.Tx, picked []de
 		byRecord[recs[i]] = i
 	}
 	b := decodeRecords(recs, maxRecordBytes, time.Now())
-	if err := s.apps.resolve(ctx, tx, b); err != nil {
+	if err := s.resolve(ctx, tx, b); err != nil {
 		return nil, nil, err
 	}
 	_, sqlDead, err := writeRows(ctx, tx, b, narrow)

@@ -375,7 +375,7 @@ func TestDLQReplayAllGoesOnPastRowsDiscardedMeanwhile(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		res, err := newConsumerStore(pool, testConsumerOptions().Group).replayDeadLetters(ctx, nil, deadLetterFilter{}, 1<<20)
+		res, err := newConsumerStore(pool, testConsumerOptions().Group, testLocales).replayDeadLetters(ctx, nil, deadLetterFilter{}, 1<<20)
 		done <- result{res, err}
 	}()
 	waitFor(t, 10*time.Second, "the replay waiting for the discard's locks", func() bool {

@@ -30,7 +30,7 @@ func fetchApp(ctx context.Context, client *playStoreClient, pkg string, loc loca
 		return fmt.Errorf("%s: not found on the Play Store for hl=%s gl=%s (HTTP 404)", pkg, loc.Lang, loc.Country)
 	}
 	if detailsErr == nil {
-		m := appStatsFromDetails(details)
+		m := appStatsFromDetails(details, loc)
 		m.CrawledAt = crawledAt
 		if err := out.Encode(m); err != nil {
 			return fmt.Errorf("writing app stats: %w", err)
@@ -38,7 +38,7 @@ func fetchApp(ctx context.Context, client *playStoreClient, pkg string, loc loca
 	}
 	reviews, reviewsErr := client.Reviews(ctx, pkg, loc.Lang, loc.Country, n, nil)
 	for _, r := range reviews {
-		m := reviewMessageFrom(pkg, r)
+		m := reviewMessageFrom(pkg, loc, r)
 		m.CrawledAt = crawledAt
 		if err := out.Encode(m); err != nil {
 			return fmt.Errorf("writing reviews: %w", err)

@@ -28,21 +28,23 @@ func TestFetchPrintsStatsThenReviews(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[0]), &stats); err != nil {
 		t.Fatal(err)
 	}
-	if stats.PackageName != "ir.example.chat" || *stats.Title != "چت" || *stats.MinInstalls != 50000000 || stats.CrawledAt.IsZero() {
+	if stats.PackageName != "ir.example.chat" || *stats.Title != "چت" || *stats.MinInstalls != 50000000 || stats.CrawledAt.IsZero() ||
+		stats.Country != "ir" || stats.Lang != "fa" {
 		t.Fatalf("stats %s", lines[0])
 	}
 	if keys := jsonKeys(t, []byte(lines[0])); !slices.Contains(keys, "app_updated_at") || !slices.Contains(keys, "crawled_at") {
 		t.Fatalf("keys %v", keys)
 	}
 	for i, line := range lines[1:] {
-		if keys := jsonKeys(t, []byte(line)); !slices.Equal(keys, []string{"app_version", "at", "content", "crawled_at", "package_name", "replied_at", "reply_content", "review_id", "score", "thumbs_up_count", "user_name"}) {
+		if keys := jsonKeys(t, []byte(line)); !slices.Equal(keys, []string{"app_version", "at", "content", "country", "crawled_at", "lang", "package_name", "replied_at", "reply_content", "review_id", "score", "thumbs_up_count", "user_name"}) {
 			t.Fatalf("review keys %v", keys)
 		}
 		var m reviewMessage
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			t.Fatal(err)
 		}
-		if m.ReviewID != replayReviewID("ir.example.chat", i) || !m.At.Equal(replayReviewAt(i)) || strings.ContainsRune(*m.Content, 0) {
+		if m.ReviewID != replayReviewID("ir.example.chat", i) || !m.At.Equal(replayReviewAt(i)) || strings.ContainsRune(*m.Content, 0) ||
+			m.Country != "ir" || m.Lang != "fa" {
 			t.Fatalf("review %d: %s", i, line)
 		}
 		var raw map[string]any

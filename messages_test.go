@@ -30,6 +30,8 @@ func TestPublishReviewJSONIsEncodingJSON(t *testing.T) {
 		{PackageName: "com.example.app", ReviewID: "replied", Content: str("slow"), At: at, CrawledAt: at,
 			ReplyContent: str("Hi Ana. We'd like to <help> & \"fix\" it.\nThanks"), RepliedAt: &replied, AppVersion: str("10.24.48.939568180.6-release")},
 		{PackageName: "com.example.app", ReviewID: "version only", At: at, CrawledAt: at, AppVersion: str("1.0")},
+		{PackageName: "ir.example.app", ReviewID: "storefront", At: at, CrawledAt: at, Country: "ir", Lang: "fa"},
+		{PackageName: "com.example.app", ReviewID: "odd storefront", At: at, CrawledAt: at, Country: `"<us>"`, Lang: "pt-BR\n"},
 	} {
 		cases = append(cases, m)
 	}
@@ -70,7 +72,7 @@ func FuzzPublishReviewJSON(f *testing.F) {
 		replied := time.Unix(sec%300_000_000_000+n, 0).UTC()
 		m := reviewMessage{PackageName: pkg, ReviewID: id, UserName: &name, ThumbsUpCount: n, Score: &score,
 			Content: &content, At: time.Unix(sec%300_000_000_000, n).UTC(), CrawledAt: time.Unix(sec%1e10, 0),
-			ReplyContent: &reply, RepliedAt: &replied, AppVersion: &name}
+			ReplyContent: &reply, RepliedAt: &replied, AppVersion: &name, Country: id, Lang: content}
 		if n%2 == 0 {
 			m.UserName, m.Score, m.ReplyContent, m.RepliedAt = nil, nil, nil, nil
 		}

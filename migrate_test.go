@@ -77,8 +77,8 @@ func TestSchemaColumnsMatchContract(t *testing.T) {
 		"app_stats.developer":                           "character varying(255) NULL",
 		"app_stats.released_at":                         "timestamp with time zone NULL",
 		"app_stats.recent_changes":                      "text NULL",
-		"app_stats.country":                             "character varying(8) NOT NULL 'us'::character varying",  // GROUNDWORK: no default once the consumer writes it
-		"app_stats.lang":                                "character varying(16) NOT NULL 'en'::character varying", // GROUNDWORK
+		"app_stats.country":                             "character varying(8) NOT NULL",
+		"app_stats.lang":                                "character varying(16) NOT NULL",
 		"app_storefronts.application_id":                "bigint NOT NULL",
 		"app_storefronts.position":                      "smallint NOT NULL",
 		"app_storefronts.country":                       "character varying(8) NOT NULL",

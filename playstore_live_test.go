@@ -58,20 +58,20 @@ func TestLivePlayStore(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkLiveDetails(t, d)
+			checkLiveDetails(t, d, loc)
 			reviews, err := client.Reviews(ctx, app.pkg, loc.Lang, loc.Country, 300, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkLiveReviews(t, app.pkg, reviews, app.iranian)
+			checkLiveReviews(t, app.pkg, loc, reviews, app.iranian)
 		})
 	}
 }
 
-func checkLiveDetails(t *testing.T, d appDetails) {
+func checkLiveDetails(t *testing.T, d appDetails, loc locale) {
 	t.Helper()
 	now := time.Now()
-	m := appStatsFromDetails(d)
+	m := appStatsFromDetails(d, loc)
 	raw, _ := json.Marshal(m)
 	t.Logf("app-stats: %s", raw)
 	switch {
@@ -103,7 +103,7 @@ func checkLiveDetails(t *testing.T, d appDetails) {
 	}
 }
 
-func checkLiveReviews(t *testing.T, pkg string, reviews []review, wantPersian bool) {
+func checkLiveReviews(t *testing.T, pkg string, loc locale, reviews []review, wantPersian bool) {
 	t.Helper()
 	if len(reviews) < 150 {
 		t.Fatalf("%d reviews, want at least one full page", len(reviews))
@@ -111,7 +111,7 @@ func checkLiveReviews(t *testing.T, pkg string, reviews []review, wantPersian bo
 	now := time.Now()
 	persian := 0
 	for i, r := range reviews {
-		m := reviewMessageFrom(pkg, r)
+		m := reviewMessageFrom(pkg, loc, r)
 		switch {
 		case m.ReviewID == "":
 			t.Errorf("review %d: no id", i)

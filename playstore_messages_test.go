@@ -57,12 +57,14 @@ func TestPlayAppStatsMessageFromFixtures(t *testing.T) {
 				t.Fatal(err)
 			}
 			d.PackageName, d.FetchedAt = "pkg", fetched
-			raw, err := json.Marshal(appStatsFromDetails(d))
+			raw, err := json.Marshal(appStatsFromDetails(d, locale{Lang: "en", Country: "us"}))
 			if err != nil {
 				t.Fatal(err)
 			}
 			want := []string{"ad_supported", "app_updated_at", "crawled_at", "developer", "genre", "histogram", "min_installs", "package_name",
 				"ratings", "real_installs", "recent_changes", "released_at", "reviews_count", "score", "title", "version"}
+			want = append(want, "country", "lang")
+			slices.Sort(want)
 			if keys := jsonKeys(t, raw); !slices.Equal(keys, want) {
 				t.Fatalf("keys %v", keys)
 			}
@@ -127,18 +129,18 @@ func TestPlayReviewMessage(t *testing.T) {
 	}{
 		{0, `{"package_name":"com.google.android.apps.translate","review_id":"017452fc-0d4b-471d-b406-bcf0f52387a7",` +
 			`"user_name":"Formann Ali","thumbs_up_count":0,"score":5,"content":"niec","at":"2026-07-06T13:55:24.077Z","crawled_at":"2026-07-07T10:00:00Z",` +
-			`"reply_content":null,"replied_at":null,"app_version":null}`},
+			`"reply_content":null,"replied_at":null,"app_version":null,"country":"us","lang":"en"}`},
 		// The first with a developer reply (expected_values.json "first_with_reply").
 		{slices.IndexFunc(reviews, func(r review) bool { return r.ReplyContent != nil }),
 			`{"package_name":"com.google.android.apps.translate","review_id":"5219798f-004e-4171-8477-de05baae134d",` +
 				`"user_name":"Baran Akbar","thumbs_up_count":0,"score":1,"content":"what is wrong with this update? I can no longer manually select lines in the scanning tool",` +
 				`"at":"2026-07-06T07:02:46.957Z","crawled_at":"2026-07-07T10:00:00Z",` +
 				`"reply_content":"Hi Baran. We'd like our users to have the best possible experience with the Google Translate app. We'll share your feedback with our product team. Thanks.",` +
-				`"replied_at":"2026-07-07T01:20:13.174Z","app_version":"10.24.48.939568180.6-release"}`},
+				`"replied_at":"2026-07-07T01:20:13.174Z","app_version":"10.24.48.939568180.6-release","country":"us","lang":"en"}`},
 	} {
 		r := reviews[c.i]
 		r.FetchedAt = time.Date(2026, 7, 7, 10, 0, 0, 0, time.UTC)
-		raw, err := json.Marshal(reviewMessageFrom("com.google.android.apps.translate", r))
+		raw, err := json.Marshal(reviewMessageFrom("com.google.android.apps.translate", locale{Lang: "en", Country: "us"}, r))
 		if err != nil {
 			t.Fatal(err)
 		}

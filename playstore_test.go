@@ -305,7 +305,7 @@ func TestPlayClientUnratedApp(t *testing.T) {
 	if *d.MinInstalls != 50000000 || *d.Version != "1.26.32.2" {
 		t.Fatalf("other fields lost: %+v", d)
 	}
-	m := appStatsFromDetails(d)
+	m := appStatsFromDetails(d, testLocales.Default)
 	if m.Score != nil || m.Ratings != nil || m.ReviewsCount != nil {
 		t.Fatalf("message %+v", m)
 	}
@@ -327,7 +327,7 @@ func TestPlayClientPersianReviews(t *testing.T) {
 	if *got[3].Content != want || *got[3].UserName != "کاربر 3" {
 		t.Fatalf("content %q by %q", *got[3].Content, *got[3].UserName)
 	}
-	m := reviewMessageFrom("ir.example.chat", got[3])
+	m := reviewMessageFrom("ir.example.chat", loc, got[3])
 	if *m.Content != strings.TrimSuffix(want, "\u0000") {
 		t.Errorf("message content %q: U+0000 not stripped or newline lost", *m.Content)
 	}

@@ -392,6 +392,13 @@ func (rp *reparser) page(ctx context.Context, d *rawPageDecoder, r *kgo.Record) 
 		return fail("bad key or " + headerCrawledAt + " header")
 	}
 	crawledAt = messageTime(crawledAt)
+	// The storefront the page was read in; a page without one is
+	// published without it, as an older playwatch did.
+	loc := locale{Lang: recordHeader(r, headerLang), Country: recordHeader(r, headerCountry)}
+	var c checks
+	if c.storefront(loc.Country, loc.Lang); c.result() != nil {
+		return fail("bad " + headerLang + " or " + headerCountry + " header")
+	}
 	full := r
 	if recordHeader(r, headerEncoding) == rawEncodingRef {
 		// An unchanged page: the full page it names has its data blocks.
@@ -418,7 +425,7 @@ func (rp *reparser) page(ctx context.Context, d *rawPageDecoder, r *kgo.Record) 
 			return failParse(err)
 		}
 		details.PackageName = pkg
-		m := appStatsFromDetails(details)
+		m := appStatsFromDetails(details, loc)
 		m.CrawledAt = crawledAt
 		res.stats = 1
 		if rp.pub != nil {
@@ -432,7 +439,7 @@ func (rp *reparser) page(ctx context.Context, d *rawPageDecoder, r *kgo.Record) 
 	}
 	msgs := make([]reviewMessage, len(page.Reviews))
 	for i, rv := range page.Reviews {
-		msgs[i] = reviewMessageFrom(pkg, rv)
+		msgs[i] = reviewMessageFrom(pkg, loc, rv)
 		msgs[i].CrawledAt = crawledAt
 	}
 	res.reviews = len(msgs)

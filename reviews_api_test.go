@@ -31,7 +31,7 @@ type reviewStorer struct {
 }
 
 func newReviewStorer(pool *pgxpool.Pool) *reviewStorer {
-	return &reviewStorer{store: newConsumerStore(pool, "reviews-test")}
+	return &reviewStorer{store: newConsumerStore(pool, "reviews-test", testLocales)}
 }
 
 func (s *reviewStorer) put(t testing.TB, msgs ...reviewMessage) {

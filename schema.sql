@@ -480,8 +480,6 @@ ALTER TABLE app_stats
 -- Readers that ignore storefronts (an app's newest listing, a dashboard of
 -- one-storefront apps) keep their index.
 CREATE INDEX app_stats_application_id_crawled_at_idx ON app_stats (application_id, crawled_at);
--- GROUNDWORK (temporary, removed when the consumer writes the storefront): a default so writers keep working meanwhile.
-ALTER TABLE app_stats ALTER COLUMN country SET DEFAULT 'us', ALTER COLUMN lang SET DEFAULT 'en';
 -- A review is stored once (unique by its Play Store review_id); this table
 -- records every storefront it was seen in, first_seen_at the first time it
 -- was stored from that storefront. review_id is reviews.id (the row), not
