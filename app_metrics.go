@@ -31,8 +31,8 @@ type appGaugeCollector struct {
 	refreshEvery time.Duration
 	logger       *slog.Logger
 	// locales are the PLAYSTORE_* storefronts of an app registered
-	// without storefronts (localeDefaults.storefronts); `run` sets them.
-	locales localeDefaults
+	// without storefronts (localeDefaults.storefronts): the page's.
+	locales func() localeDefaults
 
 	mu        sync.Mutex
 	rows      []appGaugeRow
@@ -46,9 +46,9 @@ type appGaugeCollector struct {
 // newAppGaugeCollector reads the gauges every refreshEvery
 // (APP_GAUGES_INTERVAL, 30s: well under the 5 minutes of the alert rules'
 // windows, and two queries a minute per server).
-func newAppGaugeCollector(db statusDB, now func() time.Time, refreshEvery time.Duration, logger *slog.Logger) *appGaugeCollector {
+func newAppGaugeCollector(db statusDB, now func() time.Time, locales func() localeDefaults, refreshEvery time.Duration, logger *slog.Logger) *appGaugeCollector {
 	app := []string{"package", "country", "lang"}
-	return &appGaugeCollector{db: db, now: now, refreshEvery: refreshEvery, logger: logger,
+	return &appGaugeCollector{db: db, now: now, locales: locales, refreshEvery: refreshEvery, logger: logger,
 		score:    prometheus.NewDesc("playwatch_app_score", "Average rating of the newest stored listing of the app in the storefront (0 to 5).", app, nil),
 		ratings:  prometheus.NewDesc("playwatch_app_ratings", "Number of ratings on the newest stored listing of the app in the storefront.", app, nil),
 		installs: prometheus.NewDesc("playwatch_app_installs", "Exact installs of the newest stored listing in the storefront (the store's lower bound where it shows no exact count).", app, nil),
@@ -95,7 +95,7 @@ func (c *appGaugeCollector) refresh(ctx context.Context) {
 		if _, err = tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true)`, strconv.FormatInt(c.refreshEvery.Milliseconds(), 10)); err != nil {
 			return fmt.Errorf("app gauges: %w", err)
 		}
-		rows, err = loadAppGauges(ctx, tx, now, c.locales)
+		rows, err = loadAppGauges(ctx, tx, now, c.locales())
 		return err
 	})
 	if errors.Is(context.Cause(ctx), context.Canceled) {

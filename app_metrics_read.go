@@ -59,20 +59,15 @@ func negativeInSQL(window string) string {
 		gaugeWindowSQL("review_rollup_hourly", window, "reviews AS n", "sentiment = 'NEGATIVE'", "", "1", "r.sentiment = 'NEGATIVE'") + `) w`
 }
 
-// appGaugesSQL: $1 now; $2, $3 the country and lang of an Iranian app
-// registered without storefronts, $4, $5 those of the others (PLAYSTORE_*).
+// appGaugesSQL: $1 now; $2 … $5 the default storefronts of an app
+// registered without any (appStorefrontsSQL, storefrontArgs).
 var appGaugesSQL = `
-WITH sf AS MATERIALIZED (
-	SELECT a.id, a.package_name, s.country, s.lang
-	FROM apps_registry_application a JOIN app_storefronts s ON s.application_id = a.id
-	WHERE a.is_active
-	UNION ALL
-	SELECT a.id, a.package_name, CASE WHEN a.is_iranian_app THEN $2 ELSE $4 END, CASE WHEN a.is_iranian_app THEN $3 ELSE $5 END
-	FROM apps_registry_application a
-	WHERE a.is_active AND NOT EXISTS (SELECT FROM app_storefronts s WHERE s.application_id = a.id))
+WITH fronts AS MATERIALIZED (
+	SELECT a.id, a.package_name, sf.country, sf.lang FROM apps_registry_application a ` + appStorefrontsSQL + `
+	WHERE a.is_active)
 SELECT sf.package_name, sf.country, sf.lang, l.score, l.ratings, coalesce(l.real_installs, l.min_installs),
 	t.pos, t.neu, t.neg, t.none, (` + negativeInSQL("1 hour") + `), (` + negativeInSQL("7 days") + `), nw.newest, tp.topics, tp.counts
-FROM sf
+FROM fronts AS sf
 LEFT JOIN LATERAL (
 	SELECT score, ratings, real_installs, min_installs FROM app_stats
 	WHERE application_id = sf.id AND country = sf.country AND lang = sf.lang ORDER BY crawled_at DESC LIMIT 1) l ON true
@@ -97,13 +92,8 @@ CROSS JOIN LATERAL (
 		GROUP BY topic HAVING sum(n) > 0) c) tp
 ORDER BY sf.package_name, sf.country, sf.lang`
 
-// defaultStorefrontArgs are appGaugesSQL's $2 to $5.
-func defaultStorefrontArgs(locales localeDefaults) []any {
-	return []any{locales.Iranian.Country, locales.Iranian.Lang, locales.Default.Country, locales.Default.Lang}
-}
-
 func loadAppGauges(ctx context.Context, tx pgx.Tx, now time.Time, locales localeDefaults) ([]appGaugeRow, error) {
-	rows, err := tx.Query(ctx, appGaugesSQL, append([]any{now}, defaultStorefrontArgs(locales)...)...)
+	rows, err := tx.Query(ctx, appGaugesSQL, append([]any{now}, storefrontArgs(locales)...)...)
 	if err != nil {
 		return nil, fmt.Errorf("app gauges: %w", err)
 	}

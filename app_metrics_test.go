@@ -25,21 +25,7 @@ func gaugeKey(name, pkg, country, lang string, extra ...string) string {
 func gaugeServer(t *testing.T, pool *pgxpool.Pool) (string, *statusPage) {
 	t.Helper()
 	srv, page := statusPageServer(t, pool, "", newMetricsRegistry("test"))
-	page.appGauges.locales = testLocales
 	return srv.URL, page
-}
-
-// seedDefaultReviewStorefronts records every review without a storefront
-// as seen in its app's default one (us/en: the test apps are not Iranian),
-// as the consumer stores a message without one; migration 17's trigger
-// counts it there.
-func seedDefaultReviewStorefronts(t testing.TB, pool *pgxpool.Pool) {
-	t.Helper()
-	if _, err := pool.Exec(context.Background(), `INSERT INTO review_storefronts (review_id, application_id, country, lang, first_seen_at)
-		SELECT r.id, r.application_id, 'us', 'en', r.first_seen_at FROM reviews r
-		WHERE NOT EXISTS (SELECT FROM review_storefronts s WHERE s.review_id = r.id)`); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // wantGauges compares a scrape with want and wants none of absent.
@@ -60,7 +46,7 @@ func wantGauges(t *testing.T, m map[string]float64, want map[string]float64, abs
 func TestAppGaugesInMetrics(t *testing.T) {
 	pool := newTestPool(t)
 	seedStatus(t, pool)
-	seedDefaultReviewStorefronts(t, pool)
+	seedReviewStorefronts(t, pool)
 	base, page := gaugeServer(t, pool)
 	score := gaugeKey("playwatch_app_score", statusTelegram, "us", "en")
 	// A scrape serves the last background read, never a query of its own:
@@ -138,7 +124,7 @@ func TestAppGaugesNegativeReviews(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	seedDefaultReviewStorefronts(t, pool)
+	seedReviewStorefronts(t, pool)
 	base, page := gaugeServer(t, pool)
 	// On the hour and 20 minutes past it: the windows' ends fall inside a
 	// bucket, or on its edge.
@@ -304,7 +290,7 @@ func TestAppGaugesTopics(t *testing.T) {
 	seedStatus(t, pool)
 	ctx := context.Background()
 	insertTopicReviews(t, ctx, poolExec(t, ctx, pool))
-	seedDefaultReviewStorefronts(t, pool)
+	seedReviewStorefronts(t, pool)
 	base, page := gaugeServer(t, pool)
 	page.appGauges.refresh(t.Context())
 	m := scrapeMetrics(t, base)

@@ -172,7 +172,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		more = append(more, &notifyAPI{pool: be.pool, reads: reads, token: cfg.RegistryToken, allowPrivate: cfg.NotifyAllowPrivate,
 			tester: sender, logger: logger})
 		status = newStatusPage(statusDB{reads}, reg, cfg.StatusPageToken, cfg.CrawlInterval, cfg.AppGaugesInterval, cfg.StatusPageMaxRenders, logger)
-		status.appGauges.locales = cfg.Locales
+		status.locales = cfg.Locales
 		status.reviews = &reviewsSource{pager: reviewsDB{pool: reads, locales: cfg.Locales}, token: reviewsToken(cfg)}
 		startRole("app gauges", status.appGauges.run)
 	}

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -65,12 +66,15 @@ type statusPage struct {
 	now       func() time.Time
 	logger    *slog.Logger
 	reviews   *reviewsSource // /reviews (statuspage_reviews.go); nil: not served
+	// locales resolve the storefront of an app registered without any
+	// (PLAYSTORE_*; statuspage_storefronts.go).
+	locales localeDefaults
 }
 
 func newStatusPage(db statusDB, health prometheus.Gatherer, token string, interval, gaugesEvery time.Duration, maxRenders int, logger *slog.Logger) *statusPage {
 	p := &statusPage{db: db, health: health, gauges: prometheus.NewRegistry(), token: token, interval: interval,
 		renders: make(chan struct{}, maxRenders), now: time.Now, logger: logger}
-	p.appGauges = newAppGaugeCollector(db, func() time.Time { return p.now() }, gaugesEvery, logger)
+	p.appGauges = newAppGaugeCollector(db, func() time.Time { return p.now() }, func() localeDefaults { return p.locales }, gaugesEvery, logger)
 	p.gauges.MustRegister(p.appGauges)
 	return p
 }
@@ -124,18 +128,26 @@ type overviewPage struct {
 type overviewRow struct {
 	Package, Name, Link string
 	Messaging           bool
-	Score               string
-	Change              string
-	ChangeClass         string
-	ChangeTitle         string
-	Ratings             string
-	Installs            string
-	InstallsTitle       string
-	Reviews24h          []sentimentChip
-	Reviews24hTotal     string
-	Stats, Reviews      freshness
-	Causes              []crawlCause // why the last crawl of a path did not store it
-	Spark               sparkline
+	Fronts              []frontRow // the app's storefronts side by side, the first first
+}
+
+// frontRow is one storefront of an overview row: each cell of the row
+// shows it as one line, so the storefronts' lines stand side by side.
+type frontRow struct {
+	Label           string // "ir/fa"; empty for an app of one storefront, which looks as before storefronts
+	Score           string
+	Change          string
+	ChangeClass     string
+	ChangeTitle     string
+	Ratings         string
+	Installs        string
+	InstallsTitle   string
+	Reviews24h      []sentimentChip
+	Reviews24hTotal string
+	NegativeShare   string // of the labelled reviews of the last 24 h, shown with a Label; empty: none labelled
+	Stats, Reviews  freshness
+	Causes          []crawlCause // why the last crawl of a path did not store it
+	Spark           sparkline
 }
 
 // crawlCause is a line under an app's freshness: a path's last crawl that
@@ -161,7 +173,7 @@ func (p *statusPage) serveOverview(w http.ResponseWriter, r *http.Request) {
 	var cycle *lastCrawlCycle
 	var notify notifyCounts
 	err := p.db.read(r.Context(), func(tx pgx.Tx) (err error) {
-		if apps, err = loadOverview(r.Context(), tx, now); err != nil {
+		if apps, err = loadOverview(r.Context(), tx, now, p.locales); err != nil {
 			return err
 		}
 		if notify, err = loadNotifyCounts(r.Context(), tx, now); err != nil {
@@ -188,8 +200,19 @@ func (p *statusPage) serveOverview(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *statusPage) overviewRowOf(a overviewApp, now time.Time) overviewRow {
-	row := overviewRow{Package: a.Package, Name: a.Name, Link: "/apps/" + a.Package, Messaging: a.Messaging,
-		Score: "—", Change: "—", Ratings: "—", Installs: "—", ChangeTitle: "one listing stored so far: no change to show yet"}
+	row := overviewRow{Package: a.Package, Name: a.Name, Link: "/apps/" + a.Package, Messaging: a.Messaging}
+	for _, f := range a.Storefronts {
+		fr := p.frontRowOf(f, now)
+		if len(a.Storefronts) > 1 {
+			fr.Label = storefrontLabel(f.Front)
+		}
+		row.Fronts = append(row.Fronts, fr)
+	}
+	return row
+}
+
+func (p *statusPage) frontRowOf(a overviewStorefront, now time.Time) frontRow {
+	row := frontRow{Score: "—", Change: "—", Ratings: "—", Installs: "—", ChangeTitle: "one listing stored so far: no change to show yet"}
 	if a.Score != nil {
 		row.Score = fmt.Sprintf("%.2f", *a.Score)
 	}
@@ -216,6 +239,9 @@ func (p *statusPage) overviewRowOf(a overviewApp, now time.Time) overviewRow {
 	row.Installs, row.InstallsTitle = installsOf(a.RealInstalls, a.MinInstalls)
 	row.Reviews24h = sentimentChips(a.Reviews24h)
 	row.Reviews24hTotal = groupDigits(a.Reviews24h.Total())
+	if labelled := a.Reviews24h.Total() - a.Reviews24h.None; labelled > 0 {
+		row.NegativeShare = fmt.Sprintf("%.0f %% negative", 100*float64(a.Reviews24h.Negative)/float64(labelled))
+	}
 	row.Stats = p.freshnessOf(a.StatsAt, now)
 	row.Reviews = p.freshnessOf(a.ReviewsSyncedAt, now)
 	if a.ReviewsSyncedAt == nil && a.ReviewsOutcome != nil && a.ReviewsOutcome.Outcome == "ok" {
@@ -259,9 +285,9 @@ func (p *statusPage) freshnessOf(t *time.Time, now time.Time) freshness {
 	return f
 }
 
-// crawlCauses are the failed last crawls of an app's paths, one line for
-// both when they failed alike.
-func crawlCauses(a overviewApp, now time.Time) []crawlCause {
+// crawlCauses are the failed last crawls of a storefront's paths, one
+// line for both when they failed alike.
+func crawlCauses(a overviewStorefront, now time.Time) []crawlCause {
 	sc, rc := outcomeCause(a.StatsOutcome), outcomeCause(a.ReviewsOutcome)
 	line := func(label, cause string, o *outcomeRow) crawlCause {
 		title := o.At.UTC().Format("2 Jan 15:04 UTC") + ": " + o.Outcome
@@ -383,15 +409,32 @@ func (p *statusPage) healthOf(apps []overviewApp, cycle *lastCrawlCycle, deadLet
 	failing := healthCard{Title: "Apps failing", Class: "ok"}
 	var names []string
 	for _, a := range apps {
-		reviewsKnown := a.ReviewsSyncedAt != nil
-		if p.freshnessOf(a.StatsAt, now).Class == "bad" || (reviewsKnown && p.freshnessOf(a.ReviewsSyncedAt, now).Class == "bad") {
-			// The name with its last crawl's cause, where one failed.
-			name := a.Name
-			if c := cmp.Or(outcomeCause(a.StatsOutcome), outcomeCause(a.ReviewsOutcome)); c != "" {
-				name += ": " + c
+		// An app fails when one of its storefronts does: its name with
+		// those storefronts (of an app of several) and their last
+		// crawl's cause, where one failed.
+		var fronts []string
+		for _, f := range a.Storefronts {
+			reviewsKnown := f.ReviewsSyncedAt != nil
+			if p.freshnessOf(f.StatsAt, now).Class != "bad" && (!reviewsKnown || p.freshnessOf(f.ReviewsSyncedAt, now).Class != "bad") {
+				continue
 			}
-			names = append(names, name)
+			var front string
+			if len(a.Storefronts) > 1 {
+				front = storefrontLabel(f.Front)
+			}
+			if c := cmp.Or(outcomeCause(f.StatsOutcome), outcomeCause(f.ReviewsOutcome)); c != "" {
+				front = strings.TrimSpace(front + " " + c)
+			}
+			fronts = append(fronts, front)
 		}
+		if len(fronts) == 0 {
+			continue
+		}
+		name := a.Name
+		if detail := strings.Join(slices.DeleteFunc(fronts, func(s string) bool { return s == "" }), ", "); detail != "" {
+			name += ": " + detail
+		}
+		names = append(names, name)
 	}
 	failing.Value = fmt.Sprintf("%d of %d", len(names), len(apps))
 	failing.Detail = "no stored crawl within 2 × CRAWL_INTERVAL (" + (2 * p.interval).String() + ")"
@@ -546,6 +589,9 @@ type appPage struct {
 	Title     string
 	Generated string
 	App       appDetail
+	Front     string           // the storefront shown, "ir/fa"; empty for an app of one storefront
+	Switch    []storefrontLink // the storefront switch, with two or more
+	Compare   compareView      // the storefronts' newest listings side by side, with two or more
 	Facts     []fact
 	Charts    []chart
 	Histogram chart
@@ -585,9 +631,24 @@ func (p *statusPage) serveApp(w http.ResponseWriter, r *http.Request) {
 	}
 	now := p.now()
 	var d appDetail
-	err := p.db.read(r.Context(), func(tx pgx.Tx) (err error) { d, err = loadAppDetail(r.Context(), tx, pkg, now); return })
+	front, given := r.URL.Query()["storefront"]
+	param := ""
+	if given {
+		param = front[0]
+	}
+	err := p.db.read(r.Context(), func(tx pgx.Tx) (err error) {
+		d, err = loadAppDetail(r.Context(), tx, pkg, now, p.locales, param, given)
+		return
+	})
 	if errors.Is(err, errStatusAppNotFound) {
 		p.notFound(w, r, pkg)
+		return
+	}
+	if se := (*storefrontError)(nil); errors.As(err, &se) {
+		var buf bytes.Buffer
+		_ = statusTemplates.ExecuteTemplate(&buf, "message", messagePage{Title: "No such storefront · playwatch status", Message: se.Message,
+			Link: "/apps/" + d.Package, LinkText: "← " + d.Name + " in its first storefront"})
+		p.writeHTML(w, se.Code, buf.Bytes())
 		return
 	}
 	if err != nil {
@@ -601,6 +662,14 @@ func (p *statusPage) serveApp(w http.ResponseWriter, r *http.Request) {
 			version = d.Latest.Version
 		}
 		links := appReviewLinksOf(d.Package, version)
+		if len(d.Storefronts) > 1 {
+			// The storefront's reviews (the reviews page's country and lang filters).
+			sf := "&country=" + url.QueryEscape(d.Front.Country) + "&lang=" + url.QueryEscape(d.Front.Lang)
+			links.All, links.Negative = links.All+sf, links.Negative+sf
+			if links.Version != "" {
+				links.Version += sf
+			}
+		}
 		page.Links = &links
 	}
 	p.render(w, r, "app", page)
@@ -609,6 +678,13 @@ func (p *statusPage) serveApp(w http.ResponseWriter, r *http.Request) {
 func (p *statusPage) appPageOf(d appDetail, now time.Time) appPage {
 	page := appPage{Title: d.Name + " · playwatch status", Generated: now.UTC().Format("2 Jan 2006 15:04:05 UTC"), App: d,
 		NoListing: "No data: no listing of this app is stored yet."}
+	if len(d.Storefronts) > 1 {
+		page.Front = storefrontLabel(d.Front)
+		page.Title = d.Name + " (" + page.Front + ") · playwatch status"
+		page.NoListing = "No data: no listing of this app in " + page.Front + " is stored yet."
+		page.Switch = storefrontSwitch(d.Package, d.Storefronts, d.Front)
+		page.Compare = compareViewOf(d.Package, d.Compare, d.Front, now)
+	}
 	listingCause := false // the first failed listing crawl, where none is stored, says why
 	for _, o := range d.Outcomes {
 		v := outcomeView{Path: o.Path, Storefront: o.Country + "/" + o.Lang, When: o.At.UTC().Format("2 Jan 2006 15:04 UTC") + " (" + ago(now.Sub(o.At)) + ")",
@@ -804,7 +880,7 @@ func (p *statusPage) writeHTML(w http.ResponseWriter, code int, body []byte) {
 	_, _ = w.Write(body)
 }
 
-type messagePage struct{ Title, Message, Generated string }
+type messagePage struct{ Title, Message, Generated, Link, LinkText string }
 
 func (p *statusPage) notFound(w http.ResponseWriter, r *http.Request, pkg string) {
 	var buf bytes.Buffer

@@ -48,7 +48,7 @@ func BenchmarkStatusPageHistory(b *testing.B) {
 	b.Cleanup(readPool.Close)
 	page := newStatusPage(statusDB{readPool}, newMetricsRegistry("bench"), "", time.Hour, time.Minute, 4, testLogger(b))
 	page.now = func() time.Time { return statusNow }
-	page.appGauges.locales = testLocales
+	page.locales = testLocales
 	srv := httptest.NewServer(newHTTPHandler(newMetricsRegistry("bench"), newHTTPMetrics(newMetricsRegistry("bench")), nil, page, nil, page.logger))
 	b.Cleanup(srv.Close)
 	get := func(b *testing.B, path string) {

@@ -54,6 +54,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 		{"app-translate", "/apps/com.google.android.apps.translate", 1280, false,
 			[]string{"rating", "installs", "reviews", "histogram", "rtt", "releases"}, []string{"Newest negative reviews", "Releases and ratings", "UPLOAD", "DOWNLOAD"}},
 		{"app-divar-phone", "/apps/ir.divar", 390, false, []string{"rating", "installs", "reviews"}, []string{"دیوار"}},
+		// Its default storefront named as the storefront switch links name one.
+		{"app-divar-storefront", "/apps/ir.divar?storefront=ir-fa", 1280, false, []string{"rating", "installs", "reviews"}, []string{"دیوار", "Newest negative reviews"}},
 	} {
 		t.Run(pg.name, func(t *testing.T) {
 			v := b.visit(t, a.base+pg.path, pg.width, pg.dark)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -81,10 +83,17 @@ type sentimentCounts struct{ Positive, Neutral, Negative, None int64 }
 
 func (s sentimentCounts) Total() int64 { return s.Positive + s.Neutral + s.Negative + s.None }
 
-// overviewApp is one row of the overview table.
+// overviewApp is one row of the overview table: an app and its
+// storefronts, the first storefront first.
 type overviewApp struct {
-	Package, Name   string
-	Messaging       bool
+	Package, Name string
+	Messaging     bool
+	Storefronts   []overviewStorefront
+}
+
+// overviewStorefront is what the overview shows of one storefront of an app.
+type overviewStorefront struct {
+	Front           locale
 	Score           *float64
 	Ratings         *int64
 	RealInstalls    *int64
@@ -95,8 +104,8 @@ type overviewApp struct {
 	Reviews24h      sentimentCounts
 	ReviewsSyncedAt *time.Time // the reviews path's last stored crawl
 	Spark           []timeValue
-	// The newest app_crawl_outcomes row of each path, of any storefront;
-	// nil before the first crawl that recorded one.
+	// The app_crawl_outcomes row of each path in this storefront; nil
+	// before the first crawl that recorded one.
 	StatsOutcome, ReviewsOutcome *outcomeRow
 }
 
@@ -133,53 +142,73 @@ func (n nullableOutcome) get(path string) *outcomeRow {
 const sentimentCountsSQL = `count(*) FILTER (WHERE sentiment = 'POSITIVE') AS pos, count(*) FILTER (WHERE sentiment = 'NEUTRAL') AS neu,
 		count(*) FILTER (WHERE sentiment = 'NEGATIVE') AS neg, count(*) FILTER (WHERE sentiment IS NULL) AS none`
 
+// overviewSQL is one row per active app and storefront (sf, see
+// appStorefrontsSQL), the app's first storefront first. Every lateral reads
+// one storefront through an index led by (application_id, country, lang):
+// app_stats' unique key, the rollups (migration 17: the last 24 hours'
+// reviews, the daily mean scores), review_storefronts and the key of
+// app_crawl_outcomes.
 const overviewSQL = `
-SELECT a.package_name, coalesce(nullif(a.display_name, ''), a.package_name), a.is_messaging_app,
+SELECT a.package_name, coalesce(nullif(a.display_name, ''), a.package_name), a.is_messaging_app, sf.country, sf.lang,
 	s.score, s.ratings, s.real_installs, s.min_installs, s.crawled_at,
 	b.score, b.crawled_at,
 	r.pos, r.neu, r.neg, r.none,
-	sy.synced, sp.days, sp.scores,
+	greatest(sy.synced, sq.synced), sp.days, sp.scores,
 	os.at, os.outcome, os.http_status, os.error, orv.at, orv.outcome, orv.http_status, orv.error
 FROM apps_registry_application a
+` + appStorefrontsSQL + `
 LEFT JOIN LATERAL (
 	SELECT score, ratings, real_installs, min_installs, crawled_at FROM app_stats
-	WHERE application_id = a.id ORDER BY crawled_at DESC LIMIT 1) s ON true
+	WHERE application_id = a.id AND country = sf.country AND lang = sf.lang ORDER BY crawled_at DESC LIMIT 1) s ON true
 -- The score of a week ago: the newest at or before it, else the oldest
 -- since (an app younger than a week).
 LEFT JOIN LATERAL (
 	SELECT score, crawled_at FROM (
 		(SELECT score, crawled_at, 0 AS o FROM app_stats
-		 WHERE application_id = a.id AND crawled_at <= $1::timestamptz - interval '7 days' AND score IS NOT NULL
+		 WHERE application_id = a.id AND country = sf.country AND lang = sf.lang
+		   AND crawled_at <= $1::timestamptz - interval '7 days' AND score IS NOT NULL
 		 ORDER BY crawled_at DESC LIMIT 1)
 		UNION ALL
 		(SELECT score, crawled_at, 1 FROM app_stats
-		 WHERE application_id = a.id AND crawled_at > $1::timestamptz - interval '7 days' AND score IS NOT NULL
+		 WHERE application_id = a.id AND country = sf.country AND lang = sf.lang
+		   AND crawled_at > $1::timestamptz - interval '7 days' AND score IS NOT NULL
 		 ORDER BY crawled_at LIMIT 1)) w
 	ORDER BY o LIMIT 1) b ON true
 CROSS JOIN LATERAL (
-	SELECT ` + sentimentCountsSQL + `
-	FROM reviews WHERE application_id = a.id AND at > $1::timestamptz - interval '24 hours' AND at <= $1) r
--- Every reviews crawl rewrites the app's newest reviews, so their newest
--- last_synced_at is the last reviews crawl that was stored.
+	SELECT ` + rollupSentimentSQL + `
+	FROM ` + rollupLast24hSQL + `) r
+-- Every reviews crawl rewrites the storefront's newest reviews, so their
+-- newest last_synced_at is the last reviews crawl that was stored: the 20
+-- newest of the last 7 days (a walk of a week's reviews at most), and the
+-- 20 first seen last for a storefront quiet for longer.
 CROSS JOIN LATERAL (
 	SELECT max(last_synced_at) AS synced FROM (
-		SELECT last_synced_at FROM reviews WHERE application_id = a.id ORDER BY at DESC LIMIT 20) n) sy
+		SELECT r.last_synced_at FROM reviews r
+		WHERE r.application_id = a.id AND r.at > $1::timestamptz - interval '7 days'
+		  AND EXISTS (SELECT 1 FROM review_storefronts f WHERE f.review_id = r.id AND f.country = sf.country AND f.lang = sf.lang)
+		ORDER BY r.at DESC LIMIT 20) n) sy
 CROSS JOIN LATERAL (
-	SELECT array_agg(d ORDER BY d) AS days, array_agg(sc ORDER BY d) AS scores FROM (
-		SELECT date_trunc('day', crawled_at, 'UTC') AS d, avg(score) AS sc FROM app_stats
-		WHERE application_id = a.id AND crawled_at > $1::timestamptz - interval '30 days' AND score IS NOT NULL
-		GROUP BY 1) q) sp
+	SELECT max(r.last_synced_at) AS synced FROM (
+		SELECT review_id FROM review_storefronts
+		WHERE application_id = a.id AND country = sf.country AND lang = sf.lang ORDER BY first_seen_at DESC LIMIT 20) n
+	JOIN reviews r ON r.id = n.review_id) sq
+-- The sparkline: each day's mean score, from the daily listings rollup.
+CROSS JOIN LATERAL (
+	SELECT array_agg(day ORDER BY day) AS days, array_agg(score_sum / score_n ORDER BY day) AS scores FROM app_stats_rollup_daily
+	WHERE application_id = a.id AND country = sf.country AND lang = sf.lang
+	  AND day > date_trunc('day', $1::timestamptz - interval '30 days', 'UTC') AND day <= $1 AND score_n > 0) sp
 LEFT JOIN LATERAL (
 	SELECT at, outcome, http_status, error FROM app_crawl_outcomes
-	WHERE application_id = a.id AND path = 'stats' ORDER BY at DESC LIMIT 1) os ON true
+	WHERE application_id = a.id AND country = sf.country AND lang = sf.lang AND path = 'stats') os ON true
 LEFT JOIN LATERAL (
 	SELECT at, outcome, http_status, error FROM app_crawl_outcomes
-	WHERE application_id = a.id AND path = 'reviews' ORDER BY at DESC LIMIT 1) orv ON true
+	WHERE application_id = a.id AND country = sf.country AND lang = sf.lang AND path = 'reviews') orv ON true
 WHERE a.is_active
-ORDER BY lower(coalesce(nullif(a.display_name, ''), a.package_name)), a.package_name`
+ORDER BY lower(coalesce(nullif(a.display_name, ''), a.package_name)), a.package_name, sf.position`
 
-func loadOverview(ctx context.Context, tx pgx.Tx, now time.Time) ([]overviewApp, error) {
-	rows, err := tx.Query(ctx, overviewSQL, now)
+// loadOverview is the active apps, each with its storefronts in order.
+func loadOverview(ctx context.Context, tx pgx.Tx, now time.Time, locales localeDefaults) ([]overviewApp, error) {
+	rows, err := tx.Query(ctx, overviewSQL, append([]any{now}, storefrontArgs(locales)...)...)
 	if err != nil {
 		return nil, fmt.Errorf("status page: overview: %w", err)
 	}
@@ -187,19 +216,26 @@ func loadOverview(ctx context.Context, tx pgx.Tx, now time.Time) ([]overviewApp,
 	var apps []overviewApp
 	for rows.Next() {
 		var a overviewApp
+		var f overviewStorefront
 		var days []time.Time
 		var scores []float64
 		var so, ro nullableOutcome
-		if err := rows.Scan(&a.Package, &a.Name, &a.Messaging, &a.Score, &a.Ratings, &a.RealInstalls, &a.MinInstalls, &a.StatsAt,
-			&a.BaseScore, &a.BaseAt, &a.Reviews24h.Positive, &a.Reviews24h.Neutral, &a.Reviews24h.Negative, &a.Reviews24h.None,
-			&a.ReviewsSyncedAt, &days, &scores,
+		if err := rows.Scan(&a.Package, &a.Name, &a.Messaging, &f.Front.Country, &f.Front.Lang,
+			&f.Score, &f.Ratings, &f.RealInstalls, &f.MinInstalls, &f.StatsAt,
+			&f.BaseScore, &f.BaseAt, &f.Reviews24h.Positive, &f.Reviews24h.Neutral, &f.Reviews24h.Negative, &f.Reviews24h.None,
+			&f.ReviewsSyncedAt, &days, &scores,
 			&so.at, &so.outcome, &so.httpStatus, &so.errorText, &ro.at, &ro.outcome, &ro.httpStatus, &ro.errorText); err != nil {
 			return nil, fmt.Errorf("status page: overview: %w", err)
 		}
-		a.StatsOutcome, a.ReviewsOutcome = so.get("stats"), ro.get("reviews")
+		f.StatsOutcome, f.ReviewsOutcome = so.get("stats"), ro.get("reviews")
 		for i := range days {
-			a.Spark = append(a.Spark, timeValue{days[i], scores[i]})
+			f.Spark = append(f.Spark, timeValue{days[i], scores[i]})
 		}
+		if n := len(apps); n > 0 && apps[n-1].Package == a.Package {
+			apps[n-1].Storefronts = append(apps[n-1].Storefronts, f)
+			continue
+		}
+		a.Storefronts = []overviewStorefront{f}
 		apps = append(apps, a)
 	}
 	if err := rows.Err(); err != nil {
@@ -249,6 +285,9 @@ type appDetail struct {
 	Category           *string
 	Messaging, Iranian bool
 	Active             bool
+	Storefronts        []locale            // the app's, the first the default of the page
+	Front              locale              // the storefront the page shows
+	Compare            []storefrontCompare // the newest listing of each storefront, with two or more
 	Latest             *statsSample
 	Stats              []statsPoint // the last 90 days, oldest first
 	ReviewDays         []sentimentDay
@@ -314,23 +353,31 @@ var errStatusAppNotFound = errors.New("no such app")
 // negativeLimit is how many of the newest negative reviews the app page lists.
 const negativeLimit = 10
 
-// The app page's queries; $1 is the app's id.
+// The app page's queries; $1 is the app's id, $2 and $3 the country and
+// lang of the storefront shown.
 const (
 	appRowSQL = `SELECT id, package_name, coalesce(nullif(display_name, ''), package_name), category,
 		is_messaging_app, is_iranian_app, is_active FROM apps_registry_application WHERE package_name = $1`
 	appLatestStatsSQL = `SELECT crawled_at, score, ratings, real_installs, min_installs, version,
-		ratings_1, ratings_2, ratings_3, ratings_4, ratings_5, developer FROM app_stats WHERE application_id = $1
-		ORDER BY crawled_at DESC LIMIT 1`
-	appStatsSQL = `SELECT crawled_at, score, real_installs, min_installs FROM app_stats WHERE application_id = $1
-		AND crawled_at > $2 AND crawled_at <= $3 ORDER BY crawled_at`
-	appNewestReviewSQL = `SELECT max(at) FROM reviews WHERE application_id = $1`
-	appReviewDaysSQL   = `SELECT date_trunc('day', at, 'UTC') AS d, ` + sentimentCountsSQL + `
-		FROM reviews WHERE application_id = $1 AND at > $2 AND at <= $3 GROUP BY 1 ORDER BY 1`
+		ratings_1, ratings_2, ratings_3, ratings_4, ratings_5, developer FROM app_stats
+		WHERE application_id = $1 AND country = $2 AND lang = $3 ORDER BY crawled_at DESC LIMIT 1`
+	appStatsSQL = `SELECT crawled_at, score, real_installs, min_installs FROM app_stats
+		WHERE application_id = $1 AND country = $2 AND lang = $3 AND crawled_at > $4 AND crawled_at <= $5 ORDER BY crawled_at`
+	// The newest review's hour and the reviews per day read the hourly
+	// rollup (statuspage_rollups.go): the 90 days' buckets, not every review.
+	appNewestReviewSQL = `SELECT max(hour) + interval '1 hour' FROM review_rollup_hourly
+		WHERE application_id = $1 AND country = $2 AND lang = $3`
+	appReviewDaysSQL = `SELECT date_trunc('day', hour, 'UTC') AS d, ` + rollupSentimentSQL + `
+		FROM review_rollup_hourly WHERE application_id = $1 AND country = $2 AND lang = $3 AND hour > $4 AND hour <= $5
+		GROUP BY 1 ORDER BY 1`
 	// Negative: what the sentiment job labelled so, and until it has scored
-	// a review, one or two stars.
-	appNegativeSQL = `SELECT at, score, user_name, content, sentiment, app_version, reply_content, replied_at FROM reviews
-		WHERE application_id = $1 AND (sentiment = 'NEGATIVE' OR (sentiment IS NULL AND score <= 2))
-		ORDER BY at DESC LIMIT $2`
+	// a review, one or two stars; of the reviews seen in the storefront
+	// (review_storefronts' key) in the 90 days of the reviews chart ($4),
+	// so that a storefront without one walks 90 days, not the history.
+	appNegativeSQL = `SELECT r.at, r.score, r.user_name, r.content, r.sentiment, r.app_version, r.reply_content, r.replied_at
+		FROM reviews r WHERE r.application_id = $1 AND r.at > $4 AND (r.sentiment = 'NEGATIVE' OR (r.sentiment IS NULL AND r.score <= 2))
+		AND EXISTS (SELECT 1 FROM review_storefronts f WHERE f.review_id = r.id AND f.country = $2 AND f.lang = $3)
+		ORDER BY r.at DESC LIMIT $5`
 	appNetworkSQL = `SELECT scenario, analyzed_at, rtt_handshake, retransmission_count, out_of_order_count,
 		zero_window_count, tcp_reset_count, bytes_transferred_total, overhead_ratio, source_pcap_filename
 		FROM network_metrics WHERE application_id = $1 ORDER BY analyzed_at DESC LIMIT 200`
@@ -338,7 +385,36 @@ const (
 		WHERE application_id = $1 ORDER BY path = 'reviews', country, lang`
 )
 
-func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (appDetail, error) {
+// storefrontError is an app page asked for a storefront it cannot show:
+// 400 for a value that is not COUNTRY-LANG, 404 for one the app does not
+// have. Its page names the app's storefronts.
+type storefrontError struct {
+	Code    int
+	Message string
+}
+
+func (e *storefrontError) Error() string { return e.Message }
+
+// pickStorefront is the storefront ?storefront= names, or the first.
+func pickStorefront(fronts []locale, param string, given bool) (locale, error) {
+	if !given {
+		return fronts[0], nil
+	}
+	have := "this app has " + storefrontNames(fronts) + " (?storefront=" + storefrontParam(fronts[0]) + ")"
+	l, ok := parseStorefrontParam(param)
+	if !ok {
+		return locale{}, &storefrontError{http.StatusBadRequest, "storefront must be COUNTRY-LANG, such as us-en; " + have + "."}
+	}
+	if !slices.Contains(fronts, l) {
+		return locale{}, &storefrontError{http.StatusNotFound, "No storefront " + storefrontLabel(l) + ": " + have + "."}
+	}
+	return l, nil
+}
+
+// loadAppDetail reads the app page of pkg in the storefront the
+// ?storefront= value names (given false: the first); a *storefrontError
+// when it names none of the app's.
+func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time, locales localeDefaults, storefront string, given bool) (appDetail, error) {
 	var d appDetail
 	err := tx.QueryRow(ctx, appRowSQL, pkg).
 		Scan(&d.ID, &d.Package, &d.Name, &d.Category, &d.Messaging, &d.Iranian, &d.Active)
@@ -349,9 +425,21 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (a
 		return d, fmt.Errorf("status page: app %s: %w", pkg, err)
 	}
 	since := now.Add(-90 * 24 * time.Hour)
+	if d.Storefronts, err = loadAppStorefronts(ctx, tx, d.ID, locales); err != nil {
+		return d, err
+	}
+	if d.Front, err = pickStorefront(d.Storefronts, storefront, given); err != nil {
+		return d, err
+	}
+	if len(d.Storefronts) > 1 {
+		if d.Compare, err = loadStorefrontCompare(ctx, tx, d.ID, d.Storefronts); err != nil {
+			return d, err
+		}
+	}
+	country, lang := d.Front.Country, d.Front.Lang
 
 	var latest statsSample
-	err = tx.QueryRow(ctx, appLatestStatsSQL, d.ID).Scan(&latest.At, &latest.Score, &latest.Ratings, &latest.RealInstalls,
+	err = tx.QueryRow(ctx, appLatestStatsSQL, d.ID, country, lang).Scan(&latest.At, &latest.Score, &latest.Ratings, &latest.RealInstalls,
 		&latest.MinInstalls, &latest.Version, &latest.Histogram[0], &latest.Histogram[1], &latest.Histogram[2],
 		&latest.Histogram[3], &latest.Histogram[4], &latest.Developer)
 	switch {
@@ -362,7 +450,7 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (a
 		d.Latest = &latest
 	}
 
-	rows, err := tx.Query(ctx, appStatsSQL, d.ID, since, now)
+	rows, err := tx.Query(ctx, appStatsSQL, d.ID, country, lang, since, now)
 	if err != nil {
 		return d, fmt.Errorf("status page: stats of %s: %w", pkg, err)
 	}
@@ -382,14 +470,14 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (a
 	// showing new ones, or a replayed recording) shows its last 90 days of
 	// reviews rather than an empty chart; the page names the end date.
 	var newest *time.Time
-	if err := tx.QueryRow(ctx, appNewestReviewSQL, d.ID).Scan(&newest); err != nil {
+	if err := tx.QueryRow(ctx, appNewestReviewSQL, d.ID, country, lang).Scan(&newest); err != nil {
 		return d, fmt.Errorf("status page: newest review of %s: %w", pkg, err)
 	}
 	d.ReviewsUntil = now
 	if newest != nil && newest.Before(since) {
 		d.ReviewsUntil = *newest
 	}
-	rows, err = tx.Query(ctx, appReviewDaysSQL, d.ID, d.ReviewsUntil.Add(-90*24*time.Hour), d.ReviewsUntil)
+	rows, err = tx.Query(ctx, appReviewDaysSQL, d.ID, country, lang, d.ReviewsUntil.Add(-90*24*time.Hour), d.ReviewsUntil)
 	if err != nil {
 		return d, fmt.Errorf("status page: reviews per day of %s: %w", pkg, err)
 	}
@@ -405,7 +493,7 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (a
 		return d, fmt.Errorf("status page: reviews per day of %s: %w", pkg, err)
 	}
 
-	rows, err = tx.Query(ctx, appNegativeSQL, d.ID, negativeLimit)
+	rows, err = tx.Query(ctx, appNegativeSQL, d.ID, country, lang, d.ReviewsUntil.Add(-90*24*time.Hour), negativeLimit)
 	if err != nil {
 		return d, fmt.Errorf("status page: negative reviews of %s: %w", pkg, err)
 	}
@@ -421,10 +509,10 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time) (a
 		return d, fmt.Errorf("status page: negative reviews of %s: %w", pkg, err)
 	}
 
-	if d.Topics, err = loadAppTopics(ctx, tx, d.ID, now); err != nil {
+	if d.Topics, err = loadAppTopics(ctx, tx, d.ID, d.Front, now); err != nil {
 		return d, err
 	}
-	if d.Releases, err = loadAppReleases(ctx, tx, d.ID, now); err != nil {
+	if d.Releases, err = loadAppReleases(ctx, tx, d.ID, d.Front, now); err != nil {
 		return d, err
 	}
 

@@ -11,9 +11,9 @@ import (
 
 // Releases and ratings: the app page's table and chart per app version
 // (reviews.app_version and the listing's app_stats.version), and the
-// rating chart's marks where each version appeared. One query per page,
-// bounded to the last releasesWindow of the app's reviews and listings
-// (reviews (application_id, at), app_stats (application_id, crawled_at)).
+// rating chart's marks where each version appeared, per storefront. One
+// query per page, bounded to the last releasesWindow of the storefront's
+// review rollups and listings (both by (application_id, country, lang, …)).
 
 const (
 	// releasesShown is how many versions the page lists, newest first; one
@@ -48,20 +48,29 @@ func (r releaseStat) share() (v float64, ok bool) {
 	return float64(r.Negative) / float64(r.Labelled), true
 }
 
-// appReleasesSQL: $1 the app's id, $2 now, $3 how many versions. The
-// reviews of the window are read once (b) for both their counts and their
-// topics.
-const appReleasesSQL = `WITH b AS MATERIALIZED (
-	SELECT app_version AS version, at, score, sentiment, topics FROM reviews
-	WHERE application_id = $1 AND at > $2::timestamptz - interval '180 days' AND at <= $2 AND coalesce(app_version, '') <> ''),
-r AS (SELECT version, min(at) AS first_review, count(*) AS n, avg(score)::float8 AS mean,
-	count(sentiment) AS labelled, count(*) FILTER (WHERE sentiment = 'NEGATIVE') AS neg
-	FROM b GROUP BY version),
+// appReleasesSQL: $1 the app's id, $2 now, $3 how many versions, $4 and
+// $5 the storefront's country and lang. The reviews' counts, stars and
+// topics per version are the storefront's hourly rollups of the 180 days
+// (migration 17; the first review of a version is its first hour, score 0
+// is "no stars"); the versions of its listings come from app_stats.
+const appReleasesSQL = `WITH r AS (
+	SELECT app_version AS version, min(hour) FILTER (WHERE reviews > 0) AS first_review, sum(reviews)::bigint AS n,
+		(sum(score * reviews) FILTER (WHERE score > 0))::float8 / nullif(sum(reviews) FILTER (WHERE score > 0), 0) AS mean,
+		coalesce(sum(reviews) FILTER (WHERE sentiment <> ''), 0)::bigint AS labelled,
+		coalesce(sum(reviews) FILTER (WHERE sentiment = 'NEGATIVE'), 0)::bigint AS neg
+	FROM review_rollup_hourly
+	WHERE application_id = $1 AND country = $4 AND lang = $5
+	  AND hour > $2::timestamptz - interval '180 days' AND hour <= $2 AND app_version <> ''
+	GROUP BY app_version HAVING sum(reviews) > 0),
 t AS (SELECT version, (array_agg(topic ORDER BY n DESC, topic))[1:3] AS topics
-	FROM (SELECT version, topic, count(*) AS n FROM b CROSS JOIN unnest(b.topics) AS topic GROUP BY version, topic) c
+	FROM (SELECT app_version AS version, topic, sum(reviews) AS n FROM review_topic_rollup_hourly
+		WHERE application_id = $1 AND country = $4 AND lang = $5
+		  AND hour > $2::timestamptz - interval '180 days' AND hour <= $2 AND app_version <> ''
+		GROUP BY 1, 2 HAVING sum(reviews) > 0) c
 	GROUP BY version),
 s AS (SELECT version, min(crawled_at) AS first_listing FROM app_stats
-	WHERE application_id = $1 AND crawled_at > $2::timestamptz - interval '180 days' AND crawled_at <= $2 AND coalesce(version, '') <> ''
+	WHERE application_id = $1 AND country = $4 AND lang = $5
+	  AND crawled_at > $2::timestamptz - interval '180 days' AND crawled_at <= $2 AND coalesce(version, '') <> ''
 	GROUP BY version)
 SELECT coalesce(r.version, s.version) AS version, least(r.first_review, s.first_listing) AS first_seen,
 	coalesce(r.n, 0), r.mean, coalesce(r.labelled, 0), coalesce(r.neg, 0), coalesce(t.topics, '{}')
@@ -71,8 +80,8 @@ ORDER BY first_seen DESC, version LIMIT $3`
 
 // loadAppReleases is the app's versions, newest first, releasesShown + 1
 // of them at most.
-func loadAppReleases(ctx context.Context, tx pgx.Tx, appID int64, now time.Time) ([]releaseStat, error) {
-	rows, err := tx.Query(ctx, appReleasesSQL, appID, now, releasesShown+1)
+func loadAppReleases(ctx context.Context, tx pgx.Tx, appID int64, front locale, now time.Time) ([]releaseStat, error) {
+	rows, err := tx.Query(ctx, appReleasesSQL, appID, now, releasesShown+1, front.Country, front.Lang)
 	if err != nil {
 		return nil, fmt.Errorf("status page: releases of app %d: %w", appID, err)
 	}

@@ -92,6 +92,7 @@ func TestStatusPageAppReleases(t *testing.T) {
 	seedStatus(t, pool)
 	ctx := context.Background()
 	insertReleases(t, poolExec(t, ctx, pool))
+	seedReviewStorefronts(t, pool)
 	srv, _ := statusPageServer(t, pool, "", newMetricsRegistry("test"))
 	table, body := appPageTable(t, srv.URL, "releases")
 	row := regexp.MustCompile(`<tr( class="worse")?><td data-label="Version"><bdi>([^<]*)</bdi>(?:<div class="cause">([^<]*)</div>)?</td><td data-label="First seen">([^<]*)</td><td data-label="Reviews" class="num">([^<]*)</td><td data-label="Mean stars" class="num">([^<]*)</td><td data-label="Share negative" class="num">([^<]*)</td><td data-label="Top topics">([^<]*)</td></tr>`)

@@ -21,6 +21,7 @@ func reviewsPageServer(t *testing.T, pool *pgxpool.Pool, token string) *httptest
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	page := newStatusPage(statusDB{pool}, reg, "", time.Hour, 30*time.Second, 4, testLogger(t))
+	page.locales = testLocales
 	page.now = func() time.Time { return testCrawl }
 	page.reviews = &reviewsSource{pager: reviewsDB{pool: pool, locales: testLocales}, token: token}
 	ra := newReviewsAPI(pool, testLocales, token, testLogger(t))

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -85,6 +86,7 @@ func seedStatus(t testing.TB, pool *pgxpool.Pool) {
 		exec(`INSERT INTO dead_letter_events (topic, "partition", kafka_offset, error_reason, occurred_at) VALUES ('reviews', 0, $1, 'invalid_json: test', $2)`,
 			i, at(ago))
 	}
+	seedReviewStorefronts(t, pool)
 }
 
 // statusServer serves the status page on pool the way `playwatch run` does,
@@ -100,6 +102,7 @@ func statusServer(t *testing.T, pool *pgxpool.Pool, token string, reg *prometheu
 func statusPageServer(t *testing.T, pool *pgxpool.Pool, token string, reg *prometheus.Registry) (*httptest.Server, *statusPage) {
 	t.Helper()
 	page := newStatusPage(statusDB{pool}, reg, token, time.Hour, 30*time.Second, 4, testLogger(t))
+	page.locales = testLocales
 	page.now = func() time.Time { return statusNow }
 	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil, page.logger))
 	t.Cleanup(srv.Close)
@@ -386,10 +389,6 @@ func TestStatusPageQueryPlans(t *testing.T) {
 	ctx := context.Background()
 	seedStatus(t, pool)
 	seedStatusVolume(t, pool, 40, 500, 200, statusNow, 90*24*time.Hour)
-	seedDefaultReviewStorefronts(t, pool)
-	if _, err := pool.Exec(ctx, `ANALYZE review_storefronts`); err != nil {
-		t.Fatal(err)
-	}
 	var id int64
 	if err := pool.QueryRow(ctx, `SELECT id FROM apps_registry_application WHERE package_name = $1`, statusTelegram).Scan(&id); err != nil {
 		t.Fatal(err)
@@ -399,19 +398,21 @@ func TestStatusPageQueryPlans(t *testing.T) {
 		sql  string
 		args []any
 	}{
-		"overview":        {overviewSQL, []any{statusNow}},
-		"app gauges":      {appGaugesSQL, append([]any{statusNow}, defaultStorefrontArgs(testLocales)...)},
+		"overview":        {overviewSQL, append([]any{statusNow}, storefrontArgs(testLocales)...)},
+		"storefronts":     {appStorefrontRowsSQL, append([]any{id}, storefrontArgs(testLocales)...)},
+		"compare":         {appCompareSQL, []any{id, []string{"us", "ir"}, []string{"en", "fa"}}},
+		"app gauges":      {appGaugesSQL, append([]any{statusNow}, storefrontArgs(testLocales)...)},
 		"last cycle":      {lastCrawlCycleSQL, nil},
 		"dead letters":    {deadLettersSQL, []any{statusNow}},
 		"app":             {appRowSQL, []any{statusTelegram}},
-		"latest listing":  {appLatestStatsSQL, []any{id}},
-		"listings":        {appStatsSQL, []any{id, since, statusNow}},
-		"reviews per day": {appReviewDaysSQL, []any{id, since, statusNow}},
-		"newest review":   {appNewestReviewSQL, []any{id}},
-		"negative":        {appNegativeSQL, []any{id, negativeLimit}},
+		"latest listing":  {appLatestStatsSQL, []any{id, "us", "en"}},
+		"listings":        {appStatsSQL, []any{id, "us", "en", since, statusNow}},
+		"reviews per day": {appReviewDaysSQL, []any{id, "us", "en", since, statusNow}},
+		"newest review":   {appNewestReviewSQL, []any{id, "us", "en"}},
+		"negative":        {appNegativeSQL, []any{id, "us", "en", since, negativeLimit}},
 		"network":         {appNetworkSQL, []any{id}},
-		"topics":          {appTopicsSQL, []any{id, statusNow}},
-		"releases":        {appReleasesSQL, []any{id, statusNow, releasesShown + 1}},
+		"topics":          {appTopicsSQL, []any{id, "us", "en", statusNow}},
+		"releases":        {appReleasesSQL, []any{id, statusNow, releasesShown + 1, "us", "en"}},
 	} {
 		var plan []byte
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -428,7 +429,7 @@ func TestStatusPageQueryPlans(t *testing.T) {
 			t.Fatal(err)
 		}
 		doc[0].Plan.walk(func(n planNode) {
-			if n.Relation != "reviews" && n.Relation != "app_stats" && n.Relation != "dead_letter_events" {
+			if !slices.Contains(statusPlanTables, n.Relation) {
 				return
 			}
 			cond := n.IndexCond
@@ -437,13 +438,22 @@ func TestStatusPageQueryPlans(t *testing.T) {
 					cond += c.IndexCond
 				}
 			}
+			// review_storefronts is also probed by its key (review_id, country, lang) from a review,
+			// and a review by its key from a storefront's row.
+			byApp := strings.Contains(cond, "application_id") || n.Relation == "review_storefronts" && strings.Contains(cond, "review_id") ||
+				n.Relation == "reviews" && n.Index == "reviews_pkey"
 			if !strings.Contains(n.Type, "Index") && n.Type != "Bitmap Heap Scan" ||
-				n.Relation != "dead_letter_events" && !strings.Contains(cond, "application_id") {
+				n.Relation != "dead_letter_events" && !byApp {
 				t.Errorf("%s: reads %s (%s) by %s, index %q, cond %q", name, n.Relation, n.Alias, n.Type, n.Index, cond)
 			}
 		})
 	}
 }
+
+// statusPlanTables are the tables whose every read by the pages must walk
+// an index led by application_id (dead_letter_events: by time).
+var statusPlanTables = []string{"reviews", "app_stats", "dead_letter_events", "review_storefronts",
+	"app_storefronts", "review_rollup_hourly", "review_topic_rollup_hourly", "app_stats_rollup_daily"}
 
 type planNode struct {
 	Type      string     `json:"Node Type"`
@@ -488,6 +498,7 @@ func seedStatusVolume(t testing.TB, pool *pgxpool.Pool, apps, reviewsPerApp, sta
 			t.Fatalf("%s: %v", q.sql, err)
 		}
 	}
+	seedReviewStorefronts(t, pool)
 	if _, err := pool.Exec(ctx, `VACUUM ANALYZE`); err != nil {
 		t.Fatal(err)
 	}
@@ -642,6 +653,7 @@ func TestStatusPageMaxRenders(t *testing.T) {
 	seedStatus(t, pool)
 	reg := newMetricsRegistry("test")
 	page := newStatusPage(statusDB{pool}, reg, "", time.Hour, 30*time.Second, 1, testLogger(t))
+	page.locales = testLocales
 	page.now = func() time.Time { return statusNow }
 	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil, page.logger))
 	t.Cleanup(srv.Close)
@@ -696,6 +708,7 @@ func TestStatusPageStatementTimeout(t *testing.T) {
 	}
 	reg := newMetricsRegistry("test")
 	page := newStatusPage(statusDB{reads}, reg, "", time.Hour, 30*time.Second, 4, testLogger(t))
+	page.locales = testLocales
 	page.now = func() time.Time { return statusNow }
 	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil, page.logger))
 	t.Cleanup(srv.Close)
@@ -727,6 +740,7 @@ func TestHTTPHandlerPanic(t *testing.T) {
 	reg := newMetricsRegistry("test")
 	var logs syncBuffer
 	page := newStatusPage(statusDB{pool}, reg, "", time.Hour, 30*time.Second, 1, slog.New(slog.NewTextHandler(&logs, nil)))
+	page.locales = testLocales
 	page.now = func() time.Time { panic("a bad input") }
 	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil, page.logger))
 	t.Cleanup(srv.Close)

@@ -9,9 +9,10 @@ import (
 )
 
 // What reviews of the last 7 days are about (reviews.topics, written by the
-// sentiment job): the app page's topics table and the per-app gauge
-// playwatch_app_topic_reviews_7d. Both walk reviews (application_id, at)
-// over 7 days, so their cost follows the week's reviews, not the history.
+// sentiment job): the app page's topics table, per storefront from the
+// hourly topic rollup (migration 17), and the per-app gauge
+// playwatch_app_topic_reviews_7d. Both read 7 days, so their cost follows
+// the week's reviews, not the history.
 
 // topicCount is one topic of an app's reviews of the last 7 days.
 type topicCount struct {
@@ -20,14 +21,15 @@ type topicCount struct {
 	Negative int64 // of them, labelled NEGATIVE
 }
 
-// appTopicsSQL: $1 the app's id, $2 now.
-const appTopicsSQL = `SELECT t, count(*), count(*) FILTER (WHERE r.sentiment = 'NEGATIVE')
-FROM reviews AS r CROSS JOIN unnest(r.topics) AS t
-WHERE r.application_id = $1 AND r.at > $2::timestamptz - interval '7 days' AND r.at <= $2
-GROUP BY t ORDER BY count(*) DESC, t`
+// appTopicsSQL: $1 the app's id, $2 and $3 the storefront's country and
+// lang, $4 now; the 7 days' hourly buckets.
+const appTopicsSQL = `SELECT topic, sum(reviews)::bigint AS n, coalesce(sum(reviews) FILTER (WHERE sentiment = 'NEGATIVE'), 0)::bigint
+FROM review_topic_rollup_hourly
+WHERE application_id = $1 AND country = $2 AND lang = $3 AND hour > $4::timestamptz - interval '7 days' AND hour <= $4
+GROUP BY topic HAVING sum(reviews) > 0 ORDER BY n DESC, topic`
 
-func loadAppTopics(ctx context.Context, tx pgx.Tx, appID int64, now time.Time) ([]topicCount, error) {
-	rows, err := tx.Query(ctx, appTopicsSQL, appID, now)
+func loadAppTopics(ctx context.Context, tx pgx.Tx, appID int64, front locale, now time.Time) ([]topicCount, error) {
+	rows, err := tx.Query(ctx, appTopicsSQL, appID, front.Country, front.Lang, now)
 	if err != nil {
 		return nil, fmt.Errorf("status page: topics of app %d: %w", appID, err)
 	}

@@ -45,6 +45,7 @@ func topicsStatusServer(t *testing.T) (*httptest.Server, *statusPage) {
 	seedStatus(t, pool)
 	ctx := context.Background()
 	insertTopicReviews(t, ctx, poolExec(t, ctx, pool))
+	seedReviewStorefronts(t, pool)
 	return statusPageServer(t, pool, "", newMetricsRegistry("test"))
 }
 
