@@ -109,8 +109,9 @@ func alertTestCases(tests string) (firing, quiet map[string]int) {
 	return firing, quiet
 }
 
-// distinctSeriesKeys counts the distinct package or instance values of a
-// test group's input series: the subjects an alert could fire for.
+// distinctSeriesKeys counts the distinct package (with its storefront) or
+// instance values of a test group's input series: the subjects an alert
+// could fire for.
 func distinctSeriesKeys(group string) int {
 	keys := map[string]bool{}
 	for line := range strings.Lines(group) {
@@ -118,7 +119,7 @@ func distinctSeriesKeys(group string) int {
 			continue
 		}
 		key := ""
-		for _, label := range []string{`package="`, `instance="`, `topic="`, `reason="`, `path="`} {
+		for _, label := range []string{`package="`, `country="`, `lang="`, `instance="`, `topic="`, `reason="`, `path="`} {
 			if i := strings.Index(line, label); i >= 0 {
 				rest := line[i+len(label):]
 				key += label + rest[:strings.IndexByte(rest, '"')]

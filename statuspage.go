@@ -74,7 +74,7 @@ type statusPage struct {
 func newStatusPage(db statusDB, health prometheus.Gatherer, token string, interval, gaugesEvery time.Duration, maxRenders int, logger *slog.Logger) *statusPage {
 	p := &statusPage{db: db, health: health, gauges: prometheus.NewRegistry(), token: token, interval: interval,
 		renders: make(chan struct{}, maxRenders), now: time.Now, logger: logger}
-	p.appGauges = newAppGaugeCollector(db, func() time.Time { return p.now() }, gaugesEvery, logger)
+	p.appGauges = newAppGaugeCollector(db, func() time.Time { return p.now() }, func() localeDefaults { return p.locales }, gaugesEvery, logger)
 	p.gauges.MustRegister(p.appGauges)
 	return p
 }

@@ -380,127 +380,6 @@ func TestStatusPageReadsOnly(t *testing.T) {
 	}
 }
 
-func TestAppGaugesInMetrics(t *testing.T) {
-	pool := newTestPool(t)
-	seedStatus(t, pool)
-	srv, page := statusPageServer(t, pool, "", newMetricsRegistry("test"))
-	// A scrape serves the last background read, never a query of its own:
-	// before the first one there is none.
-	m := scrapeMetrics(t, srv.URL)
-	if _, ok := m[`playwatch_app_score{package="org.telegram.messenger"}`]; ok || m["playwatch_app_gauges_up"] != 0 {
-		t.Errorf("gauges before the first refresh: up %v", m["playwatch_app_gauges_up"])
-	}
-	page.appGauges.refresh(t.Context())
-	page.now = func() time.Time { return statusNow.Add(45 * time.Second) }
-	m = scrapeMetrics(t, srv.URL)
-	newest := float64(statusNow.Add(-2 * time.Hour).Unix())
-	for k, want := range map[string]float64{
-		`playwatch_app_score{package="org.telegram.messenger"}`:                           4.32,
-		`playwatch_app_ratings{package="org.telegram.messenger"}`:                         1234567,
-		`playwatch_app_installs{package="org.telegram.messenger"}`:                        1000000123,
-		`playwatch_app_installs{package="ir.example.bale"}`:                               5000000, // min_installs: no exact count
-		`playwatch_app_reviews{package="org.telegram.messenger",sentiment="POSITIVE"}`:    2,
-		`playwatch_app_reviews{package="org.telegram.messenger",sentiment="NEGATIVE"}`:    3,
-		`playwatch_app_reviews{package="org.telegram.messenger",sentiment="NEUTRAL"}`:     1,
-		`playwatch_app_reviews{package="org.telegram.messenger",sentiment="none"}`:        3,
-		`playwatch_app_reviews{package="ir.example.bale",sentiment="none"}`:               0,
-		`playwatch_app_newest_review_timestamp_seconds{package="org.telegram.messenger"}`: newest,
-		`playwatch_app_negative_reviews_1h{package="ir.example.bale"}`:                    0,
-		`playwatch_app_negative_reviews_7d{package="ir.example.bale"}`:                    0,
-		`playwatch_app_gauges_up`:          1,
-		`playwatch_app_gauges_age_seconds`: 45,
-	} {
-		if got, ok := m[k]; !ok || got != want {
-			t.Errorf("%s = %v (present %v), want %v", k, got, ok, want)
-		}
-	}
-	if _, ok := m[`playwatch_app_newest_review_timestamp_seconds{package="ir.example.bale"}`]; ok {
-		t.Error("a newest-review time for an app without reviews")
-	}
-	// A soft-deleted app leaves the gauges at the next background read,
-	// which the loop makes on its own.
-	if _, err := pool.Exec(context.Background(), `UPDATE apps_registry_application SET is_active = false WHERE package_name = $1`, statusBale); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := scrapeMetrics(t, srv.URL)[`playwatch_app_score{package="ir.example.bale"}`]; !ok {
-		t.Error("a scrape read the database: the inactive app left before a refresh")
-	}
-	page.appGauges.refreshEvery = 20 * time.Millisecond
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error)
-	go func() { done <- page.appGauges.run(ctx) }()
-	waitFor(t, 10*time.Second, "the refresh loop to drop the inactive app", func() bool {
-		_, ok := scrapeMetrics(t, srv.URL)[`playwatch_app_score{package="ir.example.bale"}`]
-		return !ok
-	})
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("run: %v", err)
-	}
-}
-
-// The negative-review spike alert's gauges: NEGATIVE reviews whose time on
-// the store is within the last hour and 7 days.
-func TestAppGaugesNegativeReviews(t *testing.T) {
-	pool := newTestPool(t)
-	seedStatus(t, pool) // NEGATIVE 4 h, 5 days and 5 days 1 h ago
-	for i, r := range []struct {
-		ago       time.Duration
-		sentiment *string
-	}{
-		{30 * time.Minute, ptr("NEGATIVE")},
-		{59 * time.Minute, ptr("NEGATIVE")},
-		{10 * time.Minute, nil},               // 1 star, not scored: not counted
-		{20 * time.Minute, ptr("POSITIVE")},   // not negative
-		{8 * 24 * time.Hour, ptr("NEGATIVE")}, // older than 7 days
-		{-10 * time.Minute, ptr("NEGATIVE")},  // after now (a skewed clock)
-		{7*24*time.Hour - time.Minute, ptr("NEGATIVE")},
-	} {
-		if _, err := pool.Exec(context.Background(), `INSERT INTO reviews (application_id, review_id, score, content, at, sentiment, last_synced_at)
-			SELECT id, $2, 1, 'bad', $3, $4, $3 FROM apps_registry_application WHERE package_name = $1`,
-			statusTelegram, fmt.Sprintf("neg%d", i), statusNow.Add(-r.ago), r.sentiment); err != nil {
-			t.Fatal(err)
-		}
-	}
-	srv, page := statusPageServer(t, pool, "", newMetricsRegistry("test"))
-	page.appGauges.refresh(t.Context())
-	m := scrapeMetrics(t, srv.URL)
-	for k, want := range map[string]float64{
-		`playwatch_app_negative_reviews_1h{package="org.telegram.messenger"}`: 2,
-		`playwatch_app_negative_reviews_7d{package="org.telegram.messenger"}`: 6, // 3 seeded + 30 min, 59 min, 7 days less a minute
-		`playwatch_app_negative_reviews_1h{package="ir.example.bale"}`:        0,
-	} {
-		if got, ok := m[k]; !ok || got != want {
-			t.Errorf("%s = %v (present %v), want %v", k, got, ok, want)
-		}
-	}
-}
-
-// The gauges' database going away fails no scrape: up drops to 0, the last
-// values stay for three refresh intervals, then go.
-func TestAppGaugesDatabaseDown(t *testing.T) {
-	pool := newTestPool(t)
-	seedStatus(t, pool)
-	srv, page := statusPageServer(t, pool, "", newMetricsRegistry("test"))
-	page.appGauges.refresh(t.Context())
-	pool.Close()
-	score := `playwatch_app_score{package="org.telegram.messenger"}`
-	for _, tc := range []struct {
-		after time.Duration
-		kept  bool
-	}{{time.Minute, true}, {2 * time.Minute, false}} {
-		page.now = func() time.Time { return statusNow.Add(tc.after) }
-		page.appGauges.refresh(t.Context())
-		m := scrapeMetrics(t, srv.URL)
-		if m["playwatch_app_gauges_up"] != 0 || m["playwatch_build_info{version=\"test\"}"] != 1 {
-			t.Fatalf("up %v, build_info %v", m["playwatch_app_gauges_up"], m["playwatch_build_info{version=\"test\"}"])
-		}
-		if _, ok := m[score]; ok != tc.kept || m["playwatch_app_gauges_age_seconds"] != tc.after.Seconds() {
-			t.Errorf("%v after the last read: score present %v, want %v; age %v", tc.after, ok, tc.kept, m["playwatch_app_gauges_age_seconds"])
-		}
-	}
-}
-
 // Every query of the page and the gauges reads reviews and app_stats
 // through an index on application_id, on a database with enough rows that
 // the statistics are realistic. Sequential scans are disabled so that a
@@ -522,7 +401,7 @@ func TestStatusPageQueryPlans(t *testing.T) {
 		"overview":        {overviewSQL, append([]any{statusNow}, storefrontArgs(testLocales)...)},
 		"storefronts":     {appStorefrontRowsSQL, append([]any{id}, storefrontArgs(testLocales)...)},
 		"compare":         {appCompareSQL, []any{id, []string{"us", "ir"}, []string{"en", "fa"}}},
-		"app gauges":      {appGaugesSQL, []any{statusNow}},
+		"app gauges":      {appGaugesSQL, append([]any{statusNow}, storefrontArgs(testLocales)...)},
 		"last cycle":      {lastCrawlCycleSQL, nil},
 		"dead letters":    {deadLettersSQL, []any{statusNow}},
 		"app":             {appRowSQL, []any{statusTelegram}},
@@ -533,7 +412,6 @@ func TestStatusPageQueryPlans(t *testing.T) {
 		"negative":        {appNegativeSQL, []any{id, "us", "en", since, negativeLimit}},
 		"network":         {appNetworkSQL, []any{id}},
 		"topics":          {appTopicsSQL, []any{id, "us", "en", statusNow}},
-		"topic gauges":    {appTopicGaugesSQL, []any{statusNow}},
 		"releases":        {appReleasesSQL, []any{id, statusNow, releasesShown + 1, "us", "en"}},
 	} {
 		var plan []byte

@@ -11,7 +11,7 @@ import (
 // What reviews of the last 7 days are about (reviews.topics, written by the
 // sentiment job): the app page's topics table, per storefront from the
 // hourly topic rollup (migration 17), and the per-app gauge
-// playwatch_app_topic_reviews_7d. Both read 7 days, so their cost follows
+// playwatch_app_topic_reviews_7d (app_metrics_read.go). Both read 7 days, so their cost follows
 // the week's reviews, not the history.
 
 // topicCount is one topic of an app's reviews of the last 7 days.
@@ -40,37 +40,6 @@ func loadAppTopics(ctx context.Context, tx pgx.Tx, appID int64, front locale, no
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("status page: topics of app %d: %w", appID, err)
-	}
-	return out, nil
-}
-
-// appTopicGaugesSQL counts, per active app, its reviews of the 7 days
-// before $1 by topic.
-const appTopicGaugesSQL = `SELECT a.package_name, c.topic, c.n
-FROM apps_registry_application AS a
-CROSS JOIN LATERAL (
-	SELECT t AS topic, count(*) AS n FROM reviews AS r CROSS JOIN unnest(r.topics) AS t
-	WHERE r.application_id = a.id AND r.at > $1::timestamptz - interval '7 days' AND r.at <= $1
-	GROUP BY t) c
-WHERE a.is_active`
-
-// loadAppTopicGauges is package → topic → reviews.
-func loadAppTopicGauges(ctx context.Context, tx pgx.Tx, now time.Time) (map[string]map[string]int64, error) {
-	rows, err := tx.Query(ctx, appTopicGaugesSQL, now)
-	if err != nil {
-		return nil, fmt.Errorf("app gauges: topics: %w", err)
-	}
-	out := map[string]map[string]int64{}
-	var pkg, topic string
-	var n int64
-	if _, err := pgx.ForEachRow(rows, []any{&pkg, &topic, &n}, func() error {
-		if out[pkg] == nil {
-			out[pkg] = map[string]int64{}
-		}
-		out[pkg][topic] = n
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("app gauges: topics: %w", err)
 	}
 	return out, nil
 }

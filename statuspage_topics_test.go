@@ -70,31 +70,3 @@ func TestStatusPageAppTopics(t *testing.T) {
 		t.Errorf("app without topics: %d, want the empty state:\n%s", code, body)
 	}
 }
-
-// playwatch_app_topic_reviews_7d counts each active app's reviews of the
-// last 7 days per topic, every topic present (0 included).
-func TestAppGaugesTopics(t *testing.T) {
-	srv, page := topicsStatusServer(t)
-	page.appGauges.refresh(t.Context())
-	m := scrapeMetrics(t, srv.URL)
-	for k, want := range map[string]float64{
-		`playwatch_app_topic_reviews_7d{package="org.telegram.messenger",review_topic="crash"}`:   4,
-		`playwatch_app_topic_reviews_7d{package="org.telegram.messenger",review_topic="ads"}`:     2,
-		`playwatch_app_topic_reviews_7d{package="org.telegram.messenger",review_topic="update"}`:  1,
-		`playwatch_app_topic_reviews_7d{package="org.telegram.messenger",review_topic="battery"}`: 0,
-		`playwatch_app_topic_reviews_7d{package="ir.example.bale",review_topic="crash"}`:          0,
-	} {
-		if got, ok := m[k]; !ok || got != want {
-			t.Errorf("%s = %v (present %v), want %v", k, got, ok, want)
-		}
-	}
-	n := 0
-	for k := range m {
-		if strings.HasPrefix(k, "playwatch_app_topic_reviews_7d{") {
-			n++
-		}
-	}
-	if n != 2*len(reviewTopics) {
-		t.Errorf("%d topic series, want %d: every topic of both apps", n, 2*len(reviewTopics))
-	}
-}
