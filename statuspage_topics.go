@@ -11,7 +11,7 @@ import (
 // What reviews of the last 7 days are about (reviews.topics, written by the
 // sentiment job): the app page's topics table, per storefront from the
 // hourly topic rollup (migration 17), and the per-app gauge
-// playwatch_app_topic_reviews_7d (app_metrics_read.go). Both read 7 days, so their cost follows
+// playwatch_app_topic_reviews_7d (app_gauges_read.go). Both read 7 days, so their cost follows
 // the week's reviews, not the history.
 
 // topicCount is one topic of an app's reviews of the last 7 days.

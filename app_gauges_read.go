@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The per-app gauges' read (app_metrics.go): one row per active app and
+// The per-app gauges' read (app_gauges.go): one row per active app and
 // storefront. The listing is the storefront's newest app_stats row (its
 // unique key (application_id, country, lang, crawled_at) read backwards);
 // the reviews come from the rollups of migration 17 (docs/schema.md
