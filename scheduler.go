@@ -862,24 +862,12 @@ type schedulerMetrics struct {
 }
 
 func newSchedulerMetrics(reg prometheus.Registerer) *schedulerMetrics {
+	mk := metricMaker{reg}
 	m := &schedulerMetrics{
-		leader: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "playwatch_scheduler_leader",
-			Help: "1 while this instance holds the scheduler lease and plans the crawl cycles, else 0.",
-		}),
-		lag: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "playwatch_crawl_jobs_lag_records",
-			Help: "Crawl jobs published but not yet done by any instance: the fleet's crawl queue depth.",
-		}),
-		takeovers: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "playwatch_scheduler_leaderships_total",
-			Help: "Times this instance took the scheduler lease.",
-		}),
-		published: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "playwatch_crawl_jobs_published_total",
-			Help: "Crawl jobs this instance published to crawl-jobs as the leader.",
-		}),
+		leader:    mk.gauge("playwatch_scheduler_leader", "1 while this instance holds the scheduler lease and plans the crawl cycles, else 0."),
+		lag:       mk.gauge("playwatch_crawl_jobs_lag_records", "Crawl jobs published but not yet done by any instance: the fleet's crawl queue depth."),
+		takeovers: mk.counter("playwatch_scheduler_leaderships_total", "Times this instance took the scheduler lease."),
+		published: mk.counter("playwatch_crawl_jobs_published_total", "Crawl jobs this instance published to crawl-jobs as the leader."),
 	}
-	reg.MustRegister(m.leader, m.lag, m.takeovers, m.published)
 	return m
 }
