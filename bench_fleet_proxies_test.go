@@ -193,21 +193,20 @@ func startBenchProxies(t *testing.T, profiles []proxyProfile, seed uint64) *benc
 				http.Error(w, "Too Many Requests", http.StatusTooManyRequests)
 				return
 			}
-			out := r.Clone(r.Context())
-			out.RequestURI = ""
+			out, err := relayedRequest(r)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
 			resp, err := transport.RoundTrip(out)
 			if err != nil {
 				http.Error(w, err.Error(), http.StatusBadGateway)
 				return
 			}
 			defer resp.Body.Close()
-			for k, v := range resp.Header {
-				w.Header()[k] = v
-			}
-			w.WriteHeader(resp.StatusCode)
-			_, err = io.Copy(w, resp.Body)
+			relayAnswer(w, resp) // a broken answer ends the handler here
 			done()
-			if err != nil || resp.StatusCode != http.StatusOK {
+			if resp.StatusCode != http.StatusOK {
 				return
 			}
 			ps.mu.Lock()

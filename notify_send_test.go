@@ -526,19 +526,18 @@ func newNotifyTestProxy(t *testing.T) *notifyTestProxy {
 			conn.Close()
 			return
 		}
-		out := r.Clone(r.Context())
-		out.RequestURI = ""
+		out, err := relayedRequest(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		resp, err := http.DefaultTransport.RoundTrip(out)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
 		}
 		defer resp.Body.Close()
-		for k, v := range resp.Header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(resp.StatusCode)
-		io.Copy(w, resp.Body)
+		relayAnswer(w, resp)
 	}))
 	t.Cleanup(px.Close)
 	return px

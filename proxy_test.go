@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -59,8 +61,11 @@ func newForwardProxy(t testing.TB, name string) *forwardProxy {
 			http.Error(w, http.StatusText(status), status)
 			return
 		}
-		out := r.Clone(r.Context())
-		out.RequestURI = ""
+		out, err := relayedRequest(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		out.Header.Set("Via", "1.1 "+p.name)
 		resp, err := transport.RoundTrip(out)
 		if err != nil {
@@ -68,17 +73,47 @@ func newForwardProxy(t testing.TB, name string) *forwardProxy {
 			return
 		}
 		defer resp.Body.Close()
-		for k, v := range resp.Header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
+		relayAnswer(w, resp)
 	}))
 	t.Cleanup(func() {
 		p.Close()
 		transport.CloseIdleConnections()
 	})
 	return p
+}
+
+// relayedRequest is r to be sent on by a test proxy, its body read in full
+// first. Passing r.Body on as it is races: Go's HTTP/1 server drains and
+// closes an inbound body when the answer's head goes out (golang/go#40747),
+// while the upstream transport may still read it once more after its last
+// byte (to check its length); it then fails the write and closes the
+// upstream connection under the answer being relayed, which reached the
+// client cut short with a clean chunked end.
+func relayedRequest(r *http.Request) (*http.Request, error) {
+	out := r.Clone(r.Context())
+	out.RequestURI = ""
+	if r.Body == nil || r.Body == http.NoBody {
+		return out, nil
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, fmt.Errorf("reading the request body: %w", err)
+	}
+	out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	return out, nil
+}
+
+// relayAnswer copies resp to w. An answer that breaks off upstream breaks
+// the client's connection, as a real proxy's does, rather than end as if it
+// were whole.
+func relayAnswer(w http.ResponseWriter, resp *http.Response) {
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		panic(http.ErrAbortHandler)
+	}
 }
 
 func (p *forwardProxy) setStatus(status int) {
