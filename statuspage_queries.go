@@ -137,11 +137,6 @@ func (n nullableOutcome) get(path string) *outcomeRow {
 	return o
 }
 
-// sentimentCountsSQL counts reviews by the sentiment job's label, in the
-// order of sentimentCounts' fields.
-const sentimentCountsSQL = `count(*) FILTER (WHERE sentiment = 'POSITIVE') AS pos, count(*) FILTER (WHERE sentiment = 'NEUTRAL') AS neu,
-		count(*) FILTER (WHERE sentiment = 'NEGATIVE') AS neg, count(*) FILTER (WHERE sentiment IS NULL) AS none`
-
 // overviewSQL is one row per active app and storefront (sf, see
 // appStorefrontsSQL), the app's first storefront first. Every lateral reads
 // one storefront through an index led by (application_id, country, lang):
