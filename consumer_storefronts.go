@@ -138,7 +138,9 @@ func recordReviewStorefronts(ctx context.Context, tx pgx.Tx, rows []reviewRow) (
 	for i := range rows {
 		m := &rows[i].msg
 		k := seenIn{m.ReviewID, m.Country, m.Lang}
-		if seen[k] {
+		// A row whose storefront could not be settled records none:
+		// ('', '') is the rollups' whole-app key.
+		if seen[k] || m.Country == "" || m.Lang == "" {
 			continue
 		}
 		seen[k] = true

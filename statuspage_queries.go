@@ -361,7 +361,7 @@ const (
 	// The newest review's hour and the reviews per day read the hourly
 	// rollup (statuspage_rollups.go): the 90 days' buckets, not every review.
 	appNewestReviewSQL = `SELECT max(hour) + interval '1 hour' FROM review_rollup_hourly
-		WHERE application_id = $1 AND country = $2 AND lang = $3`
+		WHERE application_id = $1 AND country = $2 AND lang = $3 AND reviews > 0`
 	appReviewDaysSQL = `SELECT date_trunc('day', hour, 'UTC') AS d, ` + rollupSentimentSQL + `
 		FROM review_rollup_hourly WHERE application_id = $1 AND country = $2 AND lang = $3 AND hour > $4 AND hour <= $5
 		GROUP BY 1 ORDER BY 1`
