@@ -39,9 +39,9 @@ func TestAlertmanagerRoutesPlaywatchAlert(t *testing.T) {
 	})
 	metrics := newNotifyTestReceiver(t, func(w http.ResponseWriter, _ notifyReceivedRequest) {
 		fmt.Fprintf(w, "# TYPE playwatch_app_negative_reviews_1h gauge\n"+
-			"playwatch_app_negative_reviews_1h{package=%q} 9\nplaywatch_app_negative_reviews_1h{package=%q} 1\n"+
+			"playwatch_app_negative_reviews_1h{package=%q,country=\"ir\",lang=\"fa\"} 9\nplaywatch_app_negative_reviews_1h{package=%q,country=\"ir\",lang=\"fa\"} 1\n"+
 			"# TYPE playwatch_app_negative_reviews_7d gauge\n"+
-			"playwatch_app_negative_reviews_7d{package=%q} 20\nplaywatch_app_negative_reviews_7d{package=%q} 20\n",
+			"playwatch_app_negative_reviews_7d{package=%q,country=\"ir\",lang=\"fa\"} 20\nplaywatch_app_negative_reviews_7d{package=%q,country=\"ir\",lang=\"fa\"} 20\n",
 			spiky, calm, spiky, calm)
 	})
 
@@ -137,7 +137,7 @@ scrape_configs:
 	waitFor(t, 10*time.Second, "the spike at the Slack and Telegram receivers", func() bool {
 		return len(slack.requests()) > 0 && len(telegram.requests()) > 0
 	})
-	if s := slack.requests()[0]; s.Path != "/services/T000/B000/XXXX" || !strings.Contains(string(s.Body), spiky+": 9 negative reviews in the last hour") {
+	if s := slack.requests()[0]; s.Path != "/services/T000/B000/XXXX" || !strings.Contains(string(s.Body), spiky+" (ir/fa): 9 negative reviews in the last hour") {
 		t.Errorf("slack got %s %s", s.Path, s.Body)
 	}
 	if tg := telegram.requests()[0]; tg.Path != "/bot123456789:PLACEHOLDER-bot-token/sendMessage" || !strings.Contains(string(tg.Body), spiky) {
