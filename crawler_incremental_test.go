@@ -189,7 +189,13 @@ func TestKnownReviewsReached(t *testing.T) {
 // full, logs and counts.
 func TestCrawlReadsInFullWhenStoredReviewsAreUnreadable(t *testing.T) {
 	f := newCrawlFixture(t, testCrawlerConfig(1, 300), nil)
-	f.register(t, "com.example.app", false)
+	// An app whose full resync is not due in this hour: a due one would
+	// not look at the stored reviews at all.
+	pkg, now := "com.example.app", time.Now()
+	for i := 0; fullResyncDue(crawlJobKey(pkg, testLocales.Default), now, now.Add(-time.Hour), 24*time.Hour); i++ {
+		pkg = fmt.Sprintf("com.example.app%d", i)
+	}
+	f.register(t, pkg, false)
 	broken := newTestPool(t)
 	broken.Close()
 	f.crawler.known = newPGKnownReviews(broken)
