@@ -417,7 +417,7 @@ func parseStatsQuery(pkg string, vals url.Values, now time.Time) (statsQuery, er
 			}
 			q.BOM = v == "1"
 		case "country", "lang":
-			check := map[string]func(string, string) error{"country": validateCountry, "lang": validateLang}[key]
+			check := map[string]func(string, string) error{"country": validateCountryFilter, "lang": validateLang}[key]
 			var list []string
 			for _, c := range strings.Split(v, ",") {
 				if err := check(key, c); err != nil {

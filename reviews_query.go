@@ -188,7 +188,7 @@ func (p reviewParams) filters(q *reviewQuery, now time.Time) (err error) {
 		return err
 	}
 	if q.Countries, err = p.list("country", func(s string) error {
-		if err := validateCountry("country", s); err != nil {
+		if err := validateCountryFilter("country", s); err != nil {
 			return badParam("country", "%q: %v", s, err)
 		}
 		return nil
