@@ -101,15 +101,17 @@ func startNotifyE2E(t *testing.T) *notifyE2E {
 		return true
 	})
 	e.env = map[string]string{
-		"PLAYWATCH_DATA_DIR":   tempDataDir(t),
-		"PLAYWATCH_HTTP_ADDR":  freeAddr(t),
-		"PLAYSTORE_URL":        e.replay.URL,
-		"RATE_LIMIT_REQUESTS":  "0",
-		"EGRESS_MIN_GAP":       "0s",
-		"REVIEWS_PER_APP":      "100",
-		"CRAWL_INTERVAL":       "1h",
-		"NOTIFY_ALLOW_PRIVATE": "true",
-		"TELEGRAM_API_URL":     e.telegram.srv.URL,
+		"PLAYWATCH_DATA_DIR":  tempDataDir(t),
+		"PLAYWATCH_HTTP_ADDR": freeAddr(t),
+		// Not the default 9092: another appliance on the machine may hold it.
+		"PLAYWATCH_BROKER_ADDR": freeAddr(t),
+		"PLAYSTORE_URL":         e.replay.URL,
+		"RATE_LIMIT_REQUESTS":   "0",
+		"EGRESS_MIN_GAP":        "0s",
+		"REVIEWS_PER_APP":       "100",
+		"CRAWL_INTERVAL":        "1h",
+		"NOTIFY_ALLOW_PRIVATE":  "true",
+		"TELEGRAM_API_URL":      e.telegram.srv.URL,
 	}
 	e.a = startE2EAppliance(t, e.env, "--roles", "registry,consumer,sentiment,notifier")
 	t.Cleanup(func() {
