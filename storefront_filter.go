@@ -6,9 +6,6 @@ import (
 	"slices"
 )
 
-// maxFilterStorefronts is as many as an app may have.
-const maxFilterStorefronts = maxStorefronts
-
 // decodeStorefronts reads name, a filter's list of {"country", "lang"}
 // objects checked as the registry checks an app's (an empty list: every
 // storefront); a storefront given twice counts once.
@@ -17,8 +14,8 @@ func decodeStorefronts(name string, v json.RawMessage) ([]locale, error) {
 	if json.Unmarshal(v, &raw) != nil || string(v) == "null" {
 		return nil, fmt.Errorf("%s must be a list of storefronts such as [{\"country\": \"us\", \"lang\": \"en\"}]", name)
 	}
-	if len(raw) > maxFilterStorefronts {
-		return nil, fmt.Errorf("%s must list at most %d storefronts", name, maxFilterStorefronts)
+	if len(raw) > maxStorefronts {
+		return nil, fmt.Errorf("%s must list at most %d storefronts", name, maxStorefronts)
 	}
 	var out []locale
 	for i, r := range raw {
