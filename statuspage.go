@@ -648,7 +648,7 @@ func (p *statusPage) serveApp(w http.ResponseWriter, r *http.Request) {
 		var buf bytes.Buffer
 		_ = statusTemplates.ExecuteTemplate(&buf, "message", messagePage{Title: "No such storefront · playwatch status", Message: se.Message,
 			Link: "/apps/" + d.Package, LinkText: "← " + d.Name + " in its first storefront"})
-		p.writeHTML(w, se.Code, buf.Bytes())
+		writeHTML(w, statusCSP, se.Code, buf.Bytes())
 		return
 	}
 	if err != nil {
@@ -882,13 +882,14 @@ func (p *statusPage) render(w http.ResponseWriter, r *http.Request, name string,
 		p.fail(w, r, fmt.Errorf("status page: render %s: %w", name, err))
 		return
 	}
-	p.writeHTML(w, http.StatusOK, buf.Bytes())
+	writeHTML(w, statusCSP, http.StatusOK, buf.Bytes())
 }
 
-func (p *statusPage) writeHTML(w http.ResponseWriter, code int, body []byte) {
+// writeHTML answers a rendered page with its Content-Security-Policy.
+func writeHTML(w http.ResponseWriter, csp string, code int, body []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Content-Security-Policy", statusCSP)
+	h.Set("Content-Security-Policy", csp)
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
@@ -901,7 +902,7 @@ func (p *statusPage) notFound(w http.ResponseWriter, r *http.Request, pkg string
 	var buf bytes.Buffer
 	_ = statusTemplates.ExecuteTemplate(&buf, "message", messagePage{Title: "No such app · playwatch status",
 		Message: "No app is registered as " + pkg + "."})
-	p.writeHTML(w, http.StatusNotFound, buf.Bytes())
+	writeHTML(w, statusCSP, http.StatusNotFound, buf.Bytes())
 }
 
 // unavailable answers 503 with Retry-After: come back in a moment.
@@ -909,7 +910,7 @@ func (p *statusPage) unavailable(w http.ResponseWriter, title, message string) {
 	var buf bytes.Buffer
 	_ = statusTemplates.ExecuteTemplate(&buf, "message", messagePage{Title: title, Message: message})
 	w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
-	p.writeHTML(w, http.StatusServiceUnavailable, buf.Bytes())
+	writeHTML(w, statusCSP, http.StatusServiceUnavailable, buf.Bytes())
 }
 
 func (p *statusPage) fail(w http.ResponseWriter, r *http.Request, err error) {
@@ -926,5 +927,5 @@ func (p *statusPage) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var buf bytes.Buffer
 	_ = statusTemplates.ExecuteTemplate(&buf, "message", messagePage{Title: "Status page unavailable",
 		Message: "The status page cannot read the database right now; the server log says why."})
-	p.writeHTML(w, http.StatusInternalServerError, buf.Bytes())
+	writeHTML(w, statusCSP, http.StatusInternalServerError, buf.Bytes())
 }

@@ -203,38 +203,39 @@ ORDER BY lower(coalesce(nullif(a.display_name, ''), a.package_name)), a.package_
 
 // loadOverview is the active apps, each with its storefronts in order.
 func loadOverview(ctx context.Context, tx pgx.Tx, now time.Time, locales localeDefaults) ([]overviewApp, error) {
-	rows, err := tx.Query(ctx, overviewSQL, append([]any{now}, storefrontArgs(locales)...)...)
-	if err != nil {
-		return nil, fmt.Errorf("status page: overview: %w", err)
+	type appFront struct {
+		app   overviewApp
+		front overviewStorefront
 	}
-	defer rows.Close()
-	var apps []overviewApp
-	for rows.Next() {
-		var a overviewApp
-		var f overviewStorefront
+	rows, err := queryRows(ctx, tx, "overview", func(row pgx.CollectableRow, r *appFront) error {
+		a, f := &r.app, &r.front
 		var days []time.Time
 		var scores []float64
 		var so, ro nullableOutcome
-		if err := rows.Scan(&a.Package, &a.Name, &a.Messaging, &f.Front.Country, &f.Front.Lang,
+		if err := row.Scan(&a.Package, &a.Name, &a.Messaging, &f.Front.Country, &f.Front.Lang,
 			&f.Score, &f.Ratings, &f.RealInstalls, &f.MinInstalls, &f.StatsAt,
 			&f.BaseScore, &f.BaseAt, &f.Reviews24h.Positive, &f.Reviews24h.Neutral, &f.Reviews24h.Negative, &f.Reviews24h.None,
 			&f.ReviewsSyncedAt, &days, &scores,
 			&so.at, &so.outcome, &so.httpStatus, &so.errorText, &ro.at, &ro.outcome, &ro.httpStatus, &ro.errorText); err != nil {
-			return nil, fmt.Errorf("status page: overview: %w", err)
+			return err
 		}
 		f.StatsOutcome, f.ReviewsOutcome = so.get("stats"), ro.get("reviews")
 		for i := range days {
 			f.Spark = append(f.Spark, timeValue{days[i], scores[i]})
 		}
-		if n := len(apps); n > 0 && apps[n-1].Package == a.Package {
-			apps[n-1].Storefronts = append(apps[n-1].Storefronts, f)
+		return nil
+	}, overviewSQL, append([]any{now}, storefrontArgs(locales)...)...)
+	if err != nil {
+		return nil, err
+	}
+	var apps []overviewApp
+	for _, r := range rows {
+		if n := len(apps); n > 0 && apps[n-1].Package == r.app.Package {
+			apps[n-1].Storefronts = append(apps[n-1].Storefronts, r.front)
 			continue
 		}
-		a.Storefronts = []overviewStorefront{f}
-		apps = append(apps, a)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("status page: overview: %w", err)
+		r.app.Storefronts = []overviewStorefront{r.front}
+		apps = append(apps, r.app)
 	}
 	return apps, nil
 }

@@ -81,19 +81,9 @@ ORDER BY first_seen DESC, version LIMIT $3`
 // loadAppReleases is the app's versions, newest first, releasesShown + 1
 // of them at most.
 func loadAppReleases(ctx context.Context, tx pgx.Tx, appID int64, front locale, now time.Time) ([]releaseStat, error) {
-	rows, err := tx.Query(ctx, appReleasesSQL, appID, now, releasesShown+1, front.Country, front.Lang)
-	if err != nil {
-		return nil, fmt.Errorf("status page: releases of app %d: %w", appID, err)
-	}
-	var out []releaseStat
-	var r releaseStat
-	if _, err := pgx.ForEachRow(rows, []any{&r.Version, &r.FirstSeen, &r.Reviews, &r.MeanStars, &r.Labelled, &r.Negative, &r.Topics}, func() error {
-		out = append(out, r)
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("status page: releases of app %d: %w", appID, err)
-	}
-	return out, nil
+	return queryRows(ctx, tx, fmt.Sprintf("releases of app %d", appID), func(row pgx.CollectableRow, r *releaseStat) error {
+		return row.Scan(&r.Version, &r.FirstSeen, &r.Reviews, &r.MeanStars, &r.Labelled, &r.Negative, &r.Topics)
+	}, appReleasesSQL, appID, now, releasesShown+1, front.Country, front.Lang)
 }
 
 // releasesSection is the app page's releases table and chart.

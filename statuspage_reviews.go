@@ -161,13 +161,7 @@ func (p *statusPage) serveReviews(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, r, fmt.Errorf("status page: render reviews: %w", err))
 		return
 	}
-	h := w.Header()
-	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Content-Security-Policy", reviewsCSP)
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(code)
-	_, _ = w.Write(buf.Bytes())
+	writeHTML(w, reviewsCSP, code, buf.Bytes())
 }
 
 func cloneValues(v url.Values) url.Values {

@@ -81,19 +81,9 @@ const appStorefrontRowsSQL = `SELECT sf.country, sf.lang FROM apps_registry_appl
 	WHERE a.id = $1 ORDER BY sf.position`
 
 func loadAppStorefronts(ctx context.Context, tx pgx.Tx, appID int64, d localeDefaults) ([]locale, error) {
-	rows, err := tx.Query(ctx, appStorefrontRowsSQL, append([]any{appID}, storefrontArgs(d)...)...)
-	if err != nil {
-		return nil, fmt.Errorf("status page: storefronts of app %d: %w", appID, err)
-	}
-	var out []locale
-	var l locale
-	if _, err := pgx.ForEachRow(rows, []any{&l.Country, &l.Lang}, func() error {
-		out = append(out, l)
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("status page: storefronts of app %d: %w", appID, err)
-	}
-	return out, nil
+	return queryRows(ctx, tx, fmt.Sprintf("storefronts of app %d", appID), func(row pgx.CollectableRow, l *locale) error {
+		return row.Scan(&l.Country, &l.Lang)
+	}, appStorefrontRowsSQL, append([]any{appID}, storefrontArgs(d)...)...)
 }
 
 // storefrontCompare is one storefront's column of the comparison block:
@@ -123,20 +113,10 @@ func loadStorefrontCompare(ctx context.Context, tx pgx.Tx, appID int64, fronts [
 	for i, f := range fronts {
 		countries[i], langs[i] = f.Country, f.Lang
 	}
-	rows, err := tx.Query(ctx, appCompareSQL, appID, countries, langs)
-	if err != nil {
-		return nil, fmt.Errorf("status page: storefronts compared of app %d: %w", appID, err)
-	}
-	var out []storefrontCompare
-	var c storefrontCompare
-	if _, err := pgx.ForEachRow(rows, []any{&c.Front.Country, &c.Front.Lang, &c.At, &c.Score, &c.Ratings, &c.Installs,
-		&c.Histogram[0], &c.Histogram[1], &c.Histogram[2], &c.Histogram[3], &c.Histogram[4]}, func() error {
-		out = append(out, c)
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("status page: storefronts compared of app %d: %w", appID, err)
-	}
-	return out, nil
+	return queryRows(ctx, tx, fmt.Sprintf("storefronts compared of app %d", appID), func(row pgx.CollectableRow, c *storefrontCompare) error {
+		return row.Scan(&c.Front.Country, &c.Front.Lang, &c.At, &c.Score, &c.Ratings, &c.Installs,
+			&c.Histogram[0], &c.Histogram[1], &c.Histogram[2], &c.Histogram[3], &c.Histogram[4])
+	}, appCompareSQL, appID, countries, langs)
 }
 
 // compareView is the app page's comparison block: one column per

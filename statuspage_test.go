@@ -101,7 +101,14 @@ func statusServer(t *testing.T, pool *pgxpool.Pool, token string, reg *prometheu
 // test refreshes (nothing runs their background loop).
 func statusPageServer(t *testing.T, pool *pgxpool.Pool, token string, reg *prometheus.Registry) (*httptest.Server, *statusPage) {
 	t.Helper()
-	page := newStatusPage(statusDB{pool}, reg, token, time.Hour, 30*time.Second, 4, testLogger(t))
+	return statusPageOn(t, statusDB{pool}, reg, token, 4)
+}
+
+// statusPageOn serves a status page reading db at statusNow with the test
+// storefront defaults, at most maxRenders pages drawn at once.
+func statusPageOn(t testing.TB, db statusDB, reg *prometheus.Registry, token string, maxRenders int) (*httptest.Server, *statusPage) {
+	t.Helper()
+	page := newStatusPage(db, reg, token, time.Hour, 30*time.Second, maxRenders, testLogger(t))
 	page.locales = testLocales
 	page.now = func() time.Time { return statusNow }
 	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil, page.logger))
@@ -651,12 +658,7 @@ func getPageWithin(t *testing.T, url string, timeout time.Duration) (int, string
 func TestStatusPageMaxRenders(t *testing.T) {
 	pool := newTestPool(t)
 	seedStatus(t, pool)
-	reg := newMetricsRegistry("test")
-	page := newStatusPage(statusDB{pool}, reg, "", time.Hour, 30*time.Second, 1, testLogger(t))
-	page.locales = testLocales
-	page.now = func() time.Time { return statusNow }
-	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil, page.logger))
-	t.Cleanup(srv.Close)
+	srv, page := statusPageOn(t, statusDB{pool}, newMetricsRegistry("test"), "", 1)
 
 	release := holdTableLock(t, pool, "app_stats")
 	first := make(chan int, 1)
@@ -706,12 +708,7 @@ func TestStatusPageStatementTimeout(t *testing.T) {
 	if n := reads.Config().MaxConns; n != 5 {
 		t.Errorf("read pool of %d connections, want 5 (4 pages and the gauges)", n)
 	}
-	reg := newMetricsRegistry("test")
-	page := newStatusPage(statusDB{reads}, reg, "", time.Hour, 30*time.Second, 4, testLogger(t))
-	page.locales = testLocales
-	page.now = func() time.Time { return statusNow }
-	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, page, nil, page.logger))
-	t.Cleanup(srv.Close)
+	srv, page := statusPageOn(t, statusDB{reads}, newMetricsRegistry("test"), "", 4)
 
 	release := holdTableLock(t, pool, "app_stats")
 	start := time.Now()

@@ -29,19 +29,9 @@ WHERE application_id = $1 AND country = $2 AND lang = $3 AND hour > $4::timestam
 GROUP BY topic HAVING sum(reviews) > 0 ORDER BY n DESC, topic`
 
 func loadAppTopics(ctx context.Context, tx pgx.Tx, appID int64, front locale, now time.Time) ([]topicCount, error) {
-	rows, err := tx.Query(ctx, appTopicsSQL, appID, front.Country, front.Lang, now)
-	if err != nil {
-		return nil, fmt.Errorf("status page: topics of app %d: %w", appID, err)
-	}
-	var out []topicCount
-	var c topicCount
-	if _, err := pgx.ForEachRow(rows, []any{&c.Topic, &c.Reviews, &c.Negative}, func() error {
-		out = append(out, c)
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("status page: topics of app %d: %w", appID, err)
-	}
-	return out, nil
+	return queryRows(ctx, tx, fmt.Sprintf("topics of app %d", appID), func(row pgx.CollectableRow, c *topicCount) error {
+		return row.Scan(&c.Topic, &c.Reviews, &c.Negative)
+	}, appTopicsSQL, appID, front.Country, front.Lang, now)
 }
 
 // topicView is one row of the app page's topics table.
