@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -171,13 +170,7 @@ func (k *brokerBudgetKeeper) measure(ctx context.Context) ([]partitionUsage, err
 	partitions := map[string]int64{}
 	ends.Each(func(o kadm.ListedOffset) { partitions[o.Topic]++ })
 	var out []partitionUsage
-	var errs []error
-	ends.Each(func(o kadm.ListedOffset) {
-		s, ok := starts.Lookup(o.Topic, o.Partition)
-		if o.Err != nil || !ok || s.Err != nil {
-			errs = append(errs, fmt.Errorf("offsets of %s/%d: %w", o.Topic, o.Partition, errors.Join(o.Err, s.Err)))
-			return
-		}
+	if err := eachOffsetPair(ends, starts, func(o, s kadm.ListedOffset) {
 		u := partitionUsage{topic: o.Topic, partition: o.Partition, start: s.Offset, end: o.Offset, floor: o.Offset,
 			limit: k.budget.shares[o.Topic] / partitions[o.Topic]}
 		dirs.Each(func(d kadm.DescribedLogDir) {
@@ -200,9 +193,8 @@ func (k *brokerBudgetKeeper) measure(ctx context.Context) ([]partitionUsage, err
 			}
 		}
 		out = append(out, u)
-	})
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	}); err != nil {
+		return nil, err
 	}
 	slices.SortFunc(out, func(a, b partitionUsage) int {
 		return cmp.Or(strings.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))

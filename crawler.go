@@ -470,72 +470,39 @@ type crawlMetrics struct {
 // failure streak let an alert find an app that has not succeeded for two
 // intervals, also one that never succeeded (docs/design.md "Failure rules").
 func newCrawlMetrics(reg prometheus.Registerer, interval time.Duration) *crawlMetrics {
+	mk := metricMaker{reg}
+	perApp := metricMaker{} // registered through appSeriesCollector, which forgets stale series first
 	m := &crawlMetrics{
 		known:       map[appStorefront]time.Time{},
 		forgetAfter: 2 * interval,
-		busy: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "playwatch_crawl_workers_busy",
-			Help: "Workers crawling an app right now (at most CRAWL_WORKERS).",
-		}),
-		apps: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_crawl_app_paths_total",
-			Help: "Crawled app paths (stats, reviews) by outcome (ok, not_found, rate_limited, parse_error, error, publish_failed, canceled).",
-		}, []string{"path", "outcome"}),
-		cycleDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "playwatch_crawl_cycle_duration_seconds",
-			Help:    "Duration of crawl cycles.",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
-		}),
-		cycles: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "playwatch_crawl_cycles_total",
-			Help: "Crawl cycles completed.",
-		}),
-		overruns: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "playwatch_crawl_overruns_total",
-			Help: "Cycles that took longer than CRAWL_INTERVAL.",
-		}),
-		lastCycle: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "playwatch_crawl_last_cycle_timestamp_seconds",
-			Help: "Unix time at which the last complete cycle ended.",
-		}),
-		lastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "playwatch_crawl_last_success_timestamp_seconds",
-			Help: "Unix time of the last successful crawl of an app's path in a storefront (country, lang): data freshness per app and storefront.",
-		}, []string{"package", "country", "lang", "path"}),
-		failures: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "playwatch_crawl_consecutive_failures",
-			Help: "Crawls of an app's path in a storefront (country, lang) in a row that failed (0 after a success); present from the first crawl, so an app that never succeeded shows too.",
-		}, []string{"package", "country", "lang", "path"}),
-		interval: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "playwatch_crawl_interval_seconds",
-			Help: "CRAWL_INTERVAL: time between the starts of two crawl cycles.",
-		}),
-		newApps: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "playwatch_crawl_new_apps_total",
-			Help: "App storefronts crawled between cycles because they became active (a new app, or a storefront added to an app) after their cycle began.",
-		}),
-		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "playwatch_crawl_requests_per_app",
-			Help:    "Play Store requests (retries included) of one app's crawl, by path (stats, reviews).",
-			Buckets: []float64{0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 15, 20, 30},
-		}, []string{"path"}),
-		pagesSkipped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "playwatch_crawl_review_pages_skipped_total",
-			Help: "Reviews pages not requested because the paging reached stored reviews: the rest of REVIEWS_PER_APP, estimated from the pages read.",
-		}),
-		fullResyncs: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "playwatch_crawl_full_resyncs_total",
-			Help: "App crawls that read REVIEWS_PER_APP reviews because a full resync was due (REVIEWS_FULL_SYNC_INTERVAL, or a new or reactivated app).",
-		}),
-		knownFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "playwatch_crawl_known_reviews_failures_total",
-			Help: "App crawls whose stored reviews could not be read from PostgreSQL, read in full instead.",
-		}),
-		stateWriteFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_crawl_state_write_failures_total",
-			Help: "Writes to PostgreSQL after a crawl that failed, by what: read_mark (review_read_marks; the next read goes deeper), outcome (app_crawl_outcomes).",
-		}, []string{"what"}),
+		busy:        mk.gauge("playwatch_crawl_workers_busy", "Workers crawling an app right now (at most CRAWL_WORKERS)."),
+		apps: mk.counterVec("playwatch_crawl_app_paths_total",
+			"Crawled app paths (stats, reviews) by outcome (ok, not_found, rate_limited, parse_error, error, publish_failed, canceled).", "path", "outcome"),
+		cycleDuration: mk.histogram("playwatch_crawl_cycle_duration_seconds", "Duration of crawl cycles.", prometheus.ExponentialBuckets(1, 2, 14)),
+		cycles:        mk.counter("playwatch_crawl_cycles_total", "Crawl cycles completed."),
+		overruns:      mk.counter("playwatch_crawl_overruns_total", "Cycles that took longer than CRAWL_INTERVAL."),
+		lastCycle:     mk.gauge("playwatch_crawl_last_cycle_timestamp_seconds", "Unix time at which the last complete cycle ended."),
+		lastSuccess: perApp.gaugeVec("playwatch_crawl_last_success_timestamp_seconds",
+			"Unix time of the last successful crawl of an app's path in a storefront (country, lang): data freshness per app and storefront.",
+			"package", "country", "lang", "path"),
+		failures: perApp.gaugeVec("playwatch_crawl_consecutive_failures",
+			"Crawls of an app's path in a storefront (country, lang) in a row that failed (0 after a success); present from the first crawl, so an app that never succeeded shows too.",
+			"package", "country", "lang", "path"),
+		interval: mk.gauge("playwatch_crawl_interval_seconds", "CRAWL_INTERVAL: time between the starts of two crawl cycles."),
+		newApps: mk.counter("playwatch_crawl_new_apps_total",
+			"App storefronts crawled between cycles because they became active (a new app, or a storefront added to an app) after their cycle began."),
+		requests: mk.histogramVec("playwatch_crawl_requests_per_app", "Play Store requests (retries included) of one app's crawl, by path (stats, reviews).",
+			[]float64{0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 15, 20, 30}, "path"),
+		pagesSkipped: mk.counter("playwatch_crawl_review_pages_skipped_total",
+			"Reviews pages not requested because the paging reached stored reviews: the rest of REVIEWS_PER_APP, estimated from the pages read."),
+		fullResyncs: mk.counter("playwatch_crawl_full_resyncs_total",
+			"App crawls that read REVIEWS_PER_APP reviews because a full resync was due (REVIEWS_FULL_SYNC_INTERVAL, or a new or reactivated app)."),
+		knownFailures: mk.counter("playwatch_crawl_known_reviews_failures_total",
+			"App crawls whose stored reviews could not be read from PostgreSQL, read in full instead."),
+		stateWriteFailures: mk.counterVec("playwatch_crawl_state_write_failures_total",
+			"Writes to PostgreSQL after a crawl that failed, by what: read_mark (review_read_marks; the next read goes deeper), outcome (app_crawl_outcomes).", "what"),
 	}
+	reg.MustRegister(appSeriesCollector{m})
 	m.interval.Set(interval.Seconds())
 	// Every outcome exists from the start: increase() sees the first parse
 	// error of a counter that is already there, not one born at 1.
@@ -544,8 +511,6 @@ func newCrawlMetrics(reg prometheus.Registerer, interval time.Duration) *crawlMe
 			m.apps.WithLabelValues(path, outcome)
 		}
 	}
-	reg.MustRegister(m.busy, m.apps, m.cycleDuration, m.cycles, m.overruns, m.lastCycle, appSeriesCollector{m}, m.interval, m.newApps,
-		m.requests, m.pagesSkipped, m.fullResyncs, m.knownFailures, m.stateWriteFailures)
 	for _, what := range []string{"read_mark", "outcome"} {
 		m.stateWriteFailures.WithLabelValues(what)
 	}

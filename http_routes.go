@@ -84,7 +84,7 @@ func newHTTPHandler(reg *prometheus.Registry, hm *httpMetrics, api *registryAPI,
 // client sees a cut answer rather than a whole one.
 func recoverPanics(next *http.ServeMux, logger *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		pw := &panicWriter{ResponseWriter: w}
+		pw := &answerWriter{ResponseWriter: w}
 		defer func() {
 			v := recover()
 			if v == nil {
@@ -103,23 +103,26 @@ func recoverPanics(next *http.ServeMux, logger *slog.Logger) http.Handler {
 	})
 }
 
-// panicWriter notes whether the answer has begun.
-type panicWriter struct {
+// answerWriter notes what a handler answered so far: the status code of its
+// last WriteHeader (httpMetrics.wrap counts it) and whether the answer has
+// begun (recoverPanics can then no longer answer 500).
+type answerWriter struct {
 	http.ResponseWriter
+	code  int
 	wrote bool
 }
 
-func (p *panicWriter) WriteHeader(code int) {
-	p.wrote = true
-	p.ResponseWriter.WriteHeader(code)
+func (a *answerWriter) WriteHeader(code int) {
+	a.code, a.wrote = code, true
+	a.ResponseWriter.WriteHeader(code)
 }
 
-func (p *panicWriter) Write(b []byte) (int, error) {
-	p.wrote = true
-	return p.ResponseWriter.Write(b)
+func (a *answerWriter) Write(b []byte) (int, error) {
+	a.wrote = true
+	return a.ResponseWriter.Write(b)
 }
 
-func (p *panicWriter) Unwrap() http.ResponseWriter { return p.ResponseWriter }
+func (a *answerWriter) Unwrap() http.ResponseWriter { return a.ResponseWriter }
 
 // newHTTPServer has timeouts on every phase so a slow client cannot hold
 // a connection forever.

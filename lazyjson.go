@@ -270,13 +270,7 @@ func (v jsonValue) str() (string, bool) {
 }
 
 // strPtr returns the decoded string, or nil when absent or not a string.
-func (v jsonValue) strPtr() *string {
-	s, ok := v.str()
-	if !ok {
-		return nil
-	}
-	return &s
-}
+func (v jsonValue) strPtr() *string { return ptrIfOK(v.str()) }
 
 // int64 decodes an integral JSON number (1e3 and 5.0 included).
 func (v jsonValue) int64() (int64, bool) {
@@ -315,13 +309,7 @@ func smallInt(v []byte) (int64, bool) {
 	return n, true
 }
 
-func (v jsonValue) int64Ptr() *int64 {
-	n, ok := v.int64()
-	if !ok {
-		return nil
-	}
-	return &n
-}
+func (v jsonValue) int64Ptr() *int64 { return ptrIfOK(v.int64()) }
 
 // float64 decodes a JSON number.
 func (v jsonValue) float64() (float64, bool) {
@@ -335,12 +323,15 @@ func (v jsonValue) float64() (float64, bool) {
 	return f, true
 }
 
-func (v jsonValue) float64Ptr() *float64 {
-	f, ok := v.float64()
+func (v jsonValue) float64Ptr() *float64 { return ptrIfOK(v.float64()) }
+
+// ptrIfOK is &x when ok, else nil: a decoded value, or nil when it was
+// absent or of another type.
+func ptrIfOK[T any](x T, ok bool) *T {
 	if !ok {
 		return nil
 	}
-	return &f
+	return &x
 }
 
 func skipSpace(b []byte, i int) int {

@@ -45,7 +45,7 @@ func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
 func (m *httpMetrics) wrap(mux http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		rec := &answerWriter{ResponseWriter: w, code: http.StatusOK}
 		mux.ServeHTTP(rec, r)
 		route := r.Pattern
 		if route == "" {
@@ -55,15 +55,3 @@ func (m *httpMetrics) wrap(mux http.Handler) http.Handler {
 		m.latency.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	})
 }
-
-type statusRecorder struct {
-	http.ResponseWriter
-	code int
-}
-
-func (s *statusRecorder) WriteHeader(code int) {
-	s.code = code
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }

@@ -7,6 +7,8 @@ import (
 
 // metricMaker makes a metric and registers it on reg in one call, so that a
 // role's metrics read one line each: name, help, then buckets or labels.
+// A nil reg makes them unregistered, for a caller that registers them
+// itself (through a collector of its own, or to return a clash as an error).
 type metricMaker struct{ reg prometheus.Registerer }
 
 func (f metricMaker) counter(name, help string) prometheus.Counter {

@@ -212,25 +212,19 @@ func newPlayStoreClient(cfg playStoreConfig, pool *proxyPool, archiver pageArchi
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return nil, fmt.Errorf("base URL of the Play Store %q is not an http(s) URL", cfg.BaseURL)
 	}
+	mk := metricMaker{} // registered below: a clash is an error, not a panic
 	c := &playStoreClient{
 		cfg:      cfg,
 		base:     base,
 		pool:     pool,
 		log:      log,
 		archiver: archiver,
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_playstore_requests_total",
-			Help: "Play Store HTTP requests (each attempt) by outcome and egress.",
-		}, []string{"outcome", "proxy"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "playwatch_playstore_request_duration_seconds",
-			Help:    "Play Store request latency, answer parsed, by endpoint.",
-			Buckets: []float64{0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1, 1.5, 2, 3, 5, 8, 13, 20, 30, 60},
-		}, []string{"endpoint"}),
-		parseErr: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_parse_failures_total",
-			Help: "200 answers of the Play Store that the parser could not read, by crawl path (stats, reviews) and reason (what the parser missed): a layout change shows here.",
-		}, []string{"path", "reason"}),
+		requests: mk.counterVec("playwatch_playstore_requests_total", "Play Store HTTP requests (each attempt) by outcome and egress.", "outcome", "proxy"),
+		latency: mk.histogramVec("playwatch_playstore_request_duration_seconds", "Play Store request latency, answer parsed, by endpoint.",
+			[]float64{0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1, 1.5, 2, 3, 5, 8, 13, 20, 30, 60}, "endpoint"),
+		parseErr: mk.counterVec("playwatch_parse_failures_total",
+			"200 answers of the Play Store that the parser could not read, by crawl path (stats, reviews) and reason (what the parser missed): a layout change shows here.",
+			"path", "reason"),
 	}
 	for _, m := range []prometheus.Collector{c.requests, c.latency, c.parseErr} {
 		if err := reg.Register(m); err != nil {

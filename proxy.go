@@ -128,26 +128,15 @@ type lease struct {
 
 // newProxyPool builds one egress per proxy, or a single direct one.
 func newProxyPool(cfg proxyPoolConfig, reg prometheus.Registerer, log *slog.Logger) (*proxyPool, error) {
+	mk := metricMaker{} // registered below: a clash is an error, not a panic
 	p := &proxyPool{
-		cfg:     cfg,
-		log:     log,
-		changed: make(chan struct{}),
-		healthy: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "playwatch_proxy_healthy",
-			Help: "Egresses (proxies, or the direct route) in service, not benched.",
-		}),
-		benched: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "playwatch_proxy_benched",
-			Help: "1 while the egress is benched (after a cool-down, until a probe succeeds), else 0.",
-		}, []string{"proxy"}),
-		tokenWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_ratelimit_waits_total",
-			Help: "Requests that had to wait for a rate-limit token.",
-		}, []string{"proxy"}),
-		tokenWaitTime: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "playwatch_ratelimit_wait_seconds_total",
-			Help: "Time spent waiting for rate-limit tokens.",
-		}, []string{"proxy"}),
+		cfg:           cfg,
+		log:           log,
+		changed:       make(chan struct{}),
+		healthy:       mk.gauge("playwatch_proxy_healthy", "Egresses (proxies, or the direct route) in service, not benched."),
+		benched:       mk.gaugeVec("playwatch_proxy_benched", "1 while the egress is benched (after a cool-down, until a probe succeeds), else 0.", "proxy"),
+		tokenWaits:    mk.counterVec("playwatch_ratelimit_waits_total", "Requests that had to wait for a rate-limit token.", "proxy"),
+		tokenWaitTime: mk.counterVec("playwatch_ratelimit_wait_seconds_total", "Time spent waiting for rate-limit tokens.", "proxy"),
 	}
 	for _, c := range []prometheus.Collector{p.healthy, p.benched, p.tokenWaits, p.tokenWaitTime} {
 		if err := reg.Register(c); err != nil {

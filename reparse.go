@@ -106,17 +106,10 @@ func planRawRange(ctx context.Context, adm *kadm.Client, w reparseWindow) (rawRa
 		return nil, fmt.Errorf("list the offsets of %s: %w", topicRawPages, err)
 	}
 	r := rawRange{}
-	var errs []error
-	starts.Each(func(s kadm.ListedOffset) {
-		e, ok := ends.Lookup(s.Topic, s.Partition)
-		if s.Err != nil || !ok || e.Err != nil {
-			errs = append(errs, fmt.Errorf("offsets of %s/%d: %w", s.Topic, s.Partition, errors.Join(s.Err, e.Err)))
-			return
-		}
+	if err := eachOffsetPair(starts, ends, func(s, e kadm.ListedOffset) {
 		r[s.Partition] = [2]int64{s.Offset, max(e.Offset, s.Offset)}
-	})
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w (is RAW_ARCHIVE on? without it nothing is archived)", errors.Join(errs...))
+	}); err != nil {
+		return nil, fmt.Errorf("%w (is RAW_ARCHIVE on? without it nothing is archived)", err)
 	}
 	return r, nil
 }
@@ -334,16 +327,11 @@ func (rp *reparser) feed(ctx context.Context, poller recordPoller, left map[int3
 // holds.
 func rawLogStarts(adm *kadm.Client) func(context.Context) (map[int32]int64, error) {
 	return func(ctx context.Context) (map[int32]int64, error) {
-		starts, err := adm.ListStartOffsets(ctx, topicRawPages)
-		if err == nil {
-			err = starts.Error()
-		}
+		starts, err := listTopicOffsets(ctx, adm.ListStartOffsets, topicRawPages)
 		if err != nil {
 			return nil, fmt.Errorf("list the start offsets of %s: %w", topicRawPages, err)
 		}
-		out := map[int32]int64{}
-		starts.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
-		return out, nil
+		return offsetsByPartition(starts), nil
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -75,53 +77,12 @@ const rollupCheckLimit = 100
 // raw tables, written here again (not rollups_rebuild_app's), so that a
 // mistake in either shows; a row counting 0 is no row.
 var rollupCheckSQL = []struct{ table, sql string }{
-	{"review_rollup_hourly", `
-WITH x AS (
-	SELECT application_id, ''::varchar AS country, ''::varchar AS lang, at, app_version, score, sentiment FROM reviews
-	UNION ALL
-	SELECT r.application_id, f.country, f.lang, r.at, r.app_version, r.score, r.sentiment
-	FROM review_storefronts f JOIN reviews r ON r.id = f.review_id),
-w AS (
-	SELECT application_id, country, lang, date_trunc('hour', at, 'UTC') AS hour, coalesce(app_version, '') AS app_version,
-		coalesce(score, 0) AS score, coalesce(sentiment, '') AS sentiment, count(*) AS n
-	FROM x GROUP BY 1, 2, 3, 4, 5, 6, 7),
-g AS (SELECT * FROM review_rollup_hourly WHERE reviews <> 0)
-SELECT row(coalesce(g.application_id, w.application_id), coalesce(g.country, w.country), coalesce(g.lang, w.lang),
-		coalesce(g.hour, w.hour), coalesce(g.app_version, w.app_version), coalesce(g.score, w.score), coalesce(g.sentiment, w.sentiment))::text,
-	coalesce(g.reviews::text, ''), coalesce(w.n::text, '')
-FROM g FULL JOIN w USING (application_id, country, lang, hour, app_version, score, sentiment)
-WHERE g.reviews IS DISTINCT FROM w.n ORDER BY 1 LIMIT $1`},
-	{"review_topic_rollup_hourly", `
-WITH x AS (
-	SELECT application_id, ''::varchar AS country, ''::varchar AS lang, at, app_version, sentiment, topics FROM reviews
-	UNION ALL
-	SELECT r.application_id, f.country, f.lang, r.at, r.app_version, r.sentiment, r.topics
-	FROM review_storefronts f JOIN reviews r ON r.id = f.review_id),
-w AS (
-	SELECT application_id, country, lang, date_trunc('hour', at, 'UTC') AS hour, coalesce(app_version, '') AS app_version,
-		topic, coalesce(sentiment, '') AS sentiment, count(*) AS n
-	FROM x CROSS JOIN unnest(x.topics) AS topic GROUP BY 1, 2, 3, 4, 5, 6, 7),
-g AS (SELECT * FROM review_topic_rollup_hourly WHERE reviews <> 0)
-SELECT row(coalesce(g.application_id, w.application_id), coalesce(g.country, w.country), coalesce(g.lang, w.lang),
-		coalesce(g.hour, w.hour), coalesce(g.app_version, w.app_version), coalesce(g.topic, w.topic), coalesce(g.sentiment, w.sentiment))::text,
-	coalesce(g.reviews::text, ''), coalesce(w.n::text, '')
-FROM g FULL JOIN w USING (application_id, country, lang, hour, app_version, topic, sentiment)
-WHERE g.reviews IS DISTINCT FROM w.n ORDER BY 1 LIMIT $1`},
-	{"review_rollup_totals", `
-WITH x AS (
-	SELECT application_id, ''::varchar AS country, ''::varchar AS lang, score, sentiment FROM reviews
-	UNION ALL
-	SELECT r.application_id, f.country, f.lang, r.score, r.sentiment
-	FROM review_storefronts f JOIN reviews r ON r.id = f.review_id),
-w AS (
-	SELECT application_id, country, lang, coalesce(score, 0) AS score, coalesce(sentiment, '') AS sentiment, count(*) AS n
-	FROM x GROUP BY 1, 2, 3, 4, 5),
-g AS (SELECT * FROM review_rollup_totals WHERE reviews <> 0)
-SELECT row(coalesce(g.application_id, w.application_id), coalesce(g.country, w.country), coalesce(g.lang, w.lang),
-		coalesce(g.score, w.score), coalesce(g.sentiment, w.sentiment))::text,
-	coalesce(g.reviews::text, ''), coalesce(w.n::text, '')
-FROM g FULL JOIN w USING (application_id, country, lang, score, sentiment)
-WHERE g.reviews IS DISTINCT FROM w.n ORDER BY 1 LIMIT $1`},
+	{"review_rollup_hourly", reviewRollupCheckSQL("review_rollup_hourly", []string{"at", "app_version", "score", "sentiment"}, "x",
+		"date_trunc('hour', at, 'UTC') AS hour", "coalesce(app_version, '') AS app_version", "coalesce(score, 0) AS score", "coalesce(sentiment, '') AS sentiment")},
+	{"review_topic_rollup_hourly", reviewRollupCheckSQL("review_topic_rollup_hourly", []string{"at", "app_version", "sentiment", "topics"}, "x CROSS JOIN unnest(x.topics) AS topic",
+		"date_trunc('hour', at, 'UTC') AS hour", "coalesce(app_version, '') AS app_version", "topic", "coalesce(sentiment, '') AS sentiment")},
+	{"review_rollup_totals", reviewRollupCheckSQL("review_rollup_totals", []string{"score", "sentiment"}, "x",
+		"coalesce(score, 0) AS score", "coalesce(sentiment, '') AS sentiment")},
 	// The sums of scores may differ in their last bits (the order of the
 	// additions); the newest listing is the one of the latest crawled_at.
 	{"app_stats_rollup_daily", `
@@ -146,6 +107,41 @@ WHERE g.application_id IS NULL OR w.application_id IS NULL
 		IS DISTINCT FROM (w.listings, w.score_n, w.last_crawled_at, w.last_score, w.last_ratings, w.last_real_installs, w.last_min_installs)
 	OR abs(g.score_sum - w.score_sum) > 1e-6 * greatest(1, abs(w.score_sum))
 ORDER BY 1 LIMIT $1`},
+}
+
+// reviewRollupCheckSQL is the check of a review rollup table: x holds each
+// review twice, once for all storefronts (” country and lang) and once per
+// storefront it was seen in, with the columns cols; w counts the rows of from
+// (x, or x joined to more) by app, storefront and keys, each key an
+// expression named by its last word (its AS name, or the column itself); the
+// rollup's rows with the same names are compared with w's.
+func reviewRollupCheckSQL(table string, cols []string, from string, keys ...string) string {
+	names := []string{"application_id", "country", "lang"}
+	for _, k := range keys {
+		names = append(names, k[strings.LastIndex(k, " ")+1:])
+	}
+	var rCols, groupBy, either []string
+	for _, c := range cols {
+		rCols = append(rCols, "r."+c)
+	}
+	for i, n := range names {
+		groupBy = append(groupBy, strconv.Itoa(i+1))
+		either = append(either, "coalesce(g."+n+", w."+n+")")
+	}
+	return `
+WITH x AS (
+	SELECT application_id, ''::varchar AS country, ''::varchar AS lang, ` + strings.Join(cols, ", ") + ` FROM reviews
+	UNION ALL
+	SELECT r.application_id, f.country, f.lang, ` + strings.Join(rCols, ", ") + `
+	FROM review_storefronts f JOIN reviews r ON r.id = f.review_id),
+w AS (
+	SELECT application_id, country, lang, ` + strings.Join(keys, ", ") + `, count(*) AS n
+	FROM ` + from + ` GROUP BY ` + strings.Join(groupBy, ", ") + `),
+g AS (SELECT * FROM ` + table + ` WHERE reviews <> 0)
+SELECT row(` + strings.Join(either, ", ") + `)::text,
+	coalesce(g.reviews::text, ''), coalesce(w.n::text, '')
+FROM g FULL JOIN w USING (` + strings.Join(names, ", ") + `)
+WHERE g.reviews IS DISTINCT FROM w.n ORDER BY 1 LIMIT $1`
 }
 
 // checkRollups compares every rollup table with the raw tables, in one

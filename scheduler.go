@@ -792,16 +792,11 @@ func (o jobOffsets) lost(ends map[int32]int64) map[int32]string {
 func (s *scheduler) jobEnds(ctx context.Context) (map[int32]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ends, err := s.adm.ListEndOffsets(ctx, topicCrawlJobs)
-	if err == nil {
-		err = ends.Error()
-	}
+	ends, err := listTopicOffsets(ctx, s.adm.ListEndOffsets, topicCrawlJobs)
 	if err != nil {
 		return nil, fmt.Errorf("end offsets of %s: %w", topicCrawlJobs, err)
 	}
-	out := map[int32]int64{}
-	ends.Each(func(l kadm.ListedOffset) { out[l.Partition] = l.Offset })
-	return out, nil
+	return offsetsByPartition(ends), nil
 }
 
 func (s *scheduler) jobOffsets(ctx context.Context) (jobOffsets, error) {
@@ -812,10 +807,7 @@ func (s *scheduler) jobOffsets(ctx context.Context) (jobOffsets, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	starts, err := s.adm.ListStartOffsets(ctx, topicCrawlJobs)
-	if err == nil {
-		err = starts.Error()
-	}
+	starts, err := listTopicOffsets(ctx, s.adm.ListStartOffsets, topicCrawlJobs)
 	if err != nil {
 		return o, fmt.Errorf("start offsets of %s: %w", topicCrawlJobs, err)
 	}
@@ -834,6 +826,39 @@ func (s *scheduler) jobOffsets(ctx context.Context) (jobOffsets, error) {
 		o.next[p] = next
 	}
 	return o, nil
+}
+
+// listTopicOffsets lists topic's offsets with list (an admin's
+// ListStartOffsets or ListEndOffsets); a partition's error fails them all.
+func listTopicOffsets(ctx context.Context, list func(context.Context, ...string) (kadm.ListedOffsets, error), topic string) (kadm.ListedOffsets, error) {
+	offsets, err := list(ctx, topic)
+	if err == nil {
+		err = offsets.Error()
+	}
+	return offsets, err
+}
+
+// offsetsByPartition are one topic's listed offsets by partition.
+func offsetsByPartition(offsets kadm.ListedOffsets) map[int32]int64 {
+	out := map[int32]int64{}
+	offsets.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	return out
+}
+
+// eachOffsetPair calls fn with each of first's offsets and the same
+// partition's in second. A partition that failed in either, or that second
+// lacks, is an error instead; they are all joined.
+func eachOffsetPair(first, second kadm.ListedOffsets, fn func(a, b kadm.ListedOffset)) error {
+	var errs []error
+	first.Each(func(a kadm.ListedOffset) {
+		b, ok := second.Lookup(a.Topic, a.Partition)
+		if a.Err != nil || !ok || b.Err != nil {
+			errs = append(errs, fmt.Errorf("offsets of %s/%d: %w", a.Topic, a.Partition, errors.Join(a.Err, b.Err)))
+			return
+		}
+		fn(a, b)
+	})
+	return errors.Join(errs...)
 }
 
 // fetchGroupOffsets are group's committed offsets; none for a group that

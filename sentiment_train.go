@@ -277,15 +277,8 @@ func f1(tp, fp, fn int) float64 {
 func (e *sentEval) macroF1() float64 {
 	sum, n := 0.0, 0
 	for c := range sentClasses {
-		tp, fp, fn := e.confusion[c][c], 0, 0
-		for o := range sentClasses {
-			if o != c {
-				fp += e.confusion[o][c]
-				fn += e.confusion[c][o]
-			}
-		}
-		if tp+fp+fn > 0 {
-			sum += f1(tp, fp, fn)
+		if f, ok := e.classF1(c); ok {
+			sum += f
 			n++
 		}
 	}
@@ -293,6 +286,19 @@ func (e *sentEval) macroF1() float64 {
 		return 0
 	}
 	return sum / float64(n)
+}
+
+// classF1 is class c's F1 from the confusion matrix; not ok for a class
+// neither in the gold labels nor predicted.
+func (e *sentEval) classF1(c int) (f float64, ok bool) {
+	tp, fp, fn := e.confusion[c][c], 0, 0
+	for o := range sentClasses {
+		if o != c {
+			fp += e.confusion[o][c]
+			fn += e.confusion[c][o]
+		}
+	}
+	return f1(tp, fp, fn), tp+fp+fn > 0
 }
 
 func (e *sentEval) binaryF1() float64 {
