@@ -522,12 +522,10 @@ func (db reviewsDB) page(ctx context.Context, q reviewQuery) (reviewPage, error)
 	var page reviewPage
 	var appIDs []int64
 	if len(q.Packages) > 0 {
-		rows, err := db.pool.Query(ctx, `SELECT id FROM apps_registry_application WHERE package_name = ANY($1)`, q.Packages)
-		if err != nil {
-			return page, fmt.Errorf("reviews: packages: %w", err)
-		}
-		if appIDs, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
-			return page, fmt.Errorf("reviews: packages: %w", err)
+		var err error
+		if appIDs, err = queryAll(ctx, db.pool, "reviews: packages", pgx.RowTo[int64],
+			`SELECT id FROM apps_registry_application WHERE package_name = ANY($1)`, q.Packages); err != nil {
+			return page, err
 		}
 		if len(appIDs) == 0 {
 			return page, nil // none registered: no review
