@@ -675,7 +675,8 @@ type notificationFilter struct {
 var notificationStatuses = []string{"pending", "sent", "failed"}
 
 func listNotifications(ctx context.Context, q querier, f notificationFilter) ([]notificationJSON, error) {
-	return queryAll(ctx, q, "list notifications", pgx.RowToStructByPos[notificationJSON], `SELECT id, rule_id, destination_id, event, event_key, status, attempts, last_error, created_at, sent_at
+	return queryAll(ctx, q, "list notifications", pgx.RowToStructByPos[notificationJSON],
+		`SELECT id, rule_id, destination_id, event, event_key, status, attempts, last_error, created_at, sent_at
 FROM notifications
 WHERE ($1::text = '' OR status = $1) AND ($2::bigint = 0 OR rule_id = $2) AND ($3::bigint = 0 OR destination_id = $3) AND ($4::bigint = 0 OR id < $4)
 ORDER BY id DESC LIMIT $5`, f.Status, f.RuleID, f.DestinationID, f.Before, f.Limit)
