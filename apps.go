@@ -69,6 +69,26 @@ func scanApp(row pgx.Row) (app, error) {
 	return a, err
 }
 
+// queryApps runs sql, which selects appColumns, for its apps; what names
+// the read in the error.
+func queryApps(ctx context.Context, q querier, what, sql string, args ...any) ([]app, error) {
+	return queryAll(ctx, q, what, func(r pgx.CollectableRow) (app, error) { return scanApp(r) }, sql, args...)
+}
+
+// queryAll runs sql and scans each row with scan; what names the read in
+// the error.
+func queryAll[T any](ctx context.Context, q querier, what string, scan pgx.RowToFunc[T], sql string, args ...any) ([]T, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	out, err := pgx.CollectRows(rows, scan)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
+}
+
 // newApp is what a client may set when registering an app.
 type newApp struct {
 	PackageName    string
@@ -177,28 +197,12 @@ func (s *appStore) List(ctx context.Context, f appFilter) ([]app, error) {
 	}
 	args = append(args, f.Limit)
 	q += fmt.Sprintf(" ORDER BY package_name LIMIT $%d", len(args))
-	rows, err := s.reads.Query(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list apps: %w", err)
-	}
-	apps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (app, error) { return scanApp(r) })
-	if err != nil {
-		return nil, fmt.Errorf("list apps: %w", err)
-	}
-	return apps, nil
+	return queryApps(ctx, s.reads, "list apps", q, args...)
 }
 
 // ListActive returns the apps the crawler reads, in registration order.
 func (s *appStore) ListActive(ctx context.Context) ([]app, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+appColumns+` FROM apps_registry_application WHERE is_active ORDER BY id`)
-	if err != nil {
-		return nil, fmt.Errorf("list active apps: %w", err)
-	}
-	apps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (app, error) { return scanApp(r) })
-	if err != nil {
-		return nil, fmt.Errorf("list active apps: %w", err)
-	}
-	return apps, nil
+	return queryApps(ctx, s.pool, "list active apps", `SELECT `+appColumns+` FROM apps_registry_application WHERE is_active ORDER BY id`)
 }
 
 // appPatch is a partial update; nil fields stay as they are. ClearDisplayName

@@ -102,14 +102,7 @@ func migrateSchema(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger)
 	}
 	state.Version = current
 	for _, m := range ms[current:] {
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, m.SQL); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, "INSERT INTO storage_consumer_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name)
-			return err
-		})
-		if err != nil {
+		if err := applyMigration(ctx, conn, m); err != nil {
 			if strings.Contains(m.SQL, "CREATE EXTENSION IF NOT EXISTS pg_trgm") && strings.Contains(err.Error(), "pg_trgm") {
 				// A server without the contrib package, or a role that may
 				// not create extensions: say what to run.
@@ -123,4 +116,18 @@ func migrateSchema(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger)
 		logger.Info("applied migration", "version", m.Version, "name", m.Name)
 	}
 	return state, nil
+}
+
+// applyMigration runs migration m and records it in
+// storage_consumer_migrations, in one transaction on db.
+func applyMigration(ctx context.Context, db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, m migration) error {
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, m.SQL); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO storage_consumer_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name)
+		return err
+	})
 }

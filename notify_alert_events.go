@@ -70,39 +70,39 @@ type alertState struct {
 
 func (d *notifyDecider) decideAlerts(ctx context.Context, tx pgx.Tx, byEvent map[string][]notifyRule, now time.Time) ([]outboxRow, error) {
 	var out []outboxRow
+	// episodesOf runs the episodes of each of rules on what observe sees
+	// for it; ends: the event has an end message.
+	episodesOf := func(rules []notifyRule, ends bool, observe func(notifyRule) ([]alertObs, error)) error {
+		for _, r := range rules {
+			obs, err := observe(r)
+			if err != nil {
+				return err
+			}
+			rows, err := d.episodes(ctx, tx, r, obs, ends, now)
+			if err != nil {
+				return err
+			}
+			out = append(out, rows...)
+		}
+		return nil
+	}
 	crawl, err := d.crawlStreaks(ctx, tx, now)
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range byEvent["crawl_failing"] {
-		rows, err := d.episodes(ctx, tx, r, crawl, true, now)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, rows...)
+	if err := episodesOf(byEvent["crawl_failing"], true, func(notifyRule) ([]alertObs, error) { return crawl, nil }); err != nil {
+		return nil, err
 	}
-	for _, r := range byEvent["rating_drop"] {
-		obs, err := d.ratingDrops(ctx, tx, r, now)
-		if err != nil {
-			return nil, err
-		}
-		rows, err := d.episodes(ctx, tx, r, obs, false, now)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, rows...)
+	if err := episodesOf(byEvent["rating_drop"], false, func(r notifyRule) ([]alertObs, error) { return d.ratingDrops(ctx, tx, r, now) }); err != nil {
+		return nil, err
 	}
 	if rules := byEvent["negative_spike"]; len(rules) > 0 {
 		counts, err := d.negativeCounts(ctx, tx, now)
 		if err != nil {
 			return nil, err
 		}
-		for _, r := range rules {
-			rows, err := d.episodes(ctx, tx, r, negativeSpikes(r, counts), false, now)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, rows...)
+		if err := episodesOf(rules, false, func(r notifyRule) ([]alertObs, error) { return negativeSpikes(r, counts), nil }); err != nil {
+			return nil, err
 		}
 	}
 	if rules := byEvent["new_version"]; len(rules) > 0 {

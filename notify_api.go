@@ -45,26 +45,27 @@ const (
 )
 
 func (api *notifyAPI) register(mux routeMux) {
-	mux.HandleFunc("POST /api/v1/destinations", api.auth(api.createDestination))
-	mux.HandleFunc("GET /api/v1/destinations", api.auth(api.listDestinations))
-	mux.HandleFunc("GET /api/v1/destinations/{id}", api.auth(api.getDestination))
-	mux.HandleFunc("PATCH /api/v1/destinations/{id}", api.auth(api.updateDestination))
-	mux.HandleFunc("DELETE /api/v1/destinations/{id}", api.auth(api.deleteDestination))
+	api.registerCollection(mux, "/api/v1/destinations",
+		api.createDestination, api.listDestinations, api.getDestination, api.updateDestination, api.deleteDestination)
 	mux.HandleFunc("POST /api/v1/destinations/{id}/test", api.auth(api.testDestination))
-	mux.HandleFunc("/api/v1/destinations", methodNotAllowed("GET, POST"))
-	mux.HandleFunc("/api/v1/destinations/{id}", methodNotAllowed("GET, PATCH, DELETE"))
 	mux.HandleFunc("/api/v1/destinations/{id}/test", methodNotAllowed("POST"))
 
-	mux.HandleFunc("POST /api/v1/rules", api.auth(api.createRule))
-	mux.HandleFunc("GET /api/v1/rules", api.auth(api.listRules))
-	mux.HandleFunc("GET /api/v1/rules/{id}", api.auth(api.getRule))
-	mux.HandleFunc("PATCH /api/v1/rules/{id}", api.auth(api.updateRule))
-	mux.HandleFunc("DELETE /api/v1/rules/{id}", api.auth(api.deleteRule))
-	mux.HandleFunc("/api/v1/rules", methodNotAllowed("GET, POST"))
-	mux.HandleFunc("/api/v1/rules/{id}", methodNotAllowed("GET, PATCH, DELETE"))
+	api.registerCollection(mux, "/api/v1/rules", api.createRule, api.listRules, api.getRule, api.updateRule, api.deleteRule)
 
 	mux.HandleFunc("GET /api/v1/notifications", api.auth(api.listNotifications))
 	mux.HandleFunc("/api/v1/notifications", methodNotAllowed("GET"))
+}
+
+// registerCollection adds the routes of a collection at path and of its
+// members at path/{id}, and the 405s of the methods they do not serve.
+func (api *notifyAPI) registerCollection(mux routeMux, path string, create, list, get, update, remove http.HandlerFunc) {
+	mux.HandleFunc("POST "+path, api.auth(create))
+	mux.HandleFunc("GET "+path, api.auth(list))
+	mux.HandleFunc("GET "+path+"/{id}", api.auth(get))
+	mux.HandleFunc("PATCH "+path+"/{id}", api.auth(update))
+	mux.HandleFunc("DELETE "+path+"/{id}", api.auth(remove))
+	mux.HandleFunc(path, methodNotAllowed("GET, POST"))
+	mux.HandleFunc(path+"/{id}", methodNotAllowed("GET, PATCH, DELETE"))
 }
 
 // auth refuses a request without the registry token when one is set.
@@ -104,6 +105,27 @@ func patchLoaded[T any](w http.ResponseWriter, r *http.Request, q querier,
 		return thing, id, false
 	}
 	return thing, id, true
+}
+
+// createParsed reads a POST's body into thing, which holds the defaults,
+// with parse; a refusal is answered.
+func createParsed[T any](w http.ResponseWriter, r *http.Request, thing T, parse func(*T, map[string]json.RawMessage, bool) error) (T, bool) {
+	return decodeParsed(w, r, func(members map[string]json.RawMessage) (T, error) {
+		return thing, parse(&thing, members, true)
+	})
+}
+
+// getLoaded answers a GET of {id} with the thing load finds, as show
+// shows it.
+func getLoaded[T, J any](w http.ResponseWriter, r *http.Request, q querier,
+	load func(http.ResponseWriter, *http.Request, querier, int64) (T, bool), show func(T) J) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	if thing, ok := load(w, r, q, id); ok {
+		writeJSON(w, http.StatusOK, show(thing))
+	}
 }
 
 // pathID reads the {id} of a path: a positive integer.
@@ -179,18 +201,18 @@ func maskedDestination(d destination) destinationJSON {
 	return out
 }
 
+// parseDestination applies a POST (create) or PATCH body to d and checks
+// the destination that results.
+func (api *notifyAPI) parseDestination(d *destination, members map[string]json.RawMessage, create bool) error {
+	if err := parseDestinationFields(d, members, create); err != nil {
+		return err
+	}
+	return checkDestination(d, api.allowPrivate)
+}
+
 func (api *notifyAPI) createDestination(w http.ResponseWriter, r *http.Request) {
-	members, ok := decodeBody(w, r)
+	d, ok := createParsed(w, r, destination{}, api.parseDestination)
 	if !ok {
-		return
-	}
-	var d destination
-	if err := parseDestinationFields(&d, members, true); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	if err := checkDestination(&d, api.allowPrivate); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	public, secrets := secretsOf(d.Type, d.Config)
@@ -228,22 +250,22 @@ func (api *notifyAPI) listDestinations(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "GET /api/v1/destinations takes no query parameters")
 		return
 	}
-	rows, err := api.reads.Query(r.Context(), `SELECT `+destinationColumns+`
+	ds, err := queryAll(r.Context(), api.reads, "list destinations", scanDestination, `SELECT `+destinationColumns+`
 FROM notify_destinations d LEFT JOIN notify_destination_secrets s ON s.destination_id = d.id ORDER BY d.id`)
 	if err != nil {
-		api.internalError(w, r, fmt.Errorf("list destinations: %w", err))
+		api.internalError(w, r, err)
 		return
 	}
-	ds, err := pgx.CollectRows(rows, scanDestination)
-	if err != nil {
-		api.internalError(w, r, fmt.Errorf("list destinations: %w", err))
-		return
+	writeJSON(w, http.StatusOK, listDestinationsResponse{Destinations: showAll(ds, maskedDestination)})
+}
+
+// showAll is things as show shows them; none is [], never null.
+func showAll[T, J any](things []T, show func(T) J) []J {
+	out := make([]J, 0, len(things))
+	for _, t := range things {
+		out = append(out, show(t))
 	}
-	resp := listDestinationsResponse{Destinations: make([]destinationJSON, 0, len(ds))}
-	for _, d := range ds {
-		resp.Destinations = append(resp.Destinations, maskedDestination(d))
-	}
-	writeJSON(w, http.StatusOK, resp)
+	return out
 }
 
 // loadDestinationOr404 reads a destination, or answers why it cannot.
@@ -252,37 +274,37 @@ func (api *notifyAPI) loadDestinationOr404(w http.ResponseWriter, r *http.Reques
 	return d, api.foundOr404(w, r, err, errDestinationNotFound, "destination", id)
 }
 
-// foundOr404 answers what a load of the thing id ended in, unless it was
-// found: 404 when the error is notFound, 500 (or 503) for another.
+// foundOr404 answers what a load or write of the thing id ended in, unless
+// it was found: 404 when the error is notFound, 500 (or 503) for another.
 func (api *notifyAPI) foundOr404(w http.ResponseWriter, r *http.Request, err, notFound error, thing string, id int64) bool {
-	switch {
-	case errors.Is(err, notFound):
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no %s %d", thing, id))
-		return false
-	case err != nil:
-		api.internalError(w, r, err)
-		return false
+	return !answeredError(w, r, err, notFound, fmt.Sprintf("no %s %d", thing, id), api.internalError)
+}
+
+// loadOne reads the row of id that sql selects (its $1) with scan: an id
+// no row has is notFound, and what names the thing in the errors.
+func loadOne[T any](ctx context.Context, q querier, what string, id int64, notFound error, scan pgx.RowToFunc[T], sql string) (T, error) {
+	var zero T
+	rows, err := q.Query(ctx, sql, id)
+	if err != nil {
+		return zero, fmt.Errorf("load %s %d: %w", what, id, err)
 	}
-	return true
+	thing, err := pgx.CollectExactlyOneRow(rows, scan)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return zero, fmt.Errorf("%s %d: %w", what, id, notFound)
+	}
+	if err != nil {
+		return zero, fmt.Errorf("load %s %d: %w", what, id, err)
+	}
+	return thing, nil
 }
 
 func (api *notifyAPI) getDestination(w http.ResponseWriter, r *http.Request) {
-	id, ok := pathID(w, r)
-	if !ok {
-		return
-	}
-	if d, ok := api.loadDestinationOr404(w, r, api.reads, id); ok {
-		writeJSON(w, http.StatusOK, maskedDestination(d))
-	}
+	getLoaded(w, r, api.reads, api.loadDestinationOr404, maskedDestination)
 }
 
 func (api *notifyAPI) updateDestination(w http.ResponseWriter, r *http.Request) {
-	d, id, ok := patchLoaded(w, r, api.pool, api.loadDestinationOr404, parseDestinationFields)
+	d, id, ok := patchLoaded(w, r, api.pool, api.loadDestinationOr404, api.parseDestination)
 	if !ok {
-		return
-	}
-	if err := checkDestination(&d, api.allowPrivate); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	public, secrets := secretsOf(d.Type, d.Config)
@@ -302,12 +324,7 @@ ON CONFLICT (destination_id) DO UPDATE SET secrets = excluded.secrets`, id, secr
 		}
 		return nil
 	})
-	if errors.Is(err, errDestinationNotFound) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no destination %d", id))
-		return
-	}
-	if err != nil {
-		api.internalError(w, r, err)
+	if !api.foundOr404(w, r, err, errDestinationNotFound, "destination", id) {
 		return
 	}
 	if d, ok := api.loadDestinationOr404(w, r, api.pool, id); ok {
@@ -449,18 +466,7 @@ func ruleOut(r notifyRule) ruleJSON {
 var errRuleNotFound = errors.New("rule not found")
 
 func loadRule(ctx context.Context, q querier, id int64) (notifyRule, error) {
-	rows, err := q.Query(ctx, `SELECT `+ruleColumns+` FROM notify_rules r WHERE r.id = $1`, id)
-	if err != nil {
-		return notifyRule{}, fmt.Errorf("load rule %d: %w", id, err)
-	}
-	rule, err := pgx.CollectExactlyOneRow(rows, scanRule)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return notifyRule{}, fmt.Errorf("rule %d: %w", id, errRuleNotFound)
-	}
-	if err != nil {
-		return notifyRule{}, fmt.Errorf("load rule %d: %w", id, err)
-	}
-	return rule, nil
+	return loadOne(ctx, q, "rule", id, errRuleNotFound, scanRule, `SELECT `+ruleColumns+` FROM notify_rules r WHERE r.id = $1`)
 }
 
 func (api *notifyAPI) loadRuleOr404(w http.ResponseWriter, r *http.Request, q querier, id int64) (notifyRule, bool) {
@@ -469,16 +475,9 @@ func (api *notifyAPI) loadRuleOr404(w http.ResponseWriter, r *http.Request, q qu
 }
 
 func (api *notifyAPI) createRule(w http.ResponseWriter, r *http.Request) {
-	members, ok := decodeBody(w, r)
-	if !ok {
-		return
+	if rule, ok := createParsed(w, r, notifyRule{MaxPerHour: defaultMaxPerHour}, parseRuleFields); ok {
+		api.saveRule(w, r, rule, http.StatusCreated)
 	}
-	rule := notifyRule{MaxPerHour: defaultMaxPerHour}
-	if err := parseRuleFields(&rule, members, true); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	api.saveRule(w, r, rule, http.StatusCreated)
 }
 
 func (api *notifyAPI) updateRule(w http.ResponseWriter, r *http.Request) {
@@ -564,36 +563,42 @@ backfill = $7 * interval '1 microsecond', updated_at = now() WHERE id = $1`,
 // checkRuleRefs: the rule's destinations exist (locked, so that none is
 // deleted before the commit) and its apps are registered.
 func checkRuleRefs(ctx context.Context, tx pgx.Tx, rule notifyRule) error {
-	rows, err := tx.Query(ctx, `SELECT id FROM notify_destinations WHERE id = ANY($1) FOR KEY SHARE`, rule.Destinations)
-	if err != nil {
+	id, err := firstMissing(ctx, tx, `SELECT id FROM notify_destinations WHERE id = ANY($1) FOR KEY SHARE`, rule.Destinations)
+	switch {
+	case err != nil:
 		return fmt.Errorf("look up destinations: %w", err)
-	}
-	found, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return fmt.Errorf("look up destinations: %w", err)
-	}
-	for _, id := range rule.Destinations {
-		if !slices.Contains(found, id) {
-			return &ruleInputError{fmt.Sprintf("destinations: there is no destination %d", id)}
-		}
-	}
-	if rule.Apps == nil {
+	case id != nil:
+		return &ruleInputError{fmt.Sprintf("destinations: there is no destination %d", *id)}
+	case rule.Apps == nil:
 		return nil
 	}
-	rows, err = tx.Query(ctx, `SELECT package_name FROM apps_registry_application WHERE package_name = ANY($1)`, rule.Apps)
-	if err != nil {
+	pkg, err := firstMissing(ctx, tx, `SELECT package_name FROM apps_registry_application WHERE package_name = ANY($1)`, rule.Apps)
+	switch {
+	case err != nil:
 		return fmt.Errorf("look up apps: %w", err)
-	}
-	known, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("look up apps: %w", err)
-	}
-	for _, pkg := range rule.Apps {
-		if !slices.Contains(known, pkg) {
-			return &ruleInputError{fmt.Sprintf("apps: %s is not registered (POST /api/v1/apps)", pkg)}
-		}
+	case pkg != nil:
+		return &ruleInputError{fmt.Sprintf("apps: %s is not registered (POST /api/v1/apps)", *pkg)}
 	}
 	return nil
+}
+
+// firstMissing is the first of want that sql, given want as $1, does not
+// return; nil when it returns them all.
+func firstMissing[T comparable](ctx context.Context, q querier, sql string, want []T) (*T, error) {
+	rows, err := q.Query(ctx, sql, want)
+	if err != nil {
+		return nil, err
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[T])
+	if err != nil {
+		return nil, err
+	}
+	for i := range want {
+		if !slices.Contains(found, want[i]) {
+			return &want[i], nil
+		}
+	}
+	return nil, nil
 }
 
 type listRulesResponse struct {
@@ -620,21 +625,11 @@ func (api *notifyAPI) listRules(w http.ResponseWriter, r *http.Request) {
 		api.internalError(w, r, err)
 		return
 	}
-	resp := listRulesResponse{Rules: make([]ruleJSON, 0, len(rules))}
-	for _, rule := range rules {
-		resp.Rules = append(resp.Rules, ruleOut(rule))
-	}
-	writeJSON(w, http.StatusOK, resp)
+	writeJSON(w, http.StatusOK, listRulesResponse{Rules: showAll(rules, ruleOut)})
 }
 
 func (api *notifyAPI) getRule(w http.ResponseWriter, r *http.Request) {
-	id, ok := pathID(w, r)
-	if !ok {
-		return
-	}
-	if rule, ok := api.loadRuleOr404(w, r, api.reads, id); ok {
-		writeJSON(w, http.StatusOK, ruleOut(rule))
-	}
+	getLoaded(w, r, api.reads, api.loadRuleOr404, ruleOut)
 }
 
 func (api *notifyAPI) deleteRule(w http.ResponseWriter, r *http.Request) {
@@ -680,18 +675,11 @@ type notificationFilter struct {
 var notificationStatuses = []string{"pending", "sent", "failed"}
 
 func listNotifications(ctx context.Context, q querier, f notificationFilter) ([]notificationJSON, error) {
-	rows, err := q.Query(ctx, `SELECT id, rule_id, destination_id, event, event_key, status, attempts, last_error, created_at, sent_at
+	return queryAll(ctx, q, "list notifications", pgx.RowToStructByPos[notificationJSON],
+		`SELECT id, rule_id, destination_id, event, event_key, status, attempts, last_error, created_at, sent_at
 FROM notifications
 WHERE ($1::text = '' OR status = $1) AND ($2::bigint = 0 OR rule_id = $2) AND ($3::bigint = 0 OR destination_id = $3) AND ($4::bigint = 0 OR id < $4)
 ORDER BY id DESC LIMIT $5`, f.Status, f.RuleID, f.DestinationID, f.Before, f.Limit)
-	if err != nil {
-		return nil, fmt.Errorf("list notifications: %w", err)
-	}
-	ns, err := pgx.CollectRows(rows, pgx.RowToStructByPos[notificationJSON])
-	if err != nil {
-		return nil, fmt.Errorf("list notifications: %w", err)
-	}
-	return ns, nil
 }
 
 type listNotificationsResponse struct {

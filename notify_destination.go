@@ -101,17 +101,6 @@ func scanDestination(row pgx.CollectableRow) (destination, error) {
 
 // loadDestination reads one destination with its secrets.
 func loadDestination(ctx context.Context, q querier, id int64) (destination, error) {
-	rows, err := q.Query(ctx, `SELECT `+destinationColumns+`
-FROM notify_destinations d LEFT JOIN notify_destination_secrets s ON s.destination_id = d.id WHERE d.id = $1`, id)
-	if err != nil {
-		return destination{}, fmt.Errorf("load destination %d: %w", id, err)
-	}
-	d, err := pgx.CollectExactlyOneRow(rows, scanDestination)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return destination{}, fmt.Errorf("destination %d: %w", id, errDestinationNotFound)
-	}
-	if err != nil {
-		return destination{}, fmt.Errorf("load destination %d: %w", id, err)
-	}
-	return d, nil
+	return loadOne(ctx, q, "destination", id, errDestinationNotFound, scanDestination, `SELECT `+destinationColumns+`
+FROM notify_destinations d LEFT JOIN notify_destination_secrets s ON s.destination_id = d.id WHERE d.id = $1`)
 }

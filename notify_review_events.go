@@ -148,16 +148,12 @@ func (d *notifyDecider) backfillReviews(ctx context.Context, tx pgx.Tx, rules []
 		ID     int64
 		Edited bool
 	}
-	rows, err := tx.Query(ctx, `SELECT u.id, s.rule_id IS NOT NULL FROM unnest($1::bigint[]) AS u(id)
+	todo, err := queryAll(ctx, tx, "notify decide: rule scans", pgx.RowToStructByPos[scan], `SELECT u.id, s.rule_id IS NOT NULL FROM unnest($1::bigint[]) AS u(id)
 LEFT JOIN notify_rule_scans s ON s.rule_id = u.id
 JOIN notify_rules r ON r.id = u.id
 WHERE s.rule_updated_at IS DISTINCT FROM r.updated_at`, ids)
 	if err != nil {
-		return nil, fmt.Errorf("notify decide: rule scans: %w", err)
-	}
-	todo, err := pgx.CollectRows(rows, pgx.RowToStructByPos[scan])
-	if err != nil {
-		return nil, fmt.Errorf("notify decide: rule scans: %w", err)
+		return nil, err
 	}
 	var out []outboxRow
 	for _, r := range rules {

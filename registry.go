@@ -52,14 +52,41 @@ func (api *registryAPI) requireToken(next http.HandlerFunc) http.HandlerFunc {
 	}, next)
 }
 
-func (api *registryAPI) create(w http.ResponseWriter, r *http.Request) {
+// decodeParsed reads a body that is one JSON object and parses its members
+// with parse; a body or parse error is answered (the parse's with 400).
+func decodeParsed[T any](w http.ResponseWriter, r *http.Request, parse func(map[string]json.RawMessage) (T, error)) (T, bool) {
 	members, ok := decodeBody(w, r)
 	if !ok {
-		return
+		var zero T
+		return zero, false
 	}
-	n, err := parseCreate(members)
+	v, err := parse(members)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
+		return v, false
+	}
+	return v, true
+}
+
+// answeredError answers err unless it is nil: 404 with missing when it is
+// notFound, else as failed does (500, or 503 for a read past its timeout).
+// It says whether it answered.
+func answeredError(w http.ResponseWriter, r *http.Request, err, notFound error, missing string,
+	failed func(http.ResponseWriter, *http.Request, error)) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, notFound):
+		writeError(w, http.StatusNotFound, missing)
+	default:
+		failed(w, r, err)
+	}
+	return true
+}
+
+func (api *registryAPI) create(w http.ResponseWriter, r *http.Request) {
+	n, ok := decodeParsed(w, r, parseCreate)
+	if !ok {
 		return
 	}
 	a, err := api.store.Create(r.Context(), n)
@@ -189,8 +216,7 @@ func (api *registryAPI) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a, err := api.store.Get(r.Context(), pkg)
-	if err != nil {
-		api.writeApp(w, r, pkg, a, err)
+	if api.appFailed(w, r, pkg, err) {
 		return
 	}
 	out, err := api.withLastCrawls(r.Context(), a)
@@ -201,16 +227,10 @@ func (api *registryAPI) get(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// writeApp answers with the app, or with what went wrong finding it.
-func (api *registryAPI) writeApp(w http.ResponseWriter, r *http.Request, pkg string, a app, err error) {
-	switch {
-	case errors.Is(err, errAppNotFound):
-		writeError(w, http.StatusNotFound, pkg+" is not registered")
-	case err != nil:
-		api.internalError(w, r, err)
-	default:
-		writeJSON(w, http.StatusOK, api.resolved(a))
-	}
+// appFailed answers what went wrong reading or writing app pkg, if
+// anything did, and says whether it answered.
+func (api *registryAPI) appFailed(w http.ResponseWriter, r *http.Request, pkg string, err error) bool {
+	return answeredError(w, r, err, errAppNotFound, pkg+" is not registered", api.internalError)
 }
 
 func (api *registryAPI) update(w http.ResponseWriter, r *http.Request) {
@@ -218,17 +238,14 @@ func (api *registryAPI) update(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	raw, ok := decodeBody(w, r)
+	p, ok := decodeParsed(w, r, parsePatch)
 	if !ok {
 		return
 	}
-	p, err := parsePatch(raw)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
 	a, err := api.store.Update(r.Context(), pkg, p)
-	api.writeApp(w, r, pkg, a, err)
+	if !api.appFailed(w, r, pkg, err) {
+		writeJSON(w, http.StatusOK, api.resolved(a))
+	}
 }
 
 // parseCreate reads a POST body: package_name is required, null for a
@@ -351,13 +368,7 @@ func (api *registryAPI) delete(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	err := api.store.Deactivate(r.Context(), pkg)
-	switch {
-	case errors.Is(err, errAppNotFound):
-		writeError(w, http.StatusNotFound, pkg+" is not registered")
-	case err != nil:
-		api.internalError(w, r, err)
-	default:
+	if !api.appFailed(w, r, pkg, api.store.Deactivate(r.Context(), pkg)) {
 		w.WriteHeader(http.StatusNoContent)
 	}
 }

@@ -541,12 +541,7 @@ func (a *reviewsAPI) serveStats(w http.ResponseWriter, r *http.Request) {
 			out.Stats = append(out.Stats, s)
 			return nil
 		}, func() error { return nil })
-		switch {
-		case errors.Is(err, errStatsAppNotFound):
-			writeError(w, http.StatusNotFound, pkg+" is not registered")
-		case err != nil:
-			a.readFailed(w, r, err)
-		default:
+		if !answeredError(w, r, err, errStatsAppNotFound, pkg+" is not registered", a.readFailed) {
 			writeJSON(w, http.StatusOK, out)
 		}
 		return

@@ -154,8 +154,8 @@ func (p reviewParams) get(k string) (string, bool) {
 }
 
 // list reads the comma-separated list k (nil when absent), each item
-// checked by check (an error says what is wrong with item s); an item
-// given twice counts once.
+// checked by check (an error says what is wrong with item s, and is named
+// with k); an item given twice counts once.
 func (p reviewParams) list(k string, check func(s string) error) ([]string, error) {
 	v, ok := p.get(k)
 	if !ok {
@@ -167,7 +167,7 @@ func (p reviewParams) list(k string, check func(s string) error) ([]string, erro
 			return nil, badParam(k, "%q has an empty item", v)
 		}
 		if err := check(s); err != nil {
-			return nil, err
+			return nil, badParam(k, "%v", err)
 		}
 		if !slices.Contains(out, s) {
 			out = append(out, s)
@@ -176,31 +176,59 @@ func (p reviewParams) list(k string, check func(s string) error) ([]string, erro
 	return out, nil
 }
 
-// filters reads the parameters that choose reviews: package, storefront,
-// text, stars, sentiment, language, topic, version, reply and time.
-func (p reviewParams) filters(q *reviewQuery, now time.Time) (err error) {
-	if q.Packages, err = p.list("package", func(s string) error {
-		if err := validatePackageName(s); err != nil {
-			return badParam("package", "%q: %v", s, err)
+// listParam is a list parameter: its items go to into (nil: check keeps
+// them itself), each checked by check.
+type listParam struct {
+	name  string
+	into  *[]string
+	check func(s string) error
+}
+
+// lists reads the list parameters in their order, up to the first error.
+func (p reviewParams) lists(params ...listParam) error {
+	for _, l := range params {
+		items, err := p.list(l.name, l.check)
+		if err != nil {
+			return err
 		}
-		return nil
-	}); err != nil {
-		return err
+		if l.into != nil {
+			*l.into = items
+		}
 	}
-	if q.Countries, err = p.list("country", func(s string) error {
-		if err := validateCountryFilter("country", s); err != nil {
-			return badParam("country", "%q: %v", s, err)
+	return nil
+}
+
+// validItem is a list item check by validate, whose error is named with
+// the item.
+func validItem(validate func(string) error) func(string) error {
+	return func(s string) error {
+		if err := validate(s); err != nil {
+			return fmt.Errorf("%q: %w", s, err)
 		}
 		return nil
-	}); err != nil {
-		return err
 	}
-	if q.Langs, err = p.list("lang", func(s string) error {
-		if err := validateLang("lang", s); err != nil {
-			return badParam("lang", "%q: %v", s, err)
+}
+
+// matchingItem is a list item check: the item matches re, else it is not
+// what re stands for.
+func matchingItem(re *regexp.Regexp, what string) func(string) error {
+	return func(s string) error {
+		if !re.MatchString(s) {
+			return fmt.Errorf("%q is not %s", s, what)
 		}
 		return nil
-	}); err != nil {
+	}
+}
+
+// filters reads the parameters that choose reviews, and answers the first
+// bad one, in this order: package, storefront, text, stars, sentiment,
+// language, topic, version, reply and time.
+func (p reviewParams) filters(q *reviewQuery, now time.Time) error {
+	if err := p.lists(
+		listParam{"package", &q.Packages, validItem(validatePackageName)},
+		listParam{"country", &q.Countries, validItem(func(s string) error { return validateCountryFilter("country", s) })},
+		listParam{"lang", &q.Langs, validItem(func(s string) error { return validateLang("lang", s) })},
+	); err != nil {
 		return err
 	}
 	if v, ok := p.get("q"); ok {
@@ -210,44 +238,30 @@ func (p reviewParams) filters(q *reviewQuery, now time.Time) (err error) {
 		// A q without a word (only punctuation) matches nothing.
 		q.Patterns, q.Q = searchPatterns(v), v
 	}
-	if _, err = p.list("stars", func(s string) error {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 5 {
-			return badParam("stars", "%q is not 1 to 5 (a list: 1,2)", s)
-		}
-		if !slices.Contains(q.Stars, int16(n)) {
-			q.Stars = append(q.Stars, int16(n))
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	if _, err = p.list("sentiment", func(s string) error {
-		u := strings.ToUpper(s)
-		if u != "POSITIVE" && u != "NEUTRAL" && u != "NEGATIVE" {
-			return badParam("sentiment", "%q is not POSITIVE, NEUTRAL or NEGATIVE", s)
-		}
-		if !slices.Contains(q.Sentiments, u) {
-			q.Sentiments = append(q.Sentiments, u)
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	if q.TextLangs, err = p.list("text_lang", func(s string) error {
-		if !textLangRe.MatchString(s) {
-			return badParam("text_lang", "%q is not a language code such as fa or en", s)
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	if q.Topics, err = p.list("topic", func(s string) error {
-		if !topicRe.MatchString(s) {
-			return badParam("topic", "%q is not a topic (lower-case letters, digits, _ and -, at most 40)", s)
-		}
-		return nil
-	}); err != nil {
+	if err := p.lists(
+		listParam{"stars", nil, func(s string) error {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 || n > 5 {
+				return fmt.Errorf("%q is not 1 to 5 (a list: 1,2)", s)
+			}
+			if !slices.Contains(q.Stars, int16(n)) {
+				q.Stars = append(q.Stars, int16(n))
+			}
+			return nil
+		}},
+		listParam{"sentiment", nil, func(s string) error {
+			u := strings.ToUpper(s)
+			if u != "POSITIVE" && u != "NEUTRAL" && u != "NEGATIVE" {
+				return fmt.Errorf("%q is not POSITIVE, NEUTRAL or NEGATIVE", s)
+			}
+			if !slices.Contains(q.Sentiments, u) {
+				q.Sentiments = append(q.Sentiments, u)
+			}
+			return nil
+		}},
+		listParam{"text_lang", &q.TextLangs, matchingItem(textLangRe, "a language code such as fa or en")},
+		listParam{"topic", &q.Topics, matchingItem(topicRe, "a topic (lower-case letters, digits, _ and -, at most 40)")},
+	); err != nil {
 		return err
 	}
 	return p.versionReplyTime(q, now)
@@ -522,12 +536,10 @@ func (db reviewsDB) page(ctx context.Context, q reviewQuery) (reviewPage, error)
 	var page reviewPage
 	var appIDs []int64
 	if len(q.Packages) > 0 {
-		rows, err := db.pool.Query(ctx, `SELECT id FROM apps_registry_application WHERE package_name = ANY($1)`, q.Packages)
-		if err != nil {
-			return page, fmt.Errorf("reviews: packages: %w", err)
-		}
-		if appIDs, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
-			return page, fmt.Errorf("reviews: packages: %w", err)
+		var err error
+		if appIDs, err = queryAll(ctx, db.pool, "reviews: packages", pgx.RowTo[int64],
+			`SELECT id FROM apps_registry_application WHERE package_name = ANY($1)`, q.Packages); err != nil {
+			return page, err
 		}
 		if len(appIDs) == 0 {
 			return page, nil // none registered: no review
