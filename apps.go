@@ -75,20 +75,6 @@ func queryApps(ctx context.Context, q querier, what, sql string, args ...any) ([
 	return queryAll(ctx, q, what, func(r pgx.CollectableRow) (app, error) { return scanApp(r) }, sql, args...)
 }
 
-// queryAll runs sql and scans each row with scan; what names the read in
-// the error.
-func queryAll[T any](ctx context.Context, q querier, what string, scan pgx.RowToFunc[T], sql string, args ...any) ([]T, error) {
-	rows, err := q.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	out, err := pgx.CollectRows(rows, scan)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	return out, nil
-}
-
 // newApp is what a client may set when registering an app.
 type newApp struct {
 	PackageName    string

@@ -141,3 +141,35 @@ func writeRequestFailed(w http.ResponseWriter, r *http.Request, logger *slog.Log
 	logger.Error(what+" request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	writeError(w, http.StatusInternalServerError, "internal error; see the server log")
 }
+
+// decodeParsed reads a body that is one JSON object and parses its members
+// with parse; a body or parse error is answered (the parse's with 400).
+func decodeParsed[T any](w http.ResponseWriter, r *http.Request, parse func(map[string]json.RawMessage) (T, error)) (T, bool) {
+	members, ok := decodeBody(w, r)
+	if !ok {
+		var zero T
+		return zero, false
+	}
+	v, err := parse(members)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return v, false
+	}
+	return v, true
+}
+
+// answeredError answers err unless it is nil: 404 with missing when it is
+// notFound, else as failed does (500, or 503 for a read past its timeout).
+// It says whether it answered.
+func answeredError(w http.ResponseWriter, r *http.Request, err, notFound error, missing string,
+	failed func(http.ResponseWriter, *http.Request, error)) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, notFound):
+		writeError(w, http.StatusNotFound, missing)
+	default:
+		failed(w, r, err)
+	}
+	return true
+}

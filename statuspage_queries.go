@@ -496,20 +496,3 @@ func loadAppDetail(ctx context.Context, tx pgx.Tx, pkg string, now time.Time, lo
 	}
 	return d, nil
 }
-
-// queryRows runs sql and scans each row into a T; what names the read in
-// the error.
-func queryRows[T any](ctx context.Context, tx pgx.Tx, what string, scan func(pgx.CollectableRow, *T) error, sql string, args ...any) ([]T, error) {
-	rows, err := tx.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, fmt.Errorf("status page: %s: %w", what, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (T, error) {
-		var v T
-		return v, scan(r, &v)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("status page: %s: %w", what, err)
-	}
-	return out, nil
-}
