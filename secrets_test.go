@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -181,17 +180,7 @@ func TestReadyzRedactedChecks(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, nil, checks, testLogger(t)))
 	defer srv.Close()
-	get := func() (int, string) {
-		t.Helper()
-		resp, err := http.Get(srv.URL + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
-	}
-	if code, body := get(); code != http.StatusOK || !strings.Contains(body, "partitions reset") {
+	if code, body, _ := getPage(t, srv.URL+"/readyz"); code != http.StatusOK || !strings.Contains(body, "partitions reset") {
 		t.Errorf("a redacted note: %d %s, want 200 with the note", code, body)
 	}
 	checks = append(checks, readinessCheck{"database", func(context.Context) error {
@@ -199,7 +188,7 @@ func TestReadyzRedactedChecks(t *testing.T) {
 	}})
 	redactChecks(cfg, checks[1:])
 	srv.Config.Handler = newHTTPHandler(reg, newHTTPMetrics(prometheus.NewRegistry()), nil, nil, checks, testLogger(t))
-	code, body := get()
+	code, body, _ := getPage(t, srv.URL+"/readyz")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "refused") {
 		t.Errorf("a failing check: %d %s, want 503 saying why", code, body)
 	}
