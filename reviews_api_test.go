@@ -60,6 +60,22 @@ func testReview(pkg, id string, stars int, content string, at time.Time) reviewM
 		At: at, CrawledAt: testCrawl}
 }
 
+// storeNumberedReviews registers org.telegram.messenger and stores n
+// reviews of it, r0000 on, of 1 to 5 stars in turn, written in the last
+// hours hours.
+func storeNumberedReviews(t *testing.T, pool *pgxpool.Pool, n, hours int) (*reviewStorer, []reviewMessage) {
+	t.Helper()
+	registerApps(t, pool, "org.telegram.messenger")
+	s := newReviewStorer(pool)
+	var msgs []reviewMessage
+	for i := range n {
+		msgs = append(msgs, testReview("org.telegram.messenger", fmt.Sprintf("r%04d", i), 1+i%5, fmt.Sprintf("review %d", i),
+			testCrawl.Add(-time.Duration(i%hours)*time.Hour)))
+	}
+	s.put(t, msgs...)
+	return s, msgs
+}
+
 // reviewsServer serves the registry API with the reviews API on pool.
 func reviewsServer(t testing.TB, pool *pgxpool.Pool, token string) (*httptest.Server, *reviewsAPI) {
 	t.Helper()
@@ -346,15 +362,8 @@ func TestReviewsAPIToken(t *testing.T) {
 // a new time on the store (an edit), new text and new thumbs.
 func TestReviewsPagingIsExact(t *testing.T) {
 	pool := newTestPool(t)
-	registerApps(t, pool, "org.telegram.messenger")
-	s := newReviewStorer(pool)
 	const n = 600
-	var msgs []reviewMessage
-	for i := range n {
-		msgs = append(msgs, testReview("org.telegram.messenger", fmt.Sprintf("r%04d", i), 1+i%5, fmt.Sprintf("review %d", i),
-			testCrawl.Add(-time.Duration(i%97)*time.Hour)))
-	}
-	s.put(t, msgs...)
+	s, msgs := storeNumberedReviews(t, pool, n, 97)
 	srv, _ := reviewsServer(t, pool, "")
 	for _, sort := range reviewSorts {
 		t.Run(sort, func(t *testing.T) {

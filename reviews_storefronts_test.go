@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -82,18 +81,10 @@ func TestReviewsAPIStorefronts(t *testing.T) {
 // it once, none of another.
 func TestReviewsAPIStorefrontPaging(t *testing.T) {
 	pool := newTestPool(t)
-	registerApps(t, pool, "org.telegram.messenger")
-	s := newReviewStorer(pool)
-	const n = 150
-	var msgs []reviewMessage
-	for i := range n {
-		msgs = append(msgs, testReview("org.telegram.messenger", fmt.Sprintf("r%03d", i), 1+i%5, fmt.Sprintf("review %d", i),
-			testCrawl.Add(-time.Duration(i%41)*time.Hour)))
-	}
-	s.put(t, msgs...)
+	_, msgs := storeNumberedReviews(t, pool, 150, 41)
 	want := map[string]bool{}
-	for i := range n {
-		id := fmt.Sprintf("r%03d", i)
+	for i, m := range msgs {
+		id := m.ReviewID
 		switch i % 3 {
 		case 0:
 			seeReviewIn(t, pool, id, sfIR)
