@@ -28,26 +28,35 @@ func readPlaystoreFixture(t testing.TB, name string) []byte {
 // values a correct parser extracts.
 func expectedValues(t testing.TB) map[string]map[string]any {
 	t.Helper()
-	var exp map[string]map[string]any
-	if err := json.Unmarshal(readPlaystoreFixture(t, "expected_values.json"), &exp); err != nil {
-		t.Fatal(err)
-	}
-	return exp
+	return readJSONFile[map[string]map[string]any](t, filepath.Join(playstoreTestdata, "expected_values.json"))
 }
 
-// normalized round-trips v through JSON, so that parser output and the
-// expectations compare as the same types (float64 numbers, nil for null).
-func jsonNormalized(t testing.TB, v any) any {
+// jsonRoundTrip is v marshalled to JSON and read back as a T.
+func jsonRoundTrip[T any](t testing.TB, v any) T {
 	t.Helper()
 	b, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out any
+	var out T
 	if err := json.Unmarshal(b, &out); err != nil {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// readJSONFile is the JSON file at path read as a T.
+func readJSONFile[T any](t testing.TB, path string) T {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return v
 }
 
 // detailsView names the parsed fields as expected_values.json does.
@@ -122,7 +131,9 @@ func reviewView(r review) map[string]any {
 
 func compareExpectedFields(t *testing.T, got map[string]any, want map[string]any) {
 	t.Helper()
-	g := jsonNormalized(t, got).(map[string]any)
+	// Round-tripped, the parser's output and the expectations compare as
+	// the same types (float64 numbers, nil for null).
+	g := jsonRoundTrip[map[string]any](t, got)
 	for k, w := range want {
 		gv, ok := g[k]
 		if !ok {
