@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -35,26 +36,26 @@ func expectedValues(t testing.TB) map[string]map[string]any {
 func jsonRoundTrip[T any](t testing.TB, v any) T {
 	t.Helper()
 	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out T
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return decodedJSON[T](t, fmt.Sprintf("%T as JSON", v), b, err)
 }
 
 // readJSONFile is the JSON file at path read as a T.
 func readJSONFile[T any](t testing.TB, path string) T {
 	t.Helper()
 	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	return decodedJSON[T](t, path, b, err)
+}
+
+// decodedJSON is b, the JSON named name, decoded as a T; err, the error of
+// producing b, fails the test first.
+func decodedJSON[T any](t testing.TB, name string, b []byte, err error) T {
+	t.Helper()
 	var v T
-	if err := json.Unmarshal(b, &v); err != nil {
-		t.Fatalf("%s: %v", path, err)
+	if err == nil {
+		err = json.Unmarshal(b, &v)
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
 	}
 	return v
 }
