@@ -75,43 +75,51 @@ func newConsumerTestBroker(t testing.TB) []string {
 	t.Helper()
 	_, brokers := newTestBroker(t, t.TempDir())
 	v := "100"
-	var resps kadm.AlterConfigsResponses
 	var err error
 	withAdmin(t, brokers, func(ctx context.Context, adm *kadm.Client) {
-		resps, err = adm.AlterBrokerConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "group.consumer.heartbeat.interval.ms", Value: &v}})
+		err = alterConfigsErr(adm.AlterBrokerConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "group.consumer.heartbeat.interval.ms", Value: &v}}))
 	})
-	if err == nil {
-		for _, r := range resps {
-			if r.Err != nil {
-				err = r.Err
-			}
-		}
-	}
 	if err != nil {
 		t.Fatalf("lower the group heartbeat interval: %v", err)
 	}
 	return brokers
 }
 
+// newConsumerTestBed is a test database with pkgs registered and a test
+// broker for a storage consumer to run between.
+func newConsumerTestBed(t testing.TB, pkgs ...string) (*pgxpool.Pool, []string) {
+	t.Helper()
+	pool := newTestPool(t)
+	brokers := newConsumerTestBroker(t)
+	registerApps(t, pool, pkgs...)
+	return pool, brokers
+}
+
 // allowLargeRecords raises max.message.bytes of the topics to 4 MiB.
 func allowLargeRecords(t testing.TB, brokers []string) {
 	t.Helper()
 	v := fmt.Sprint(4 << 20)
-	var resps kadm.AlterConfigsResponses
 	var err error
 	withAdmin(t, brokers, func(ctx context.Context, adm *kadm.Client) {
-		resps, err = adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &v}}, allTopics...)
+		err = alterConfigsErr(adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &v}}, allTopics...))
 	})
-	if err == nil {
-		for _, r := range resps {
-			if r.Err != nil {
-				err = r.Err
-			}
-		}
-	}
 	if err != nil {
 		t.Fatalf("alter max.message.bytes: %v", err)
 	}
+}
+
+// alterConfigsErr is the error of a request to alter configs, else the
+// last one a resource answered.
+func alterConfigsErr(resps kadm.AlterConfigsResponses, err error) error {
+	if err != nil {
+		return err
+	}
+	for _, r := range resps {
+		if r.Err != nil {
+			err = r.Err
+		}
+	}
+	return err
 }
 
 var testCrawl = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -138,10 +146,8 @@ func networkFields(pkg, id string) map[string]any {
 var deleteField = &struct{}{}
 
 func TestConsumerStoresAllThreeTopics(t *testing.T) {
-	pool := newTestPool(t)
-	brokers := newConsumerTestBroker(t)
-	registerApps(t, pool, "org.telegram.messenger")
 	pkg := "org.telegram.messenger"
+	pool, brokers := newConsumerTestBed(t, pkg)
 	produce(t, brokers,
 		rec(topicAppStats, pkg, msgJSON(statFields(pkg, testCrawl))),
 		rec(topicReviews, pkg, msgJSON(reviewFields(pkg, "r1", testCrawl))),
@@ -189,10 +195,8 @@ func readReviewRow(t testing.TB, pool *pgxpool.Pool, id string) reviewState {
 // overwrites it; sentiment and the sentiment job's own columns, and
 // first_seen_at, survive every re-sync.
 func TestConsumerReviewUpsertRules(t *testing.T) {
-	pool := newTestPool(t)
-	brokers := newConsumerTestBroker(t)
 	const pkg = "org.telegram.messenger"
-	registerApps(t, pool, pkg)
+	pool, brokers := newConsumerTestBed(t, pkg)
 	ctx := context.Background()
 	tc := startTestConsumer(t, pool, brokers, testConsumerOptions(), consumerHooks{})
 
@@ -347,10 +351,8 @@ func TestConsumerFillsEmptyRegistryNames(t *testing.T) {
 func TestConsumerCrashConsistency(t *testing.T) {
 	for _, point := range []string{"inside the transaction", "between the database and the Kafka commit"} {
 		t.Run(point, func(t *testing.T) {
-			pool := newTestPool(t)
-			brokers := newConsumerTestBroker(t)
 			const pkg, n = "org.telegram.messenger", 600
-			registerApps(t, pool, pkg)
+			pool, brokers := newConsumerTestBed(t, pkg)
 			var recs []*kgo.Record
 			for i := range n {
 				recs = append(recs, &kgo.Record{Topic: topicReviews, Key: []byte(pkg), Partition: int32(i % 3),
@@ -454,10 +456,8 @@ func kafkaCommitted(t testing.TB, brokers []string, group string) int {
 // constraint added by a DBA): the batch is narrowed down, those rows become
 // dead letters with the SQL error, the rest is stored.
 func TestConsumerNarrowsUnexpectedDataErrors(t *testing.T) {
-	pool := newTestPool(t)
-	brokers := newConsumerTestBroker(t)
 	const pkg = "org.telegram.messenger"
-	registerApps(t, pool, pkg)
+	pool, brokers := newConsumerTestBed(t, pkg)
 	if _, err := pool.Exec(context.Background(), `ALTER TABLE reviews ADD CONSTRAINT no_forbidden_words CHECK (content NOT LIKE '%forbidden%')`); err != nil {
 		t.Fatal(err)
 	}
@@ -487,10 +487,8 @@ func TestConsumerNarrowsUnexpectedDataErrors(t *testing.T) {
 // blocked seconds are the time that clock spent waiting.
 func TestConsumerRetryWaitsOnItsClock(t *testing.T) {
 	ctx := context.Background()
-	pool := newTestPool(t)
-	brokers := newConsumerTestBroker(t)
 	const pkg = "org.telegram.messenger"
-	registerApps(t, pool, pkg)
+	pool, brokers := newConsumerTestBed(t, pkg)
 	if _, err := pool.Exec(ctx, `ALTER TABLE reviews RENAME TO reviews_away`); err != nil {
 		t.Fatal(err)
 	}
@@ -522,9 +520,7 @@ func TestConsumerRetryWaitsOnItsClock(t *testing.T) {
 // An app deleted while its id is cached: the foreign-key error drops the
 // cache, and its records become unregistered_package dead letters.
 func TestConsumerForgetsDeletedApps(t *testing.T) {
-	pool := newTestPool(t)
-	brokers := newConsumerTestBroker(t)
-	registerApps(t, pool, "com.example.kept", "com.example.gone")
+	pool, brokers := newConsumerTestBed(t, "com.example.kept", "com.example.gone")
 	tc := startTestConsumer(t, pool, brokers, testConsumerOptions(), consumerHooks{})
 	produce(t, brokers, rec(topicReviews, "k", msgJSON(reviewFields("com.example.kept", "k1", testCrawl))),
 		rec(topicReviews, "g", msgJSON(reviewFields("com.example.gone", "g1", testCrawl))))
@@ -608,10 +604,8 @@ func TestConfigConsumerSettings(t *testing.T) {
 // joins, then the first leaves. Every record is stored exactly once and the
 // stored and committed offsets end at the end of every partition.
 func TestConsumerRebalanceBetweenMembers(t *testing.T) {
-	pool := newTestPool(t)
-	brokers := newConsumerTestBroker(t)
 	const pkg = "org.telegram.messenger"
-	registerApps(t, pool, pkg)
+	pool, brokers := newConsumerTestBed(t, pkg)
 	opts := testConsumerOptions()
 	opts.MaxPollRecords = 50
 	round := func(r, n int) {

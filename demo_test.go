@@ -212,15 +212,8 @@ func demoRegister(t *testing.T, base, token, body string) (int, string) {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	code, body, _ := readAnswer(t, resp, err)
+	return code, body
 }
 
 // reachable is a listen address as a client reaches it: a wildcard or empty

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -58,15 +57,7 @@ type grafanaDashboard struct {
 
 func loadGrafanaDashboard(t testing.TB) grafanaDashboard {
 	t.Helper()
-	b, err := os.ReadFile(grafanaDashboardFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var d grafanaDashboard
-	if err := json.Unmarshal(b, &d); err != nil {
-		t.Fatalf("%s: %v", grafanaDashboardFile, err)
-	}
-	return d
+	return readJSONFile[grafanaDashboard](t, grafanaDashboardFile)
 }
 
 // targets are every query of the dashboard's panels, rows included, with

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -114,19 +113,11 @@ func TestOpenAPIServed(t *testing.T) {
 	reg := newMetricsRegistry("test")
 	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), &registryAPI{}, nil, nil, testLogger(t)))
 	defer srv.Close()
-	resp, err := http.Get(srv.URL + "/api/v1/openapi.json")
-	if err != nil {
-		t.Fatal(err)
+	code, body, header := getPage(t, srv.URL+"/api/v1/openapi.json")
+	if code != 200 || header.Get("Content-Type") != "application/json" {
+		t.Fatalf("GET /api/v1/openapi.json: %d, Content-Type %q", code, header.Get("Content-Type"))
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" {
-		t.Fatalf("GET /api/v1/openapi.json: %d, Content-Type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
-	}
-	if !json.Valid(body) || !bytes.Equal(body, file) {
+	if !json.Valid([]byte(body)) || body != string(file) {
 		t.Fatalf("served %d bytes that are not api/openapi.json", len(body))
 	}
 }

@@ -176,15 +176,7 @@ var pcapFixtures = map[string]struct {
 func loadGolden(t testing.TB, capture string) networkMetricsMessage {
 	t.Helper()
 	golden := strings.TrimSuffix(strings.TrimSuffix(capture, ".pcapng"), ".pcap") + ".tshark.json"
-	b, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m networkMetricsMessage
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatalf("%s: %v", golden, err)
-	}
-	return m
+	return readJSONFile[networkMetricsMessage](t, golden)
 }
 
 func TestPcapFixturesMatchTshark(t *testing.T) {
@@ -447,18 +439,11 @@ func TestPcapFillNetworkMetrics(t *testing.T) {
 	}
 	var m networkMetricsMessage
 	res.fillNetworkMetrics(&m)
-	b, err := json.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got networkMetricsMessage
-	if err := json.Unmarshal(b, &got); err != nil {
-		t.Fatal(err)
-	}
+	got := jsonRoundTrip[networkMetricsMessage](t, m)
 	want := loadGolden(t, "testdata/pcap/zero_window.pcap")
 	if got.ZeroWindowCount != want.ZeroWindowCount || got.BytesTransferredTotal != want.BytesTransferredTotal ||
 		got.RTTHandshake == nil || got.OverheadRatio == nil {
-		t.Errorf("message %s, tshark %+v", b, want)
+		t.Errorf("message %+v, tshark %+v", got, want)
 	}
 	if m.RTTHandshake != res.RTTHandshakeMs || m.OverheadRatio != res.OverheadRatio {
 		t.Error("nullable metrics not carried over")
@@ -466,7 +451,7 @@ func TestPcapFillNetworkMetrics(t *testing.T) {
 
 	var empty pcapResult
 	empty.fillNetworkMetrics(&m)
-	b, err = json.Marshal(m)
+	b, err := json.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
 	}

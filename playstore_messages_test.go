@@ -9,8 +9,19 @@ import (
 	"time"
 )
 
+// checkStringFunc checks that f, called name in the errors, maps each
+// key of cases to its value.
+func checkStringFunc(t *testing.T, name string, f func(string) string, cases map[string]string) {
+	t.Helper()
+	for in, want := range cases {
+		if got := f(in); got != want {
+			t.Errorf("%s(%q) = %q, want %q", name, in, got, want)
+		}
+	}
+}
+
 func TestPlayCleanText(t *testing.T) {
-	for in, want := range map[string]string{
+	checkStringFunc(t, "cleanText", cleanText, map[string]string{
 		"plain":                        "plain",
 		"a\x00b":                       "ab",
 		"keep\nnew\r\nlines\tand tabs": "keep\nnew\r\nlines\tand tabs",
@@ -19,11 +30,7 @@ func TestPlayCleanText(t *testing.T) {
 		"bad \xff byte":                "bad \uFFFD byte",
 		"برنامه خوبیه 👍🏽🇮🇷":  "برنامه خوبیه 👍🏽🇮🇷",
 		"rtl\u200fmark kept": "rtl\u200fmark kept",
-	} {
-		if got := cleanText(in); got != want {
-			t.Errorf("cleanText(%q) = %q, want %q", in, got, want)
-		}
-	}
+	})
 }
 
 // jsonKeys returns the sorted keys of a JSON object.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -28,26 +29,35 @@ func readPlaystoreFixture(t testing.TB, name string) []byte {
 // values a correct parser extracts.
 func expectedValues(t testing.TB) map[string]map[string]any {
 	t.Helper()
-	var exp map[string]map[string]any
-	if err := json.Unmarshal(readPlaystoreFixture(t, "expected_values.json"), &exp); err != nil {
-		t.Fatal(err)
-	}
-	return exp
+	return readJSONFile[map[string]map[string]any](t, filepath.Join(playstoreTestdata, "expected_values.json"))
 }
 
-// normalized round-trips v through JSON, so that parser output and the
-// expectations compare as the same types (float64 numbers, nil for null).
-func jsonNormalized(t testing.TB, v any) any {
+// jsonRoundTrip is v marshalled to JSON and read back as a T.
+func jsonRoundTrip[T any](t testing.TB, v any) T {
 	t.Helper()
 	b, err := json.Marshal(v)
+	return decodedJSON[T](t, fmt.Sprintf("%T as JSON", v), b, err)
+}
+
+// readJSONFile is the JSON file at path read as a T.
+func readJSONFile[T any](t testing.TB, path string) T {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	return decodedJSON[T](t, path, b, err)
+}
+
+// decodedJSON is b, the JSON named name, decoded as a T; err, the error of
+// producing b, fails the test first.
+func decodedJSON[T any](t testing.TB, name string, b []byte, err error) T {
+	t.Helper()
+	var v T
+	if err == nil {
+		err = json.Unmarshal(b, &v)
+	}
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", name, err)
 	}
-	var out any
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return v
 }
 
 // detailsView names the parsed fields as expected_values.json does.
@@ -122,7 +132,9 @@ func reviewView(r review) map[string]any {
 
 func compareExpectedFields(t *testing.T, got map[string]any, want map[string]any) {
 	t.Helper()
-	g := jsonNormalized(t, got).(map[string]any)
+	// Round-tripped, the parser's output and the expectations compare as
+	// the same types (float64 numbers, nil for null).
+	g := jsonRoundTrip[map[string]any](t, got)
 	for k, w := range want {
 		gv, ok := g[k]
 		if !ok {

@@ -10,6 +10,17 @@ import (
 	"time"
 )
 
+// replayDetails asks a client, tuned by tune, for pkg's details in en/us
+// from a replay Play Store that serves app as pkg.
+func replayDetails(t *testing.T, pkg string, app replayApp, tune func(*proxyPoolConfig, *playStoreConfig)) (*replayPlayStore, *testPlayStore, appDetails, error) {
+	t.Helper()
+	rs := newReplayPlayStore(t)
+	rs.setApp(pkg, app)
+	ts := newTestPlayStore(t, rs.URL, tune)
+	d, err := ts.client.Details(context.Background(), pkg, "en", "us")
+	return rs, ts, d, err
+}
+
 func TestPlayClientDetailsForAnyPackage(t *testing.T) {
 	rs := newReplayPlayStore(t)
 	rs.setApp("ir.example.bank", replayApp{Title: "بانک نمونه"})
@@ -118,10 +129,7 @@ func TestPlayClientReviewsDeduplicate(t *testing.T) {
 }
 
 func TestPlayClient429ThenSuccessBacksOff(t *testing.T) {
-	rs := newReplayPlayStore(t)
-	rs.setApp("com.example.busy", replayApp{DetailsFaults: []replayFault{fault429, fault503}})
-	ts := newTestPlayStore(t, rs.URL, nil)
-	d, err := ts.client.Details(context.Background(), "com.example.busy", "en", "us")
+	rs, ts, d, err := replayDetails(t, "com.example.busy", replayApp{DetailsFaults: []replayFault{fault429, fault503}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,13 +154,10 @@ func TestPlayClient429ThenSuccessBacksOff(t *testing.T) {
 }
 
 func TestPlayClientBackoffJitterAndCap(t *testing.T) {
-	rs := newReplayPlayStore(t)
-	rs.setApp("com.example.down", replayApp{DetailsAlways: fault500})
-	ts := newTestPlayStore(t, rs.URL, func(_ *proxyPoolConfig, c *playStoreConfig) {
+	_, ts, _, err := replayDetails(t, "com.example.down", replayApp{DetailsAlways: fault500}, func(_ *proxyPoolConfig, c *playStoreConfig) {
 		c.Random = fixedRandom(0.99)
 		c.BackoffCap = 5 * time.Second
 	})
-	_, err := ts.client.Details(context.Background(), "com.example.down", "en", "us")
 	if !errors.Is(err, errUpstream) || !strings.Contains(err.Error(), "gave up after 4 attempts") {
 		t.Fatalf("error %v", err)
 	}
@@ -163,10 +168,8 @@ func TestPlayClientBackoffJitterAndCap(t *testing.T) {
 }
 
 func TestPlayClientRespectsRetryAfter(t *testing.T) {
-	rs := newReplayPlayStore(t)
-	rs.setApp("com.example.slowdown", replayApp{DetailsFaults: []replayFault{fault429}, RetryAfter: "7"})
-	ts := newTestPlayStore(t, rs.URL, nil)
-	if _, err := ts.client.Details(context.Background(), "com.example.slowdown", "en", "us"); err != nil {
+	_, ts, _, err := replayDetails(t, "com.example.slowdown", replayApp{DetailsFaults: []replayFault{fault429}, RetryAfter: "7"}, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if waits := ts.clock.allWaits(); !slices.Equal(waits, []time.Duration{7 * time.Second}) {
@@ -191,10 +194,7 @@ func TestPlayClientStopsBeforeTheDeadline(t *testing.T) {
 }
 
 func TestPlayClient404IsPermanent(t *testing.T) {
-	rs := newReplayPlayStore(t)
-	rs.setApp("com.example.gone", replayApp{DetailsAlways: fault404})
-	ts := newTestPlayStore(t, rs.URL, nil)
-	_, err := ts.client.Details(context.Background(), "com.example.gone", "en", "us")
+	rs, ts, _, err := replayDetails(t, "com.example.gone", replayApp{DetailsAlways: fault404}, nil)
 	if !errors.Is(err, errNotFound) || errorReason(err) != "not_found" || isTransient(err) {
 		t.Fatalf("error %v (reason %s)", err, errorReason(err))
 	}
@@ -209,10 +209,7 @@ func TestPlayClient404IsPermanent(t *testing.T) {
 func TestPlayClientBlockPagesAreRateLimits(t *testing.T) {
 	for name, fault := range map[string]replayFault{"captcha": faultCaptcha, "consent": faultConsent} {
 		t.Run(name, func(t *testing.T) {
-			rs := newReplayPlayStore(t)
-			rs.setApp("com.example.app", replayApp{DetailsAlways: fault})
-			ts := newTestPlayStore(t, rs.URL, nil)
-			_, err := ts.client.Details(context.Background(), "com.example.app", "en", "us")
+			rs, _, _, err := replayDetails(t, "com.example.app", replayApp{DetailsAlways: fault}, nil)
 			if !errors.Is(err, errBlocked) || !errors.Is(err, errRateLimited) || errorReason(err) != "rate_limited" {
 				t.Fatalf("error %v", err)
 			}
@@ -227,10 +224,7 @@ func TestPlayClientBlockPagesAreRateLimits(t *testing.T) {
 }
 
 func TestPlayClientCutBodyIsRetried(t *testing.T) {
-	rs := newReplayPlayStore(t)
-	rs.setApp("com.example.flaky", replayApp{DetailsFaults: []replayFault{faultCutBody}})
-	ts := newTestPlayStore(t, rs.URL, nil)
-	d, err := ts.client.Details(context.Background(), "com.example.flaky", "en", "us")
+	rs, ts, d, err := replayDetails(t, "com.example.flaky", replayApp{DetailsFaults: []replayFault{faultCutBody}}, nil)
 	if err != nil || d.Title != "App com.example.flaky" {
 		t.Fatalf("%q, %v", d.Title, err)
 	}
@@ -240,10 +234,8 @@ func TestPlayClientCutBodyIsRetried(t *testing.T) {
 }
 
 func TestPlayClientTimeoutIsRetried(t *testing.T) {
-	rs := newReplayPlayStore(t)
-	rs.setApp("com.example.slow", replayApp{DetailsFaults: []replayFault{faultSlow}})
-	ts := newTestPlayStore(t, rs.URL, func(p *proxyPoolConfig, _ *playStoreConfig) { p.HeaderTimeout = 100 * time.Millisecond })
-	d, err := ts.client.Details(context.Background(), "com.example.slow", "en", "us")
+	rs, _, d, err := replayDetails(t, "com.example.slow", replayApp{DetailsFaults: []replayFault{faultSlow}},
+		func(p *proxyPoolConfig, _ *playStoreConfig) { p.HeaderTimeout = 100 * time.Millisecond })
 	if err != nil || d.Title != "App com.example.slow" {
 		t.Fatalf("%q, %v", d.Title, err)
 	}
@@ -255,10 +247,7 @@ func TestPlayClientTimeoutIsRetried(t *testing.T) {
 func TestPlayClientUnreadablePagesAreParseErrors(t *testing.T) {
 	for name, fault := range map[string]replayFault{"truncated": faultTruncated, "no data block": faultNoDataBlock} {
 		t.Run(name, func(t *testing.T) {
-			rs := newReplayPlayStore(t)
-			rs.setApp("com.example.odd", replayApp{DetailsAlways: fault})
-			ts := newTestPlayStore(t, rs.URL, nil)
-			_, err := ts.client.Details(context.Background(), "com.example.odd", "en", "us")
+			rs, ts, _, err := replayDetails(t, "com.example.odd", replayApp{DetailsAlways: fault}, nil)
 			var perr *parseError
 			if !errors.As(err, &perr) || perr.Path != "ds:5[1][2][0][0]" || errorReason(err) != "parse_error" {
 				t.Fatalf("error %v", err)
@@ -291,11 +280,8 @@ func TestPlayClientErrorEntryIsRetried(t *testing.T) {
 }
 
 func TestPlayClientUnratedApp(t *testing.T) {
-	rs := newReplayPlayStore(t)
 	page := editDetailsBlock(t, readPlaystoreFixture(t, "details_com.mojang.minecraftpe_en_us.html"), func(r []any) { r[51] = nil })
-	rs.setApp("com.mojang.minecraftpe", replayApp{DetailsPage: page})
-	ts := newTestPlayStore(t, rs.URL, nil)
-	d, err := ts.client.Details(context.Background(), "com.mojang.minecraftpe", "en", "us")
+	_, _, d, err := replayDetails(t, "com.mojang.minecraftpe", replayApp{DetailsPage: page}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,6 +60,22 @@ func testReview(pkg, id string, stars int, content string, at time.Time) reviewM
 		At: at, CrawledAt: testCrawl}
 }
 
+// storeNumberedReviews registers org.telegram.messenger and stores n
+// reviews of it, r0000 on, of 1 to 5 stars in turn, written in the last
+// hours hours.
+func storeNumberedReviews(t *testing.T, pool *pgxpool.Pool, n, hours int) (*reviewStorer, []reviewMessage) {
+	t.Helper()
+	registerApps(t, pool, "org.telegram.messenger")
+	s := newReviewStorer(pool)
+	var msgs []reviewMessage
+	for i := range n {
+		msgs = append(msgs, testReview("org.telegram.messenger", fmt.Sprintf("r%04d", i), 1+i%5, fmt.Sprintf("review %d", i),
+			testCrawl.Add(-time.Duration(i%hours)*time.Hour)))
+	}
+	s.put(t, msgs...)
+	return s, msgs
+}
+
 // reviewsServer serves the registry API with the reviews API on pool.
 func reviewsServer(t testing.TB, pool *pgxpool.Pool, token string) (*httptest.Server, *reviewsAPI) {
 	t.Helper()
@@ -74,20 +90,77 @@ func reviewsServer(t testing.TB, pool *pgxpool.Pool, token string) (*httptest.Se
 
 func getReviews(t *testing.T, base, query string) (int, reviewsResponse, string) {
 	t.Helper()
-	resp, err := http.Get(base + "/api/v1/reviews?" + query)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
+	code, body, _ := getPage(t, base+"/api/v1/reviews?"+query)
 	var out reviewsResponse
-	if resp.StatusCode == http.StatusOK {
-		if err := json.Unmarshal(body, &out); err != nil {
+	if code == http.StatusOK {
+		if err := json.Unmarshal([]byte(body), &out); err != nil {
 			t.Fatalf("%s: %v: %s", query, err, body)
 		}
 	}
-	return resp.StatusCode, out, string(body)
+	return code, out, body
 }
+
+// reviewsQuery is a query of the reviews API and the IDs of the reviews
+// it must list, sorted.
+type reviewsQuery struct {
+	query string
+	want  []string
+}
+
+// checkReviewsQueries asks the reviews API each query and checks that it
+// lists exactly the reviews the query wants.
+func checkReviewsQueries(t *testing.T, base string, queries []reviewsQuery) {
+	t.Helper()
+	for _, c := range queries {
+		code, out, body := getReviews(t, base, c.query)
+		if code != http.StatusOK {
+			t.Errorf("%s: %d %s", c.query, code, body)
+			continue
+		}
+		if got := reviewIDs(out.Reviews); !slices.Equal(got, c.want) {
+			t.Errorf("%s: got %v, want %v", c.query, got, c.want)
+		}
+	}
+}
+
+// checkBadReviewsParameter checks that the reviews API refuses query with
+// a 400 whose error names param.
+func checkBadReviewsParameter(t *testing.T, base, query, param string) {
+	t.Helper()
+	code, _, body := getReviews(t, base, query)
+	var e errorResponse
+	if code != http.StatusBadRequest || json.Unmarshal([]byte(body), &e) != nil || !strings.HasPrefix(e.Error, param+":") {
+		t.Errorf("%s: %d %s, want 400 naming %s", query, code, body, param)
+	}
+}
+
+// walkReviews follows the cursors from the first page of query to its last
+// and counts how often each review came; between, if not nil, runs after
+// every page that has a next one. More than maxReviewsWalk pages is a
+// cursor that goes round.
+func walkReviews(t *testing.T, base, query string, between func()) map[string]int {
+	t.Helper()
+	seen := map[string]int{}
+	q := query
+	for pages := 0; ; pages++ {
+		code, out, body := getReviews(t, base, q)
+		if code != http.StatusOK || pages > maxReviewsWalk {
+			t.Fatalf("%s: %d %s", q, code, body)
+		}
+		for _, r := range out.Reviews {
+			seen[r.ReviewID]++
+		}
+		if out.NextCursor == nil {
+			return seen
+		}
+		q = query + "&cursor=" + *out.NextCursor
+		if between != nil {
+			between()
+		}
+	}
+}
+
+const maxReviewsWalk = 100
 
 func reviewIDs(rs []reviewOut) []string {
 	var ids []string
@@ -138,10 +211,7 @@ func TestReviewsAPIFilters(t *testing.T) {
 	pool := newTestPool(t)
 	seedReviewsAPI(t, pool)
 	srv, _ := reviewsServer(t, pool, "")
-	for _, c := range []struct {
-		query string
-		want  []string
-	}{
+	checkReviewsQueries(t, srv.URL, []reviewsQuery{
 		{"", []string{"en1", "en2", "en3", "fa1", "fa2", "fa3"}},
 		{"package=ir.divar", []string{"fa1", "fa2", "fa3"}},
 		{"package=ir.divar,org.telegram.messenger&stars=1", []string{"en1", "fa1"}},
@@ -172,16 +242,7 @@ func TestReviewsAPIFilters(t *testing.T) {
 		{"since=1d&until=2d", nil},
 		// The done-when query: 1–2★ Persian reviews mentioning login since a release.
 		{"stars=1,2&text_lang=fa&q=" + url.QueryEscape("لاگین") + "&since=" + url.QueryEscape(testCrawl.Add(-36*time.Hour).Format(time.RFC3339)), []string{"fa1"}},
-	} {
-		code, out, body := getReviews(t, srv.URL, c.query)
-		if code != http.StatusOK {
-			t.Errorf("%s: %d %s", c.query, code, body)
-			continue
-		}
-		if got := reviewIDs(out.Reviews); !slices.Equal(got, c.want) {
-			t.Errorf("%s: got %v, want %v", c.query, got, c.want)
-		}
-	}
+	})
 
 	// One review with every field, in the documented order.
 	_, _, body := getReviews(t, srv.URL, "q="+url.QueryEscape("كيفيت"))
@@ -245,20 +306,11 @@ func TestReviewsAPIRefusesBadParameters(t *testing.T) {
 		"stars=1&stars=2":                    "stars",
 		"version=" + strings.Repeat("9", 51): "version",
 	} {
-		code, _, body := getReviews(t, srv.URL, query)
-		var e errorResponse
-		_ = json.Unmarshal([]byte(body), &e)
-		if code != http.StatusBadRequest || !strings.HasPrefix(e.Error, param+":") {
-			t.Errorf("%s: %d %s, want 400 naming %s", query, code, body, param)
-		}
+		checkBadReviewsParameter(t, srv.URL, query, param)
 	}
 	resp, err := http.Post(srv.URL+"/api/v1/reviews", "application/json", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET" {
-		t.Errorf("POST: %d %q", resp.StatusCode, resp.Header.Get("Allow"))
+	if code, _, header := readAnswer(t, resp, err); code != http.StatusMethodNotAllowed || header.Get("Allow") != "GET" {
+		t.Errorf("POST: %d %q", code, header.Get("Allow"))
 	}
 }
 
@@ -281,16 +333,12 @@ func TestReviewsAPIToken(t *testing.T) {
 			req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
 			c.set(req)
 			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
+			code, body, header := readAnswer(t, resp, err)
+			if code != c.want {
+				t.Errorf("%s %s: %d %s", c.name, path, code, body)
 			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != c.want {
-				t.Errorf("%s %s: %d %s", c.name, path, resp.StatusCode, body)
-			}
-			if c.want == http.StatusUnauthorized && (!strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Basic") || bytes.Contains(body, []byte("s3cret"))) {
-				t.Errorf("%s: WWW-Authenticate %q, body %s", c.name, resp.Header.Get("WWW-Authenticate"), body)
+			if c.want == http.StatusUnauthorized && (!strings.HasPrefix(header.Get("WWW-Authenticate"), "Basic") || strings.Contains(body, "s3cret")) {
+				t.Errorf("%s: WWW-Authenticate %q, body %s", c.name, header.Get("WWW-Authenticate"), body)
 			}
 		}
 	}
@@ -314,15 +362,8 @@ func TestReviewsAPIToken(t *testing.T) {
 // a new time on the store (an edit), new text and new thumbs.
 func TestReviewsPagingIsExact(t *testing.T) {
 	pool := newTestPool(t)
-	registerApps(t, pool, "org.telegram.messenger")
-	s := newReviewStorer(pool)
 	const n = 600
-	var msgs []reviewMessage
-	for i := range n {
-		msgs = append(msgs, testReview("org.telegram.messenger", fmt.Sprintf("r%04d", i), 1+i%5, fmt.Sprintf("review %d", i),
-			testCrawl.Add(-time.Duration(i%97)*time.Hour)))
-	}
-	s.put(t, msgs...)
+	s, msgs := storeNumberedReviews(t, pool, n, 97)
 	srv, _ := reviewsServer(t, pool, "")
 	for _, sort := range reviewSorts {
 		t.Run(sort, func(t *testing.T) {
@@ -345,26 +386,7 @@ func TestReviewsPagingIsExact(t *testing.T) {
 				}
 				s.put(t, batch...)
 			}
-			seen := map[string]int{}
-			cursor := ""
-			for pages := 0; ; pages++ {
-				q := "limit=37&sort=" + sort
-				if cursor != "" {
-					q += "&cursor=" + cursor
-				}
-				code, out, body := getReviews(t, srv.URL, q)
-				if code != http.StatusOK {
-					t.Fatalf("%s: %d %s", q, code, body)
-				}
-				for _, r := range out.Reviews {
-					seen[r.ReviewID]++
-				}
-				if out.NextCursor == nil {
-					break
-				}
-				cursor = *out.NextCursor
-				resync()
-			}
+			seen := walkReviews(t, srv.URL, "limit=37&sort="+sort, resync)
 			if round < 10 {
 				t.Fatalf("only %d rounds of writes during the walk", round)
 			}
@@ -386,24 +408,15 @@ func TestReviewsExportCSVAndNDJSON(t *testing.T) {
 	pool := newTestPool(t)
 	seedReviewsAPI(t, pool)
 	srv, _ := reviewsServer(t, pool, "")
-	get := func(q string) (*http.Response, []byte) {
-		resp, err := http.Get(srv.URL + "/api/v1/reviews?" + q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, b
-	}
 	// limit=2: three pages, streamed.
-	resp, body := get("format=csv&bom=1&limit=2&package=ir.divar,org.telegram.messenger")
-	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/csv; charset=utf-8") {
-		t.Fatalf("%d %s", resp.StatusCode, resp.Header)
+	code, body, header := getPage(t, srv.URL+"/api/v1/reviews?format=csv&bom=1&limit=2&package=ir.divar,org.telegram.messenger")
+	if code != http.StatusOK || !strings.HasPrefix(header.Get("Content-Type"), "text/csv; charset=utf-8") {
+		t.Fatalf("%d %s", code, header)
 	}
-	if !bytes.HasPrefix(body, []byte("\uFEFF")) {
+	if !strings.HasPrefix(body, "\uFEFF") {
 		t.Fatalf("no BOM: %q", body[:10])
 	}
-	recs, err := csv.NewReader(bytes.NewReader(bytes.TrimPrefix(body, []byte("\uFEFF")))).ReadAll()
+	recs, err := csv.NewReader(strings.NewReader(strings.TrimPrefix(body, "\uFEFF"))).ReadAll()
 	if err != nil {
 		t.Fatalf("not RFC 4180: %v\n%s", err, body)
 	}
@@ -423,11 +436,11 @@ func TestReviewsExportCSVAndNDJSON(t *testing.T) {
 		t.Errorf("empty topics and reply: %q", byID["fa3"])
 	}
 
-	resp, body = get("format=ndjson&limit=1&stars=1,2")
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/x-ndjson" {
-		t.Fatalf("%d %s", resp.StatusCode, resp.Header)
+	code, body, header = getPage(t, srv.URL+"/api/v1/reviews?format=ndjson&limit=1&stars=1,2")
+	if code != http.StatusOK || header.Get("Content-Type") != "application/x-ndjson" {
+		t.Fatalf("%d %s", code, header)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc := bufio.NewScanner(strings.NewReader(body))
 	var ids []string
 	for sc.Scan() {
 		var r reviewOut
@@ -487,14 +500,9 @@ func TestReviewsExportsAtMostTwoAtOnce(t *testing.T) {
 	}
 	<-pp.waiting
 	<-pp.waiting
-	resp, err := http.Get(srv.URL + "/api/v1/reviews?format=csv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "exports") {
-		t.Errorf("third export: %d %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	code, body, header := getPage(t, srv.URL+"/api/v1/reviews?format=csv")
+	if code != http.StatusServiceUnavailable || header.Get("Retry-After") == "" || !strings.Contains(body, "exports") {
+		t.Errorf("third export: %d %q %s", code, header.Get("Retry-After"), body)
 	}
 	// JSON pages are no export.
 	if code, _, _ := getReviews(t, srv.URL, "limit=1"); code != http.StatusOK {
@@ -529,18 +537,13 @@ func (p *lockingPager) page(ctx context.Context, q reviewQuery) (reviewPage, err
 }
 
 func TestReviewsExportFailingMidwaySaysSo(t *testing.T) {
-	url := newTestDatabase(t)
-	pool := newTestPoolFor(t, url)
+	pool, timed := newTestReadPool(t, 300*time.Millisecond, 2)
 	seedReviewsAPI(t, pool)
-	timed, err := openReadPool(context.Background(), url, 300*time.Millisecond, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(timed.Close)
 	srv, ra := reviewsServer(t, pool, "")
 	for _, format := range []string{"csv", "ndjson"} {
 		var locker pgx.Tx
 		lp := &lockingPager{first: ra.reviews, rest: reviewsDB{pool: timed, locales: testLocales}, lock: func() {
+			var err error
 			locker, err = pool.Begin(context.Background())
 			if err == nil {
 				_, err = locker.Exec(context.Background(), `LOCK TABLE reviews IN ACCESS EXCLUSIVE MODE`)
@@ -550,15 +553,10 @@ func TestReviewsExportFailingMidwaySaysSo(t *testing.T) {
 			}
 		}}
 		ra.reviews = lp
-		resp, err := http.Get(srv.URL + "/api/v1/reviews?limit=2&format=" + format)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_, body, _ := getPage(t, srv.URL+"/api/v1/reviews?limit=2&format="+format)
 		_ = locker.Rollback(context.Background())
 		ra.reviews = lp.first
-		lines := strings.Split(strings.TrimRight(string(body), "\r\n"), "\n")
+		lines := strings.Split(strings.TrimRight(body, "\r\n"), "\n")
 		last := strings.TrimRight(lines[len(lines)-1], "\r")
 		switch format {
 		case "csv":
@@ -587,18 +585,13 @@ func TestAppStatsExport(t *testing.T) {
 		}
 	}
 	srv, _ := reviewsServer(t, pool, "")
-	get := func(q string) (int, []byte) {
-		resp, err := http.Get(srv.URL + "/api/v1/apps/ir.divar/stats" + q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
+	get := func(q string) (int, string) {
+		code, body, _ := getPage(t, srv.URL+"/api/v1/apps/ir.divar/stats"+q)
+		return code, body
 	}
 	code, body := get("?since=3d")
 	var out struct{ Stats []statsOut }
-	if code != http.StatusOK || json.Unmarshal(body, &out) != nil || len(out.Stats) != 4 { // since is inclusive
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &out) != nil || len(out.Stats) != 4 { // since is inclusive
 		t.Fatalf("%d %s", code, body)
 	}
 	s := out.Stats[3]
@@ -608,7 +601,7 @@ func TestAppStatsExport(t *testing.T) {
 	}
 	var keys map[string]json.RawMessage
 	var raw struct{ Stats []json.RawMessage }
-	_ = json.Unmarshal(body, &raw)
+	_ = json.Unmarshal([]byte(body), &raw)
 	_ = json.Unmarshal(raw.Stats[0], &keys)
 	for _, f := range statsFields {
 		if _, ok := keys[f]; !ok || len(keys) != len(statsFields) {
@@ -616,22 +609,17 @@ func TestAppStatsExport(t *testing.T) {
 		}
 	}
 	code, body = get("?format=csv&until=" + url.QueryEscape(testCrawl.Format(time.RFC3339)))
-	recs, err := csv.NewReader(bytes.NewReader(body)).ReadAll()
+	recs, err := csv.NewReader(strings.NewReader(body)).ReadAll()
 	if code != http.StatusOK || err != nil || len(recs) != 5 || !slices.Equal(recs[0], statsFields) || recs[4][8] != "12.1" {
 		t.Errorf("csv: %d %v %q", code, err, recs)
 	}
-	if code, body := get("?format=xml"); code != http.StatusBadRequest || !strings.Contains(string(body), "format") {
+	if code, body := get("?format=xml"); code != http.StatusBadRequest || !strings.Contains(body, "format") {
 		t.Errorf("bad format: %d %s", code, body)
 	}
-	if code, body := get("?colour=ir"); code != http.StatusBadRequest || !strings.Contains(string(body), "colour") {
+	if code, body := get("?colour=ir"); code != http.StatusBadRequest || !strings.Contains(body, "colour") {
 		t.Errorf("unknown param: %d %s", code, body)
 	}
-	resp, err := http.Get(srv.URL + "/api/v1/apps/com.not.registered/stats?format=csv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNotFound {
-		t.Errorf("unregistered: %d", resp.StatusCode)
+	if code, _, _ := getPage(t, srv.URL+"/api/v1/apps/com.not.registered/stats?format=csv"); code != http.StatusNotFound {
+		t.Errorf("unregistered: %d", code)
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -51,10 +49,7 @@ func TestReviewsAPIStorefronts(t *testing.T) {
 		seeReviewIn(t, pool, id, locs...)
 	}
 	srv, _ := reviewsServer(t, pool, "")
-	for _, c := range []struct {
-		query string
-		want  []string
-	}{
+	checkReviewsQueries(t, srv.URL, []reviewsQuery{
 		{"country=ir", []string{"fa1", "fa2", "fa3"}},
 		{"country=us", []string{"en1", "en3", "fa3"}},
 		{"lang=en", []string{"en1", "en2", "en3", "fa3"}},
@@ -65,36 +60,17 @@ func TestReviewsAPIStorefronts(t *testing.T) {
 		{"country=us&stars=1", []string{"en1"}},
 		{"lang=fa&q=" + url.QueryEscape("عالیه"), []string{"fa3"}},
 		{"country=br", nil},
-	} {
-		code, out, body := getReviews(t, srv.URL, c.query)
-		if code != http.StatusOK {
-			t.Errorf("%s: %d %s", c.query, code, body)
-			continue
-		}
-		if got := reviewIDs(out.Reviews); !slices.Equal(got, c.want) {
-			t.Errorf("%s: got %v, want %v", c.query, got, c.want)
-		}
-	}
+	})
 	_, out, _ := getReviews(t, srv.URL, "country=de")
 	if len(out.Reviews) != 1 || !slices.Equal(out.Reviews[0].Storefronts, []locale{sfUS, sfDE}) ||
 		out.Reviews[0].URL != "https://play.google.com/store/apps/details?id=org.telegram.messenger&reviewId=en3&hl=en" {
 		t.Errorf("en3 %+v, want its storefronts us/en then de/de", out.Reviews)
 	}
 	for _, q := range []string{"country=US", "country=usa", "country=", "country=us,,ir", "lang=farsi", "lang=pt-br", "lang=e1", "country=us&country=ir"} {
-		param := strings.SplitN(q, "=", 2)[0]
-		code, _, body := getReviews(t, srv.URL, q)
-		var e struct{ Error string }
-		if code != http.StatusBadRequest || json.Unmarshal([]byte(body), &e) != nil || !strings.HasPrefix(e.Error, param+":") {
-			t.Errorf("%s: %d %s, want 400 naming %s", q, code, body, param)
-		}
+		checkBadReviewsParameter(t, srv.URL, q, strings.SplitN(q, "=", 2)[0])
 	}
-	resp, err := http.Get(srv.URL + "/api/v1/reviews?format=csv&lang=fa&sort=oldest")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	recs, err := csv.NewReader(bytes.NewReader(b)).ReadAll()
+	_, body, _ := getPage(t, srv.URL+"/api/v1/reviews?format=csv&lang=fa&sort=oldest")
+	recs, err := csv.NewReader(strings.NewReader(body)).ReadAll()
 	col := slices.Index(reviewCSVFields, "storefronts")
 	if err != nil || len(recs) != 4 || col < 0 || recs[0][col] != "storefronts" || recs[1][1] != "fa3" || recs[1][col] != "ir/fa;us/en" || recs[3][col] != "ir/fa" {
 		t.Errorf("csv: %v %q", err, recs)
@@ -105,18 +81,10 @@ func TestReviewsAPIStorefronts(t *testing.T) {
 // it once, none of another.
 func TestReviewsAPIStorefrontPaging(t *testing.T) {
 	pool := newTestPool(t)
-	registerApps(t, pool, "org.telegram.messenger")
-	s := newReviewStorer(pool)
-	const n = 150
-	var msgs []reviewMessage
-	for i := range n {
-		msgs = append(msgs, testReview("org.telegram.messenger", fmt.Sprintf("r%03d", i), 1+i%5, fmt.Sprintf("review %d", i),
-			testCrawl.Add(-time.Duration(i%41)*time.Hour)))
-	}
-	s.put(t, msgs...)
+	_, msgs := storeNumberedReviews(t, pool, 150, 41)
 	want := map[string]bool{}
-	for i := range n {
-		id := fmt.Sprintf("r%03d", i)
+	for i, m := range msgs {
+		id := m.ReviewID
 		switch i % 3 {
 		case 0:
 			seeReviewIn(t, pool, id, sfIR)
@@ -130,25 +98,7 @@ func TestReviewsAPIStorefrontPaging(t *testing.T) {
 	}
 	srv, _ := reviewsServer(t, pool, "")
 	for _, sort := range reviewSorts {
-		seen := map[string]int{}
-		cursor := ""
-		for pages := 0; ; pages++ {
-			q := "limit=9&country=ir&lang=fa&sort=" + sort
-			if cursor != "" {
-				q += "&cursor=" + cursor
-			}
-			code, out, body := getReviews(t, srv.URL, q)
-			if code != http.StatusOK || pages > 50 {
-				t.Fatalf("%s: %d %s", q, code, body)
-			}
-			for _, r := range out.Reviews {
-				seen[r.ReviewID]++
-			}
-			if out.NextCursor == nil {
-				break
-			}
-			cursor = *out.NextCursor
-		}
+		seen := walkReviews(t, srv.URL, "limit=9&country=ir&lang=fa&sort="+sort, nil)
 		if len(seen) != len(want) {
 			t.Errorf("sort %s: %d reviews, want %d", sort, len(seen), len(want))
 		}
@@ -175,19 +125,14 @@ func TestAppStatsExportStorefronts(t *testing.T) {
 	}
 	srv, _ := reviewsServer(t, pool, "")
 	get := func(q string) (int, []statsOut, string) {
-		resp, err := http.Get(srv.URL + "/api/v1/apps/org.telegram.messenger/stats?" + q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		code, body, _ := getPage(t, srv.URL+"/api/v1/apps/org.telegram.messenger/stats?"+q)
 		var out struct{ Stats []statsOut }
-		if resp.StatusCode == http.StatusOK {
-			if err := json.Unmarshal(b, &out); err != nil {
+		if code == http.StatusOK {
+			if err := json.Unmarshal([]byte(body), &out); err != nil {
 				t.Fatal(err)
 			}
 		}
-		return resp.StatusCode, out.Stats, string(b)
+		return code, out.Stats, body
 	}
 	_, all, _ := get("")
 	if len(all) != 3*times {

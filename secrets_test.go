@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -152,7 +151,7 @@ func TestSecretsNeverShownWhileRunning(t *testing.T) {
 
 // maskPasswords masks what stands as a password, and nothing else.
 func TestMaskPasswords(t *testing.T) {
-	for in, want := range map[string]string{
+	checkStringFunc(t, "maskPasswords", maskPasswords, map[string]string{
 		"postgres://writer:pw@db:5432/x":             "postgres://writer:xxxxx@db:5432/x",
 		`parse "postgres://w:p@h:x/d": invalid port`: `parse "postgres://w:xxxxx@h:x/d": invalid port`,
 		"database=postgres://w:pw@h/d brokers=[a:1]": "database=postgres://w:xxxxx@h/d brokers=[a:1]",
@@ -163,11 +162,7 @@ func TestMaskPasswords(t *testing.T) {
 		"postgres://w@h/d":                                      "postgres://w@h/d",
 		"listening on 127.0.0.1:8080 at 12:00:01, mail a@b.com": "listening on 127.0.0.1:8080 at 12:00:01, mail a@b.com",
 		"invalid KAFKA_SASL_PASSWORD=(not shown)":               "invalid KAFKA_SASL_PASSWORD=(not shown)",
-	} {
-		if got := maskPasswords(in); got != want {
-			t.Errorf("maskPasswords(%q) = %q, want %q", in, got, want)
-		}
-	}
+	})
 }
 
 // /readyz through the redaction run wraps its checks in: a failing check
@@ -181,17 +176,7 @@ func TestReadyzRedactedChecks(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	srv := httptest.NewServer(newHTTPHandler(reg, newHTTPMetrics(reg), nil, nil, checks, testLogger(t)))
 	defer srv.Close()
-	get := func() (int, string) {
-		t.Helper()
-		resp, err := http.Get(srv.URL + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
-	}
-	if code, body := get(); code != http.StatusOK || !strings.Contains(body, "partitions reset") {
+	if code, body, _ := getPage(t, srv.URL+"/readyz"); code != http.StatusOK || !strings.Contains(body, "partitions reset") {
 		t.Errorf("a redacted note: %d %s, want 200 with the note", code, body)
 	}
 	checks = append(checks, readinessCheck{"database", func(context.Context) error {
@@ -199,7 +184,7 @@ func TestReadyzRedactedChecks(t *testing.T) {
 	}})
 	redactChecks(cfg, checks[1:])
 	srv.Config.Handler = newHTTPHandler(reg, newHTTPMetrics(prometheus.NewRegistry()), nil, nil, checks, testLogger(t))
-	code, body := get()
+	code, body, _ := getPage(t, srv.URL+"/readyz")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "refused") {
 		t.Errorf("a failing check: %d %s, want 503 saying why", code, body)
 	}

@@ -143,6 +143,13 @@ func appPageTable(t *testing.T, base, class string) (table, body string) {
 func getPage(t *testing.T, url string) (int, string, http.Header) {
 	t.Helper()
 	resp, err := http.Get(url)
+	return readAnswer(t, resp, err)
+}
+
+// readAnswer is the status, whole body and header of the answer to a
+// request that had to be sent (err is the client's).
+func readAnswer(t *testing.T, resp *http.Response, err error) (int, string, http.Header) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -693,18 +700,27 @@ func TestStatusPageMaxRenders(t *testing.T) {
 	}
 }
 
-// The page's connections (openReadPool, as `run` opens them) end a read at
-// READ_STATEMENT_TIMEOUT: the page answers 503 in about that time, however
-// long the database would take, and the next page is drawn normally.
-func TestStatusPageStatementTimeout(t *testing.T) {
+// newTestReadPool is a pool of a new test database and a read pool of it
+// as `run` opens one (openReadPool): its statements end at timeout, and it
+// has connections for maxRenders pages.
+func newTestReadPool(t *testing.T, timeout time.Duration, maxRenders int) (pool, reads *pgxpool.Pool) {
+	t.Helper()
 	url := newTestDatabase(t)
-	pool := newTestPoolFor(t, url)
-	seedStatus(t, pool)
-	reads, err := openReadPool(t.Context(), url, 300*time.Millisecond, 4)
+	pool = newTestPoolFor(t, url)
+	reads, err := openReadPool(t.Context(), url, timeout, maxRenders)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(reads.Close)
+	return pool, reads
+}
+
+// The page's connections (openReadPool, as `run` opens them) end a read at
+// READ_STATEMENT_TIMEOUT: the page answers 503 in about that time, however
+// long the database would take, and the next page is drawn normally.
+func TestStatusPageStatementTimeout(t *testing.T) {
+	pool, reads := newTestReadPool(t, 300*time.Millisecond, 4)
+	seedStatus(t, pool)
 	if n := reads.Config().MaxConns; n != 5 {
 		t.Errorf("read pool of %d connections, want 5 (4 pages and the gauges)", n)
 	}
