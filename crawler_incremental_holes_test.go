@@ -104,20 +104,10 @@ func TestCrawlIncrementalReadCutLeavesNoHole(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			parser := &rejectingParser{}
 			f := newIncrementalFixtureTuned(t, 1000, func(_ *proxyPoolConfig, c *playStoreConfig) { c.Parser = parser })
-			f.replay.setApp(pkg, replayApp{Reviews: 1000})
-			f.register(t, pkg, false)
-			start := time.Date(2026, 8, 1, 0, 0, 0, 0, time.UTC)
-			job := func(h int) crawlJob {
-				return crawlJob{App: app{PackageName: pkg, IsActive: true}, CrawledAt: start.Add(time.Duration(h) * time.Hour), Locale: testLocales.Default}
-			}
+			f.storeApp(t, pkg, 1000)
 			crawl := func(ctx context.Context, h int) appResult {
 				t.Helper()
-				r := f.crawler.crawlApp(ctx, job(h))
-				waitDrained(t, f.pool, f.consumer.cl, testConsumerOptions().Group)
-				return r
-			}
-			stored := func() int {
-				return count(t, f.pool, `SELECT count(*) FROM reviews r JOIN apps_registry_application a ON a.id = r.application_id WHERE a.package_name = $1`, pkg)
+				return f.crawlStored(t, ctx, hourJob(pkg, h))
 			}
 			seen := map[string]int{}
 
@@ -135,7 +125,7 @@ func TestCrawlIncrementalReadCutLeavesNoHole(t *testing.T) {
 			if got := count(t, f.pool, `SELECT count(*) FROM app_crawl_outcomes WHERE path = 'reviews' AND outcome = $1`, tc.outcome); got != 1 {
 				t.Errorf("the cut read's outcome is not %s", tc.outcome)
 			}
-			if n := stored(); n != 1150 {
+			if n := f.stored(t, pkg); n != 1150 {
 				t.Fatalf("%d reviews stored after the cut read, want 1150", n)
 			}
 
@@ -149,15 +139,10 @@ func TestCrawlIncrementalReadCutLeavesNoHole(t *testing.T) {
 			if n := reviewRequests(f, seen, pkg); n != 3 {
 				t.Errorf("healthy crawl: %d reviews requests, want 3", n)
 			}
-			ids := make([]string, 0, 1300)
-			for i := -300; i < 1000; i++ {
-				ids = append(ids, replayReviewID(pkg, i))
+			if n, all := f.storedOfStore(t, pkg, -300, 1000), f.stored(t, pkg); n != 1300 || all != 1300 {
+				t.Fatalf("%d of the store's 1300 reviews stored (%d in all)", n, all)
 			}
-			if n := count(t, f.pool, `SELECT count(*) FROM reviews WHERE review_id = ANY($1)`, ids); n != 1300 || stored() != 1300 {
-				t.Fatalf("%d of the store's 1300 reviews stored (%d in all)", n, stored())
-			}
-			if n := count(t, f.pool, `SELECT count(*) FROM review_read_marks WHERE newest_review_id = $1 AND newest_at = $2 AND read_at = $3`,
-				replayReviewID(pkg, -300), replayReviewAt(-300), job(2).CrawledAt); n != 1 {
+			if !f.markedAt(t, pkg, -300, 2) {
 				t.Error("the healthy read did not move the read mark to its newest review")
 			}
 
@@ -166,8 +151,8 @@ func TestCrawlIncrementalReadCutLeavesNoHole(t *testing.T) {
 			if r := crawl(context.Background(), 3); r.reviewsErr != nil || r.reviews != 150 {
 				t.Fatalf("quiet crawl: %+v", r)
 			}
-			if n := reviewRequests(f, seen, pkg); n != 1 || stored() != 1303 {
-				t.Errorf("quiet crawl: %d reviews requests (want 1), %d stored (want 1303)", n, stored())
+			if n, all := reviewRequests(f, seen, pkg), f.stored(t, pkg); n != 1 || all != 1303 {
+				t.Errorf("quiet crawl: %d reviews requests (want 1), %d stored (want 1303)", n, all)
 			}
 		})
 	}
@@ -179,19 +164,13 @@ func TestCrawlIncrementalReadCutLeavesNoHole(t *testing.T) {
 func TestCrawlIncrementalWithoutMarkReadsInFull(t *testing.T) {
 	const pkg = "com.example.nomark"
 	f := newIncrementalFixture(t, 600)
-	f.replay.setApp(pkg, replayApp{Reviews: 1000})
-	f.register(t, pkg, false)
-	j := crawlJob{App: app{PackageName: pkg, IsActive: true}, CrawledAt: time.Date(2026, 8, 1, 0, 0, 0, 0, time.UTC), Locale: testLocales.Default}
-	if r := f.crawler.crawlApp(context.Background(), j); r.reviewsErr != nil || !r.fullRead {
+	f.storeApp(t, pkg, 1000)
+	if r := f.crawlStored(t, context.Background(), hourJob(pkg, 0)); r.reviewsErr != nil || !r.fullRead {
 		t.Fatalf("first crawl: %+v", r)
 	}
-	waitDrained(t, f.pool, f.consumer.cl, testConsumerOptions().Group)
-	if _, err := f.pool.Exec(context.Background(), `DELETE FROM review_read_marks`); err != nil {
-		t.Fatal(err)
-	}
-	j.CrawledAt = j.CrawledAt.Add(time.Hour)
+	mustExec(t, f.pool, `DELETE FROM review_read_marks`)
 	before := f.replay.requests("reviews", pkg)
-	if r := f.crawler.crawlApp(context.Background(), j); r.reviewsErr != nil || !r.fullRead || r.reviews != 600 {
+	if r := f.crawler.crawlApp(context.Background(), hourJob(pkg, 1)); r.reviewsErr != nil || !r.fullRead || r.reviews != 600 {
 		t.Fatalf("crawl without a mark: %+v; want a full read of 600", r)
 	}
 	if n := f.replay.requests("reviews", pkg) - before; n != 4 {
@@ -202,18 +181,6 @@ func TestCrawlIncrementalWithoutMarkReadsInFull(t *testing.T) {
 	}
 }
 
-// newIncrementalFixtureTuned is newIncrementalFixture with the Play Store
-// client's configuration tuned.
-func newIncrementalFixtureTuned(t *testing.T, reviewsPerApp int, tune func(*proxyPoolConfig, *playStoreConfig)) *incrementalFixture {
-	t.Helper()
-	clk := newFakeClock(false)
-	cfg := testCrawlerConfig(2, reviewsPerApp)
-	cfg.Clock = clk
-	f := &incrementalFixture{crawlFixture: newCrawlFixture(t, cfg, tune), clock: clk}
-	f.consumer = startTestConsumer(t, f.pool, f.brokers, testConsumerOptions(), consumerHooks{})
-	return f
-}
-
 // The consumer stores what a read published later than the next read looks
 // at the stored reviews: the next read finds fewer stop points and reads
 // further, and nothing is missed. Here the consumer is stopped across a cut
@@ -222,18 +189,13 @@ func newIncrementalFixtureTuned(t *testing.T, reviewsPerApp int, tune func(*prox
 func TestCrawlIncrementalConsumerLagOnlyLengthensReads(t *testing.T) {
 	const pkg = "com.example.lag"
 	f := newIncrementalFixture(t, 1000)
-	f.replay.setApp(pkg, replayApp{Reviews: 1000})
-	f.register(t, pkg, false)
-	start := time.Date(2026, 8, 1, 0, 0, 0, 0, time.UTC)
-	crawl := func(h int) appResult {
-		return f.crawler.crawlApp(context.Background(), crawlJob{App: app{PackageName: pkg, IsActive: true},
-			CrawledAt: start.Add(time.Duration(h) * time.Hour), Locale: testLocales.Default})
-	}
+	f.storeApp(t, pkg, 1000)
+	crawl := func(h int) appResult { return f.crawler.crawlApp(context.Background(), hourJob(pkg, h)) }
 	seen := map[string]int{}
 	if r := crawl(0); r.reviewsErr != nil {
 		t.Fatal(r.reviewsErr)
 	}
-	waitDrained(t, f.pool, f.consumer.cl, testConsumerOptions().Group)
+	f.drained(t)
 	reviewRequests(f, seen, pkg)
 	if err := f.consumer.stop(); err != nil {
 		t.Fatal(err)
@@ -263,12 +225,8 @@ func TestCrawlIncrementalConsumerLagOnlyLengthensReads(t *testing.T) {
 		t.Errorf("second read behind the consumer: %d reviews requests, want 3", n)
 	}
 	f.consumer = startTestConsumer(t, f.pool, f.brokers, testConsumerOptions(), consumerHooks{})
-	waitDrained(t, f.pool, f.consumer.cl, testConsumerOptions().Group)
-	ids := make([]string, 0, 1303)
-	for i := -303; i < 1000; i++ {
-		ids = append(ids, replayReviewID(pkg, i))
-	}
-	if n := count(t, f.pool, `SELECT count(*) FROM reviews WHERE review_id = ANY($1)`, ids); n != 1303 {
+	f.drained(t)
+	if n := f.storedOfStore(t, pkg, -303, 1000); n != 1303 {
 		t.Fatalf("%d of the store's 1303 reviews stored", n)
 	}
 }
@@ -282,24 +240,10 @@ func TestCrawlIncrementalConsumerLagOnlyLengthensReads(t *testing.T) {
 func TestCrawlIncrementalPageWithoutIDsMovesNoMark(t *testing.T) {
 	const pkg = "com.example.noids"
 	f := newIncrementalFixture(t, 1000)
-	f.replay.setApp(pkg, replayApp{Reviews: 1000})
-	f.register(t, pkg, false)
-	start := time.Date(2026, 8, 1, 0, 0, 0, 0, time.UTC)
-	job := func(h int) crawlJob {
-		return crawlJob{App: app{PackageName: pkg, IsActive: true}, CrawledAt: start.Add(time.Duration(h) * time.Hour), Locale: testLocales.Default}
-	}
+	f.storeApp(t, pkg, 1000)
 	crawl := func(h int) appResult {
 		t.Helper()
-		r := f.crawler.crawlApp(context.Background(), job(h))
-		waitDrained(t, f.pool, f.consumer.cl, testConsumerOptions().Group)
-		return r
-	}
-	mark := func(i, h int) int {
-		return count(t, f.pool, `SELECT count(*) FROM review_read_marks WHERE newest_review_id = $1 AND newest_at = $2 AND read_at = $3`,
-			replayReviewID(pkg, i), replayReviewAt(i), job(h).CrawledAt)
-	}
-	stored := func() int {
-		return count(t, f.pool, `SELECT count(*) FROM reviews r JOIN apps_registry_application a ON a.id = r.application_id WHERE a.package_name = $1`, pkg)
+		return f.crawlStored(t, context.Background(), hourJob(pkg, h))
 	}
 	if r := crawl(0); r.reviewsErr != nil || r.reviews != 1000 {
 		t.Fatalf("first crawl: %+v", r)
@@ -315,7 +259,7 @@ func TestCrawlIncrementalPageWithoutIDsMovesNoMark(t *testing.T) {
 	if got := count(t, f.pool, `SELECT count(*) FROM app_crawl_outcomes WHERE path = 'reviews' AND outcome = 'parse_error'`); got != 1 {
 		t.Error("the reviews outcome is not parse_error")
 	}
-	if mark(0, 0) != 1 {
+	if !f.markedAt(t, pkg, 0, 0) {
 		t.Error("the read mark moved after a read whose page 2 had no ids")
 	}
 	if got := metricValue(t, f.store.reg, "playwatch_parse_failures_total", map[string]string{"path": pathReviews, "reason": "no record with a review id and a time"}); got != 1 {
@@ -325,14 +269,10 @@ func TestCrawlIncrementalPageWithoutIDsMovesNoMark(t *testing.T) {
 	if r := crawl(2); r.reviewsErr != nil || r.reviews != 450 {
 		t.Fatalf("healthy crawl: %+v; want the 300 new and page 3's 150", r)
 	}
-	ids := make([]string, 0, 1300)
-	for i := -300; i < 1000; i++ {
-		ids = append(ids, replayReviewID(pkg, i))
+	if n, all := f.storedOfStore(t, pkg, -300, 1000), f.stored(t, pkg); n != 1300 || all != 1300 {
+		t.Fatalf("%d of the store's 1300 reviews stored (%d in all)", n, all)
 	}
-	if n := count(t, f.pool, `SELECT count(*) FROM reviews WHERE review_id = ANY($1)`, ids); n != 1300 || stored() != 1300 {
-		t.Fatalf("%d of the store's 1300 reviews stored (%d in all)", n, stored())
-	}
-	if mark(-300, 2) != 1 {
+	if !f.markedAt(t, pkg, -300, 2) {
 		t.Error("the healthy read did not move the read mark to its newest review")
 	}
 }

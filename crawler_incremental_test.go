@@ -20,12 +20,77 @@ type incrementalFixture struct {
 
 func newIncrementalFixture(t *testing.T, reviewsPerApp int) *incrementalFixture {
 	t.Helper()
+	return newIncrementalFixtureTuned(t, reviewsPerApp, nil)
+}
+
+// newIncrementalFixtureTuned is newIncrementalFixture with the Play Store
+// client's configuration tuned.
+func newIncrementalFixtureTuned(t *testing.T, reviewsPerApp int, tune func(*proxyPoolConfig, *playStoreConfig)) *incrementalFixture {
+	t.Helper()
 	clk := newFakeClock(false)
 	cfg := testCrawlerConfig(2, reviewsPerApp)
 	cfg.Clock = clk
-	f := &incrementalFixture{crawlFixture: newCrawlFixture(t, cfg, nil), clock: clk}
+	f := &incrementalFixture{crawlFixture: newCrawlFixture(t, cfg, tune), clock: clk}
 	f.consumer = startTestConsumer(t, f.pool, f.brokers, testConsumerOptions(), consumerHooks{})
 	return f
+}
+
+// drained waits until the consumer stored everything published so far.
+func (f *incrementalFixture) drained(t *testing.T) {
+	t.Helper()
+	waitDrained(t, f.pool, f.consumer.cl, testConsumerOptions().Group)
+}
+
+// incrementalStart is the crawl time the tests that crawl one app by hand
+// start at: after the replay's reviews and in the past (the consumer
+// refuses times from the future).
+var incrementalStart = time.Date(2026, 8, 1, 0, 0, 0, 0, time.UTC)
+
+// hourJob is pkg's crawl job in the default storefront h hours after
+// incrementalStart.
+func hourJob(pkg string, h int) crawlJob {
+	return crawlJob{App: app{PackageName: pkg, IsActive: true}, CrawledAt: incrementalStart.Add(time.Duration(h) * time.Hour), Locale: testLocales.Default}
+}
+
+// crawlStored crawls j in ctx and waits until what it published is stored.
+func (f *incrementalFixture) crawlStored(t *testing.T, ctx context.Context, j crawlJob) appResult {
+	t.Helper()
+	r := f.crawler.crawlApp(ctx, j)
+	f.drained(t)
+	return r
+}
+
+// storeApp puts pkg on the replay store with reviews reviews and registers
+// it.
+func (f *incrementalFixture) storeApp(t *testing.T, pkg string, reviews int) {
+	t.Helper()
+	f.replay.setApp(pkg, replayApp{Reviews: reviews})
+	f.register(t, pkg, false)
+}
+
+// stored counts pkg's stored reviews.
+func (f *incrementalFixture) stored(t *testing.T, pkg string) int {
+	t.Helper()
+	return count(t, f.pool, `SELECT count(*) FROM reviews r JOIN apps_registry_application a ON a.id = r.application_id WHERE a.package_name = $1`, pkg)
+}
+
+// storedOfStore counts the stored reviews among the replay store's reviews
+// of pkg from to to-1 (replayReviewID's numbering: new ones below 0).
+func (f *incrementalFixture) storedOfStore(t *testing.T, pkg string, from, to int) int {
+	t.Helper()
+	ids := make([]string, 0, to-from)
+	for i := from; i < to; i++ {
+		ids = append(ids, replayReviewID(pkg, i))
+	}
+	return count(t, f.pool, `SELECT count(*) FROM reviews WHERE review_id = ANY($1)`, ids)
+}
+
+// markedAt says whether pkg's read mark is the replay store's review i, set
+// by the read of hourJob(pkg, h).
+func (f *incrementalFixture) markedAt(t *testing.T, pkg string, i, h int) bool {
+	t.Helper()
+	return count(t, f.pool, `SELECT count(*) FROM review_read_marks WHERE newest_review_id = $1 AND newest_at = $2 AND read_at = $3`,
+		replayReviewID(pkg, i), replayReviewAt(i), hourJob(pkg, h).CrawledAt) == 1
 }
 
 // cycleAt runs a cycle at crawl time at and waits until it is stored.
@@ -38,7 +103,7 @@ func (f *incrementalFixture) cycleAt(t *testing.T, at time.Time) cycleSummary {
 	if err != nil || len(sum.Failures) != 0 {
 		t.Fatalf("cycle at %s: %s, %v", at, sum, err)
 	}
-	waitDrained(t, f.pool, f.consumer.cl, testConsumerOptions().Group)
+	f.drained(t)
 	return sum
 }
 
@@ -72,21 +137,14 @@ func firstResyncHour(t *testing.T, pkg string, start time.Time) int {
 func TestCrawlIncrementalPaging(t *testing.T) {
 	const pkg, late = "com.example.incremental", "com.example.late"
 	f := newIncrementalFixture(t, 1000)
-	f.replay.setApp(pkg, replayApp{Reviews: 1000})
-	f.register(t, pkg, false)
-	// Crawl times after the replay's reviews and in the past (the consumer
-	// refuses times from the future), starting the hour after the app's
-	// resync window.
-	start := time.Date(2026, 8, 1, 0, 0, 0, 0, time.UTC)
-	start = start.Add(time.Duration(firstResyncHour(t, pkg, start)+1) * time.Hour)
+	f.storeApp(t, pkg, 1000)
+	// Crawl times from the hour after the app's resync window.
+	start := incrementalStart.Add(time.Duration(firstResyncHour(t, pkg, incrementalStart)+1) * time.Hour)
 	hour := func(h int) time.Time { return start.Add(time.Duration(h) * time.Hour) }
 	if fullResyncDue(crawlJobKey(late, testLocales.Default), hour(2), hour(1), 24*time.Hour) {
 		t.Fatalf("%s resyncs in hour 2: the checks below want it read incrementally then", late)
 	}
 	seen := map[string]int{}
-	stored := func(p string) int {
-		return count(t, f.pool, `SELECT count(*) FROM reviews r JOIN apps_registry_application a ON a.id = r.application_id WHERE a.package_name = $1`, p)
-	}
 
 	// Nothing stored: a full read, seven pages.
 	sum := f.cycleAt(t, hour(0))
@@ -97,8 +155,7 @@ func TestCrawlIncrementalPaging(t *testing.T) {
 	// Three new reviews, and a new app: page 1 reaches stored reviews, the
 	// new app is read in full.
 	f.replay.addReviews(pkg, 3)
-	f.replay.setApp(late, replayApp{Reviews: 300})
-	f.register(t, late, false)
+	f.storeApp(t, late, 300)
 	sum = f.cycleAt(t, hour(1))
 	if n, m := reviewRequests(f, seen, pkg), reviewRequests(f, seen, late); n != 1 || m != 2 {
 		t.Errorf("second cycle: %d reviews requests of the known app (want 1), %d of the new one (want 2)", n, m)
@@ -106,7 +163,7 @@ func TestCrawlIncrementalPaging(t *testing.T) {
 	if sum.Reviews != 150+300 || sum.FullReads != 1 || sum.Skipped != 6 || sum.Requests != 2+1+2 {
 		t.Errorf("second cycle: %s; want 450 reviews published, 1 full read, 6 pages skipped, 5 requests", sum)
 	}
-	if n := stored(pkg); n != 1003 {
+	if n := f.stored(t, pkg); n != 1003 {
 		t.Errorf("%d reviews stored, want 1003", n)
 	}
 	for i := -3; i < 0; i++ {
@@ -122,7 +179,7 @@ func TestCrawlIncrementalPaging(t *testing.T) {
 	if n := reviewRequests(f, seen, pkg); n != 2 || sum.Skipped != 5+1 {
 		t.Errorf("third cycle: %d reviews requests, want 2; %s, want 6 pages skipped: 5 of the first app, 1 of the second", n, sum)
 	}
-	if n := stored(pkg); n != 1153 {
+	if n := f.stored(t, pkg); n != 1153 {
 		t.Errorf("%d reviews stored, want 1153", n)
 	}
 	if got := testutilHistogramSum(t, f.reg, "playwatch_crawl_requests_per_app", pathReviews); got != 7+1+2+2+reviewRequests(f, seen, late) {
@@ -286,20 +343,9 @@ func TestFullResyncDueSpreadsOverTheDay(t *testing.T) {
 
 func testutilHistogramSum(t *testing.T, reg *prometheus.Registry, name, path string) int {
 	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	m := gatheredMetric(t, reg, name, map[string]string{"path": path})
+	if m == nil {
+		t.Fatalf("no %s{path=%q}", name, path)
 	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if metricHasLabels(m, map[string]string{"path": path}) {
-				return int(m.GetHistogram().GetSampleSum())
-			}
-		}
-	}
-	t.Fatalf("no %s{path=%q}", name, path)
-	return 0
+	return int(m.GetHistogram().GetSampleSum())
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"iter"
 	"net"
 	"net/http"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -45,6 +47,47 @@ func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 	return n
 }
 
+// mustExec runs sql with args on pool.
+func mustExec(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// eachRow runs sql with args and calls fn after it scanned each row into
+// dest.
+func eachRow(t testing.TB, pool *pgxpool.Pool, dest []any, fn func(), sql string, args ...any) {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), sql, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	if _, err := pgx.ForEachRow(rows, dest, func() error { fn(); return nil }); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// untilEOF yields what next returns until it returns io.EOF; another error
+// fails the test. For readers of parts: multipart.Reader.NextPart,
+// tar.Reader.Next.
+func untilEOF[T any](t testing.TB, next func() (T, error)) iter.Seq[T] {
+	return func(yield func(T) bool) {
+		for {
+			v, err := next()
+			if err == io.EOF {
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !yield(v) {
+				return
+			}
+		}
+	}
+}
+
 // produce writes records synchronously; values up to 4 MiB are accepted.
 func produce(t testing.TB, brokers []string, recs ...*kgo.Record) {
 	t.Helper()
@@ -63,9 +106,7 @@ func produce(t testing.TB, brokers []string, recs ...*kgo.Record) {
 func registerApps(t testing.TB, pool *pgxpool.Pool, pkgs ...string) {
 	t.Helper()
 	for _, p := range pkgs {
-		if _, err := pool.Exec(context.Background(), `INSERT INTO apps_registry_application (package_name) VALUES ($1)`, p); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, pool, `INSERT INTO apps_registry_application (package_name) VALUES ($1)`, p)
 	}
 }
 
@@ -101,26 +142,14 @@ func with(m map[string]any, kv ...any) map[string]any {
 // the sample count of a histogram; 0 when it has no such sample yet.
 func metricValue(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if !metricHasLabels(m, labels) {
-				continue
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue()
-			case m.Gauge != nil:
-				return m.Gauge.GetValue()
-			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount())
-			}
+	if m := gatheredMetric(t, reg, name, labels); m != nil {
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount())
 		}
 	}
 	// No sample: 0 for a metric that exists (a vector nobody used yet), but a
@@ -135,6 +164,27 @@ func metricValue(t testing.TB, reg *prometheus.Registry, name string, labels map
 		t.Fatalf("no metric %s is registered", name)
 	}
 	return 0
+}
+
+// gatheredMetric is the first sample of reg's metric name that has the given
+// labels, or nil.
+func gatheredMetric(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) *dto.Metric {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if metricHasLabels(m, labels) {
+				return m
+			}
+		}
+	}
+	return nil
 }
 
 func metricHasLabels(m *dto.Metric, want map[string]string) bool {

@@ -117,7 +117,6 @@ func assertNoSecret(t *testing.T, what, text string) {
 // stored apart from the public fields; no log line shows one.
 func TestNotifyDestinationsLifecycle(t *testing.T) {
 	f := newNotifyFixture(t, nil)
-	ctx := context.Background()
 
 	slack := f.createDestination(t, `{"name": "team chat", "type": "slack", "url": "`+slackURL+`"}`)
 	tg := f.createDestination(t, `{"name": "tg", "type": "telegram", "bot_token": "`+botToken+`", "chat_id": -1001234567890}`)
@@ -180,9 +179,7 @@ func TestNotifyDestinationsLifecycle(t *testing.T) {
 	}
 
 	// A PATCH with the masks sent back keeps the secrets and mends a broken destination.
-	if _, err := f.pool.Exec(ctx, `UPDATE notify_destinations SET status = 'broken', last_error = '403 Forbidden: bot was blocked by the user'`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, f.pool, `UPDATE notify_destinations SET status = 'broken', last_error = '403 Forbidden: bot was blocked by the user'`)
 	r = f.call(t, "PATCH", fmt.Sprintf("/api/v1/destinations/%d", tg), `{"bot_token": "********", "chat_id": "@playwatch_alerts", "name": "tg2"}`)
 	if r.code != 200 {
 		t.Fatalf("PATCH telegram: %d %s", r.code, r.body)
@@ -347,9 +344,7 @@ func TestNotifyDestinationTest(t *testing.T) {
 	tester := &fakeTester{status: 200}
 	f := newNotifyFixture(t, tester)
 	id := f.createDestination(t, `{"name": "tg", "type": "telegram", "bot_token": "`+botToken+`", "chat_id": "42"}`)
-	if _, err := f.pool.Exec(context.Background(), `UPDATE notify_destinations SET status = 'broken', last_error = 'old'`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, f.pool, `UPDATE notify_destinations SET status = 'broken', last_error = 'old'`)
 	path := fmt.Sprintf("/api/v1/destinations/%d/test", id)
 	r := f.call(t, "POST", path, "")
 	if r.code != 200 || r.body != `{"ok":true,"http_status":200}`+"\n" {
@@ -399,9 +394,7 @@ func TestNotifyDestinationTest(t *testing.T) {
 
 func insertApp(t *testing.T, pool *pgxpool.Pool, pkg string) {
 	t.Helper()
-	if _, err := pool.Exec(context.Background(), `INSERT INTO apps_registry_application (package_name) VALUES ($1)`, pkg); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `INSERT INTO apps_registry_application (package_name) VALUES ($1)`, pkg)
 }
 
 // Rules are created with their defaults, read, changed and deleted; what
@@ -658,9 +651,7 @@ func TestNotifyListAndRetryCommands(t *testing.T) {
 	if out, err := runCLI(t, dsn, "notify", "list", "--status", "gone"); err == nil {
 		t.Errorf("notify list --status gone: %s", out)
 	}
-	if _, err := f.pool.Exec(context.Background(), `UPDATE notifications SET next_attempt_at = now() + interval '1 day' WHERE status = 'failed'`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, f.pool, `UPDATE notifications SET next_attempt_at = now() + interval '1 day' WHERE status = 'failed'`)
 	out, err = runCLI(t, dsn, "notify", "retry", "--failed")
 	if err != nil || !strings.Contains(out, fmt.Sprintf("%d notifications pending again", len(ids["failed"]))) {
 		t.Errorf("notify retry --failed: %q %v", out, err)

@@ -118,9 +118,7 @@ func seedRule(t testing.TB, pool *pgxpool.Pool, maxPerHour int, dests ...int64) 
 		t.Fatal(err)
 	}
 	for _, d := range dests {
-		if _, err := pool.Exec(ctx, `INSERT INTO notify_rule_destinations VALUES ($1, $2)`, id, d); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, pool, `INSERT INTO notify_rule_destinations VALUES ($1, $2)`, id, d)
 	}
 	return id
 }
@@ -149,11 +147,9 @@ func seedReviewMessages(t testing.TB, pool *pgxpool.Pool, rule, dest int64, n in
 		keys = append(keys, fmt.Sprintf("review:gp:%d:h", i))
 		payloads = append(payloads, b)
 	}
-	if _, err := pool.Exec(context.Background(), `INSERT INTO notifications (rule_id, destination_id, event, event_key, payload, event_at, source_at)
+	mustExec(t, pool, `INSERT INTO notifications (rule_id, destination_id, event, event_key, payload, event_at, source_at)
 SELECT $1, $2, 'review', k, p, now() - interval '1 second', now() - interval '1 second' FROM unnest($3::text[], $4::jsonb[]) AS u(k, p)`,
-		rule, dest, keys, payloads); err != nil {
-		t.Fatal(err)
-	}
+		rule, dest, keys, payloads)
 }
 
 // testDeliveryConfig: fast polls and backoffs, a day to give up.
@@ -193,20 +189,11 @@ type notificationState struct {
 
 func notificationStates(t testing.TB, pool *pgxpool.Pool) map[int64]notificationState {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT id, status, attempts, coalesce(last_error, ''), sent_at IS NOT NULL, digest_id FROM notifications ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
 	out := map[int64]notificationState{}
-	for rows.Next() {
-		var id int64
-		var s notificationState
-		if err := rows.Scan(&id, &s.Status, &s.Attempts, &s.LastError, &s.Sent, &s.DigestID); err != nil {
-			t.Fatal(err)
-		}
-		out[id] = s
-	}
+	var id int64
+	var s notificationState
+	eachRow(t, pool, []any{&id, &s.Status, &s.Attempts, &s.LastError, &s.Sent, &s.DigestID}, func() { out[id] = s },
+		`SELECT id, status, attempts, coalesce(last_error, ''), sent_at IS NOT NULL, digest_id FROM notifications ORDER BY id`)
 	return out
 }
 
@@ -348,9 +335,7 @@ func TestNotifyDeliveryBrokenDestination(t *testing.T) {
 	mu.Lock()
 	gone = false
 	mu.Unlock()
-	if _, err := pool.Exec(context.Background(), `UPDATE notify_destinations SET status = 'ok', last_error = NULL WHERE id = $1`, dest); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE notify_destinations SET status = 'ok', last_error = NULL WHERE id = $1`, dest)
 	waitFor(t, 10*time.Second, "all sent", func() bool {
 		return count(t, pool, `SELECT count(*) FROM notifications WHERE status = 'sent'`) == 5
 	})
@@ -374,16 +359,11 @@ func TestNotifyDeliveryGivesUp(t *testing.T) {
 	rule := seedRule(t, pool, 0, dest, broken)
 	seedReviewMessages(t, pool, rule, dest, 2)
 	seedReviewMessages(t, pool, rule, broken, 1)
-	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `UPDATE notify_destinations SET status = 'broken', last_error = 'gone' WHERE id = $1`, broken); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE notify_destinations SET status = 'broken', last_error = 'gone' WHERE id = $1`, broken)
 	// The broken destination's message is past NOTIFY_GIVE_UP (the sweep
 	// fails it); the others reach it half a second in, between attempts.
-	if _, err := pool.Exec(ctx, `UPDATE notifications SET created_at = CASE WHEN destination_id = $1
-	THEN now() - interval '2 hours' ELSE now() - interval '1 hour' + interval '500 milliseconds' END`, broken); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE notifications SET created_at = CASE WHEN destination_id = $1
+	THEN now() - interval '2 hours' ELSE now() - interval '1 hour' + interval '500 milliseconds' END`, broken)
 	reg := prometheus.NewRegistry()
 	cfg := testDeliveryConfig()
 	cfg.GiveUp = time.Hour
@@ -485,12 +465,8 @@ func TestNotifyDeliveryThrottleDigest(t *testing.T) {
 	}
 	// An hour passes: the sent ones leave the window, the held ones are due.
 	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `UPDATE notifications SET sent_at = sent_at - interval '1 hour' WHERE status = 'sent'`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `UPDATE notifications SET next_attempt_at = now() WHERE status = 'pending'`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE notifications SET sent_at = sent_at - interval '1 hour' WHERE status = 'sent'`)
+	mustExec(t, pool, `UPDATE notifications SET next_attempt_at = now() WHERE status = 'pending'`)
 	waitFor(t, 10*time.Second, "the digest sent", func() bool {
 		return count(t, pool, `SELECT count(*) FROM notifications WHERE status = 'sent'`) == 11
 	})

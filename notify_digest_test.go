@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -15,7 +14,6 @@ import (
 // takes that slot: the hour's next message waits.
 func TestNotifyDeliveryOneDigestForEveryApp(t *testing.T) {
 	pool := newTestPool(t)
-	ctx := context.Background()
 	recv := newWebhookReceiver(t)
 	dest := seedDestination(t, pool, "webhook", recv.srv.URL)
 	rule := seedRule(t, pool, 2, dest)
@@ -26,10 +24,8 @@ func TestNotifyDeliveryOneDigestForEveryApp(t *testing.T) {
 				Review: &payloadReview{ReviewID: fmt.Sprintf("%s%d", prefix, i), Stars: 1, Text: "bad"},
 				Links:  payloadLinks{Play: playURL(pkg, "en", ""), StatusPage: "https://pw.example/apps/" + pkg}}
 			b, _ := json.Marshal(p)
-			if _, err := pool.Exec(ctx, `INSERT INTO notifications (rule_id, destination_id, event, event_key, payload, event_at)
-VALUES ($1, $2, 'review', $3, $4, now())`, rule, dest, fmt.Sprintf("review:%s%d:h", prefix, i), b); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, pool, `INSERT INTO notifications (rule_id, destination_id, event, event_key, payload, event_at)
+VALUES ($1, $2, 'review', $3, $4, now())`, rule, dest, fmt.Sprintf("review:%s%d:h", prefix, i), b)
 		}
 	}
 	seed("a", "com.a", "com.b", "com.a", "com.b", "com.a", "com.a")
@@ -38,12 +34,8 @@ VALUES ($1, $2, 'review', $3, $4, now())`, rule, dest, fmt.Sprintf("review:%s%d:
 		return count(t, pool, `SELECT count(*) FROM notifications WHERE status = 'sent'`) == 2 &&
 			count(t, pool, `SELECT count(*) FROM notifications WHERE status = 'pending' AND last_error = $1`, notifyThrottleNote) == 4
 	})
-	if _, err := pool.Exec(ctx, `UPDATE notifications SET sent_at = sent_at - interval '1 hour' WHERE status = 'sent'`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `UPDATE notifications SET next_attempt_at = now() WHERE status = 'pending'`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE notifications SET sent_at = sent_at - interval '1 hour' WHERE status = 'sent'`)
+	mustExec(t, pool, `UPDATE notifications SET next_attempt_at = now() WHERE status = 'pending'`)
 	waitFor(t, 10*time.Second, "the digest sent", func() bool {
 		return count(t, pool, `SELECT count(*) FROM notifications WHERE status = 'sent' AND event = 'digest'`) >= 1 &&
 			count(t, pool, `SELECT count(*) FROM notifications WHERE status = 'pending'`) == 0

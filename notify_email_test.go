@@ -147,14 +147,7 @@ func parseMail(t *testing.T, data string) (mail.Header, string, string, string) 
 	}
 	parts := map[string]string{}
 	mr := multipart.NewReader(msg.Body, params["boundary"])
-	for {
-		p, err := mr.NextPart()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for p := range untilEOF(t, mr.NextPart) {
 		b, _ := io.ReadAll(p)
 		parts[p.Header.Get("Content-Type")] = strings.ReplaceAll(string(b), "\r\n", "\n")
 	}

@@ -97,6 +97,15 @@ func (f *decideFixture) score(reviewID, label, lang string, at time.Time) {
 		sentiment_text_hash = reviews_sentiment_input(score, content) WHERE review_id = $1`, reviewID, label, lang, at)
 }
 
+// crawlOutcome records the outcome of app's last crawl of path in storefront
+// loc, as the crawler does; status nil is no HTTP status.
+func (f *decideFixture) crawlOutcome(app int64, loc locale, path string, at time.Time, outcome string, status any, errText string) {
+	f.t.Helper()
+	f.exec(`INSERT INTO app_crawl_outcomes (application_id, country, lang, path, at, outcome, http_status, error) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		ON CONFLICT (application_id, country, lang, path) DO UPDATE SET at = EXCLUDED.at, outcome = EXCLUDED.outcome, http_status = EXCLUDED.http_status, error = EXCLUDED.error`,
+		app, loc.Country, loc.Lang, path, at, outcome, status, errText)
+}
+
 // rule creates a rule with the fixture's destination, created at created.
 func (f *decideFixture) rule(event, filter string, backfill string, apps []string, created time.Time) int64 {
 	f.t.Helper()
@@ -118,6 +127,13 @@ func (f *decideFixture) runOnce() int {
 	return n
 }
 
+// runAfter moves the clock on by d and decides once.
+func (f *decideFixture) runAfter(d time.Duration) int {
+	f.t.Helper()
+	f.clk.Advance(d)
+	return f.runOnce()
+}
+
 type testOutboxRow struct {
 	Key      string
 	Event    string
@@ -129,27 +145,17 @@ type testOutboxRow struct {
 // outbox is the rule's rows in insert order.
 func (f *decideFixture) outbox(rule int64) []testOutboxRow {
 	f.t.Helper()
-	rows, err := f.pool.Query(context.Background(), `SELECT event_key, event, payload, event_at, source_at FROM notifications
-		WHERE rule_id = $1 AND destination_id = $2 AND status = 'pending' ORDER BY id`, rule, f.dest)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	defer rows.Close()
 	var out []testOutboxRow
-	for rows.Next() {
-		var r testOutboxRow
-		var payload []byte
-		if err := rows.Scan(&r.Key, &r.Event, &payload, &r.EventAt, &r.SourceAt); err != nil {
-			f.t.Fatal(err)
-		}
+	var r testOutboxRow
+	var payload []byte
+	eachRow(f.t, f.pool, []any{&r.Key, &r.Event, &payload, &r.EventAt, &r.SourceAt}, func() {
+		r.Payload = notifyPayload{}
 		if err := json.Unmarshal(payload, &r.Payload); err != nil {
 			f.t.Fatal(err)
 		}
 		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		f.t.Fatal(err)
-	}
+	}, `SELECT event_key, event, payload, event_at, source_at FROM notifications
+		WHERE rule_id = $1 AND destination_id = $2 AND status = 'pending' ORDER BY id`, rule, f.dest)
 	return out
 }
 
@@ -231,20 +237,17 @@ func TestNotifyReviewEventsNoFloodAndEdits(t *testing.T) {
 		t.Errorf("sentiment %q from stars %v lang %q, want NEGATIVE from the stars, en", rv.Sentiment, rv.SentimentFromStars, rv.TextLang)
 	}
 
-	f.clk.Advance(time.Second)
-	if n := f.runOnce(); n != 0 {
+	if n := f.runAfter(time.Second); n != 0 {
 		t.Fatalf("a second pass inserted %d rows", n)
 	}
 	// A re-sync without change (a later crawl) decides nothing new.
 	f.exec(`UPDATE reviews SET last_synced_at = $1 WHERE review_id = 'new'`, t0.Add(time.Minute))
-	f.clk.Advance(time.Second)
-	if n := f.runOnce(); n != 0 {
+	if n := f.runAfter(time.Second); n != 0 {
 		t.Fatalf("a re-sync without change inserted %d rows", n)
 	}
 	// The author edits the text of a recent review: a new at, new content.
 	f.exec(`UPDATE reviews SET content = 'Still crashes after 2.2', at = $1, last_synced_at = $2 WHERE review_id = 'new'`, t0.Add(90*time.Second), t0.Add(2*time.Minute))
-	f.clk.Advance(time.Second)
-	if n := f.runOnce(); n != 2 {
+	if n := f.runAfter(time.Second); n != 2 {
 		t.Fatalf("an edited text inserted %d rows, want 2 (one per rule)", n)
 	}
 	rows = f.outbox(rule)
@@ -253,16 +256,13 @@ func TestNotifyReviewEventsNoFloodAndEdits(t *testing.T) {
 		t.Errorf("after the edit: %+v", rows)
 	}
 	// An old review (seen long before the cursors) edited: found once the sentiment job scored the new text.
-	f.clk.Advance(10 * time.Minute)
-	f.runOnce()
+	f.runAfter(10 * time.Minute)
 	f.exec(`UPDATE reviews SET content = 'Worse now', at = $1, last_synced_at = $1 WHERE review_id = 'pre'`, f.clk.Now().Add(-time.Minute))
-	f.clk.Advance(time.Second)
-	if n := f.runOnce(); n != 0 {
+	if n := f.runAfter(time.Second); n != 0 {
 		t.Fatalf("an unscored edit of an old review inserted %d rows before it was scored", n)
 	}
 	f.score("pre", "NEGATIVE", "en", f.clk.Now())
-	f.clk.Advance(time.Second)
-	if n := f.runOnce(); n != 2 {
+	if n := f.runAfter(time.Second); n != 2 {
 		t.Fatalf("the scored edit of an old review inserted %d rows, want 2", n)
 	}
 	last := f.outbox(backfill)
@@ -357,12 +357,11 @@ func TestNotifyReviewSentimentWait(t *testing.T) {
 	if rv := f.outbox(onSentiment)[0].Payload.Review; rv.Sentiment != "NEGATIVE" || rv.SentimentFromStars {
 		t.Errorf("scored review: %+v", rv)
 	}
-	f.clk.Advance(59 * time.Second) // 1m59s after it was stored
-	if n := f.runOnce(); n != 0 {
+	// 1m59s after it was stored
+	if n := f.runAfter(59 * time.Second); n != 0 {
 		t.Fatalf("before the wait is over: %d rows", n)
 	}
-	f.clk.Advance(2 * time.Second)
-	if n := f.runOnce(); n != 1 {
+	if n := f.runAfter(2 * time.Second); n != 1 {
 		t.Fatalf("after the wait: %d rows, want 1", n)
 	}
 	rows := f.outbox(onSentiment)
@@ -371,8 +370,7 @@ func TestNotifyReviewSentimentWait(t *testing.T) {
 	}
 	// The job's label arriving later changes nothing: same text, same key.
 	f.score("late", "NEGATIVE", "en", f.clk.Now())
-	f.clk.Advance(time.Second)
-	if n := f.runOnce(); n != 0 {
+	if n := f.runAfter(time.Second); n != 0 {
 		t.Fatalf("a late label inserted %d rows", n)
 	}
 	if n := len(f.outbox(onStars)); n != 2 {
@@ -430,8 +428,7 @@ func TestNotifyRatingDrop(t *testing.T) {
 	if n := f.runOnce(); n != 0 {
 		t.Fatalf("a drop of 10 min inserted %d rows, want none before it held 15 min (PlaywatchRatingDrop's for)", n)
 	}
-	f.clk.Advance(5 * time.Minute)
-	if n := f.runOnce(); n != 1 {
+	if n := f.runAfter(5 * time.Minute); n != 1 {
 		t.Fatalf("inserted %d rows, want 1", n)
 	}
 	rows := f.outbox(rule)
@@ -462,8 +459,8 @@ func TestNotifyRatingDrop(t *testing.T) {
 	if n := f.runOnce(); n != 0 {
 		t.Fatalf("a new drop inserted %d rows at once, want none for 15 min", n)
 	}
-	f.clk.Advance(10 * time.Minute) // 15 min since the crawl that showed it
-	if n := f.runOnce(); n != 3 {
+	// 15 min since the crawl that showed it
+	if n := f.runAfter(10 * time.Minute); n != 3 {
 		t.Fatalf("a new drop inserted %d rows, want 3 (every rule: it started after each)", n)
 	}
 	if rows := f.outbox(rule); len(rows) != 2 || rows[1].Key != "rating_drop:com.example.rating:us:en:"+unixKey(t0.Add(3*time.Minute)) {
@@ -496,8 +493,7 @@ func TestNotifyNegativeSpike(t *testing.T) {
 	fifth := t0.Add(-5 * time.Minute)
 	f.review(app, notifyTestReview{id: "houre", stars: 1, text: "broken", at: fifth})
 	f.score("houre", "NEGATIVE", "en", t0)
-	f.clk.Advance(11 * time.Second)
-	if n := f.runOnce(); n != 1 {
+	if n := f.runAfter(11 * time.Second); n != 1 {
 		t.Fatalf("the fifth inserted %d rows, want 1", n)
 	}
 	rows := f.outbox(rule)
@@ -513,8 +509,7 @@ func TestNotifyNegativeSpike(t *testing.T) {
 	}
 	f.review(app, notifyTestReview{id: "hourf", stars: 1, text: "broken", at: t0.Add(-time.Minute)})
 	f.score("hourf", "NEGATIVE", "en", t0)
-	f.clk.Advance(11 * time.Second)
-	if n := f.runOnce(); n != 0 {
+	if n := f.runAfter(11 * time.Second); n != 0 {
 		t.Fatalf("a sixth during the spike inserted %d rows", n)
 	}
 }
@@ -530,11 +525,9 @@ func TestNotifyCrawlFailing(t *testing.T) {
 	stale := f.app("com.example.stale", false, time.Time{})
 	rule := f.rule("crawl_failing", `{}`, "0", nil, t0.Add(-time.Hour))
 	outcome := func(app int64, path string, at time.Time, o string, status any, errText string) {
-		f.exec(`INSERT INTO app_crawl_outcomes (application_id, country, lang, path, at, outcome, http_status, error) VALUES ($1, 'us', 'en', $2, $3, $4, $5, $6)
-			ON CONFLICT (application_id, country, lang, path) DO UPDATE SET at = EXCLUDED.at, outcome = EXCLUDED.outcome, http_status = EXCLUDED.http_status, error = EXCLUDED.error`,
-			app, path, at, o, status, errText)
+		f.crawlOutcome(app, testNotifyLocales.Default, path, at, o, status, errText)
 	}
-	next := func() int { f.clk.Advance(11 * time.Second); return f.runOnce() }
+	next := func() int { return f.runAfter(11 * time.Second) }
 
 	outcome(app, "reviews", t0.Add(-2*time.Minute), "throttled", 429, "rate limited")
 	outcome(gone, "stats", t0.Add(-time.Minute), "not_found", 404, "")
@@ -550,8 +543,7 @@ func TestNotifyCrawlFailing(t *testing.T) {
 	if n := next(); n != 0 {
 		t.Fatalf("the second failure inserted %d rows at once, want none for 10 min (PlaywatchAppNotCrawled's for)", n)
 	}
-	f.clk.Advance(10 * time.Minute)
-	if n := f.runOnce(); n != 1 {
+	if n := f.runAfter(10 * time.Minute); n != 1 {
 		t.Fatalf("the second failure, 10 min on, inserted %d rows, want 1", n)
 	}
 	rows = f.outbox(rule)
@@ -580,8 +572,7 @@ func TestNotifyCrawlFailing(t *testing.T) {
 		t.Fatalf("nothing changed, %d rows", n)
 	}
 	// The stale app's last success was 30 min before t0: 2 intervals (2 h) later it fails.
-	f.clk.Advance(time.Hour + 31*time.Minute)
-	if n := f.runOnce(); n != 1 {
+	if n := f.runAfter(time.Hour + 31*time.Minute); n != 1 {
 		t.Fatalf("no success for 2 intervals inserted %d rows, want 1", n)
 	}
 	rows = f.outbox(rule)
@@ -601,8 +592,7 @@ func TestNotifyNewVersion(t *testing.T) {
 		t.Fatalf("no version change, %d rows", n)
 	}
 	f.stats(app, t0.Add(-time.Minute), 4.1, "2.0")
-	f.clk.Advance(11 * time.Second)
-	if n := f.runOnce(); n != 1 {
+	if n := f.runAfter(11 * time.Second); n != 1 {
 		t.Fatalf("a new version inserted %d rows, want 1", n)
 	}
 	r := f.outbox(rule)[0]
@@ -612,8 +602,7 @@ func TestNotifyNewVersion(t *testing.T) {
 		t.Errorf("row %s %+v", r.Key, a)
 	}
 	f.stats(app, t0.Add(time.Minute), 4.2, "2.0")
-	f.clk.Advance(11 * time.Second)
-	if n := f.runOnce(); n != 0 {
+	if n := f.runAfter(11 * time.Second); n != 0 {
 		t.Fatalf("the same version again inserted %d rows", n)
 	}
 }

@@ -35,9 +35,7 @@ func TestNotifyRetryThenDeliver(t *testing.T) {
 VALUES ($1, $2, 'digest', 'digest:1', '{"event": "digest"}', 'failed', now(), 'HTTP 502: down') RETURNING id`, rule, dest).Scan(&digest); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `UPDATE notifications SET digest_id = $1 WHERE id = $2`, digest, id); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE notifications SET digest_id = $1 WHERE id = $2`, digest, id)
 	var out bytes.Buffer
 	if err := runNotifyRetry(ctx, pool, []int64{id}, &out); err != nil || out.String() != "1 notifications pending again\n" {
 		t.Fatalf("retry: %q %v", out.String(), err)
@@ -73,9 +71,7 @@ func TestNotifyRetryDigestWithItsRows(t *testing.T) {
 VALUES ($1, $2, 'digest', 'digest:1', '{"event": "digest"}', 'failed', now()) RETURNING id`, rule, dest).Scan(&digest); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `UPDATE notifications SET digest_id = $1, status = 'failed' WHERE event = 'review'`, digest); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE notifications SET digest_id = $1, status = 'failed' WHERE event = 'review'`, digest)
 	var out bytes.Buffer
 	if err := runNotifyRetry(ctx, pool, nil, &out); err != nil || out.String() != "3 notifications pending again\n" {
 		t.Fatalf("retry --failed: %q %v", out.String(), err)
@@ -90,17 +86,13 @@ func TestNotifyPendingGaugeCountsDigestOnce(t *testing.T) {
 	pool := newTestPool(t)
 	ctx := context.Background()
 	rule, dest := seedWebhookReviews(t, pool, "http://127.0.0.1:1/never", 0, 3)
-	if _, err := pool.Exec(ctx, `UPDATE notify_destinations SET status = 'broken'`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE notify_destinations SET status = 'broken'`)
 	var digest int64
 	if err := pool.QueryRow(ctx, `INSERT INTO notifications (rule_id, destination_id, event, event_key, payload, event_at)
 VALUES ($1, $2, 'digest', 'digest:1', '{"event": "digest"}', now()) RETURNING id`, rule, dest).Scan(&digest); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `UPDATE notifications SET digest_id = $1 WHERE event = 'review' AND event_key <> 'review:gp:0:h'`, digest); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE notifications SET digest_id = $1 WHERE event = 'review' AND event_key <> 'review:gp:0:h'`, digest)
 	reg := prometheus.NewRegistry()
 	runDelivery(t, pool, newTestSender(t), testDeliveryConfig(), reg)
 	waitFor(t, 5*time.Second, "the gauges counted", func() bool {

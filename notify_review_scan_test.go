@@ -47,18 +47,10 @@ func TestNotifyRuleEditRescansFromTheEdit(t *testing.T) {
 	f.exec(`INSERT INTO notify_rule_destinations (rule_id, destination_id) VALUES ($1, $2)`, rule, dest2)
 	f.exec(`UPDATE notify_rules SET name = 'renamed', updated_at = $2 WHERE id = $1`, rule, f.clk.Now())
 	f.runOnce()
-	rows, err := f.pool.Query(ctx, `SELECT payload->'review'->>'review_id' FROM notifications WHERE rule_id = $1 AND destination_id = $2 ORDER BY id`, rule, dest2)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var got []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, id)
-	}
+	var id string
+	eachRow(t, f.pool, []any{&id}, func() { got = append(got, id) },
+		`SELECT payload->'review'->>'review_id' FROM notifications WHERE rule_id = $1 AND destination_id = $2 ORDER BY id`, rule, dest2)
 	if !slices.Equal(got, []string{"recent"}) {
 		t.Fatalf("the added destination got %v, want [recent] (the day before the edit only)", got)
 	}
@@ -75,8 +67,7 @@ func TestNotifyCrawlFailingShorterThanItsForSendsNothing(t *testing.T) {
 	app := f.app("com.example.blip", false, time.Time{})
 	rule := f.rule("crawl_failing", `{}`, "0", nil, t0.Add(-time.Hour))
 	outcome := func(at time.Time, o string) {
-		f.exec(`INSERT INTO app_crawl_outcomes (application_id, country, lang, path, at, outcome, http_status, error) VALUES ($1, 'us', 'en', 'reviews', $2, $3, NULL, '')
-			ON CONFLICT (application_id, country, lang, path) DO UPDATE SET at = EXCLUDED.at, outcome = EXCLUDED.outcome`, app, at, o)
+		f.crawlOutcome(app, testNotifyLocales.Default, "reviews", at, o, nil, "")
 	}
 	outcome(t0, "timeout")
 	f.runOnce()
@@ -86,8 +77,7 @@ func TestNotifyCrawlFailingShorterThanItsForSendsNothing(t *testing.T) {
 	f.clk.Advance(5 * time.Minute)
 	outcome(t0.Add(6*time.Minute), "ok")
 	f.runOnce()
-	f.clk.Advance(20 * time.Minute)
-	f.runOnce()
+	f.runAfter(20 * time.Minute)
 	if rows := f.outbox(rule); len(rows) != 0 {
 		t.Fatalf("a failure of 5 min decided %d messages, want none: %+v", len(rows), rows)
 	}

@@ -23,8 +23,32 @@ import (
 // keeps every request it got.
 type notifyTestReceiver struct {
 	*httptest.Server
+	requestLog[notifyReceivedRequest]
+}
+
+// requestLog is what a test server was asked, in order; its handlers add
+// to it concurrently.
+type requestLog[T any] struct {
 	mu   sync.Mutex
-	reqs []notifyReceivedRequest
+	seen []T
+}
+
+func (l *requestLog[T]) add(v T) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seen = append(l.seen, v)
+}
+
+func (l *requestLog[T]) requests() []T {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]T(nil), l.seen...)
+}
+
+func (l *requestLog[T]) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seen = nil
 }
 
 type notifyReceivedRequest struct {
@@ -39,25 +63,11 @@ func newNotifyTestReceiver(t *testing.T, answer func(w http.ResponseWriter, r no
 	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		got := notifyReceivedRequest{Path: r.URL.Path, Header: r.Header.Clone(), Body: body}
-		rc.mu.Lock()
-		rc.reqs = append(rc.reqs, got)
-		rc.mu.Unlock()
+		rc.add(got)
 		answer(w, got)
 	}))
 	t.Cleanup(rc.Close)
 	return rc
-}
-
-func (rc *notifyTestReceiver) requests() []notifyReceivedRequest {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	return append([]notifyReceivedRequest(nil), rc.reqs...)
-}
-
-func (rc *notifyTestReceiver) reset() {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	rc.reqs = nil
 }
 
 func (rc *notifyTestReceiver) only(t *testing.T) notifyReceivedRequest {
@@ -499,16 +509,13 @@ func TestNotifyNoRedirect(t *testing.T) {
 // is tunnelled. It records what it was asked for.
 type notifyTestProxy struct {
 	*httptest.Server
-	mu   sync.Mutex
-	seen []string
+	requestLog[string]
 }
 
 func newNotifyTestProxy(t *testing.T) *notifyTestProxy {
 	px := &notifyTestProxy{}
 	px.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		px.mu.Lock()
-		px.seen = append(px.seen, r.Method+" "+r.RequestURI)
-		px.mu.Unlock()
+		px.add(r.Method + " " + r.RequestURI)
 		if r.Method == http.MethodConnect {
 			up, err := net.Dial("tcp", r.Host)
 			if err != nil {
@@ -541,12 +548,6 @@ func newNotifyTestProxy(t *testing.T) *notifyTestProxy {
 	}))
 	t.Cleanup(px.Close)
 	return px
-}
-
-func (px *notifyTestProxy) requests() []string {
-	px.mu.Lock()
-	defer px.mu.Unlock()
-	return append([]string(nil), px.seen...)
 }
 
 // NOTIFY_PROXY: a plain-HTTP receiver through a forwarding proxy, an HTTPS
@@ -646,8 +647,7 @@ func startTestSOCKS5(t *testing.T) (addr string, asked func() []string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	var mu sync.Mutex
-	var seen []string
+	var asks requestLog[string]
 	serve := func(c net.Conn) {
 		defer c.Close()
 		buf := make([]byte, 262)
@@ -677,9 +677,7 @@ func startTestSOCKS5(t *testing.T) (addr string, asked func() []string) {
 		}
 		io.ReadFull(c, buf[:2])
 		target := net.JoinHostPort(host, strconv.Itoa(int(buf[0])<<8|int(buf[1])))
-		mu.Lock()
-		seen = append(seen, target)
-		mu.Unlock()
+		asks.add(target)
 		up, err := net.Dial("tcp", target)
 		if err != nil {
 			c.Write([]byte{5, 5, 0, 1, 0, 0, 0, 0, 0, 0})
@@ -699,11 +697,7 @@ func startTestSOCKS5(t *testing.T) (addr string, asked func() []string) {
 			go serve(c)
 		}
 	}()
-	return ln.Addr().String(), func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), seen...)
-	}
+	return ln.Addr().String(), asks.requests
 }
 
 // Through a socks5 NOTIFY_PROXY the receiver's name goes to the proxy,

@@ -9,13 +9,21 @@ import (
 	"time"
 )
 
-// storefrontsOf registers app's storefronts (app_storefronts, in order) as
-// the registry API does.
-func (f *decideFixture) storefrontsOf(app int64, locs ...locale) {
+// appIn registers pkg (no first crawl yet) with its storefronts
+// (app_storefronts, in order) as the registry API does.
+func (f *decideFixture) appIn(pkg string, locs ...locale) int64 {
 	f.t.Helper()
+	app := f.app(pkg, false, time.Time{})
 	for i, l := range locs {
 		f.exec(`INSERT INTO app_storefronts (application_id, position, country, lang) VALUES ($1, $2, $3, $4)`, app, i, l.Country, l.Lang)
 	}
+	return app
+}
+
+// ruleIn creates a rule of event whose filter names storefront loc alone.
+func (f *decideFixture) ruleIn(event string, loc locale, created time.Time) int64 {
+	f.t.Helper()
+	return f.rule(event, fmt.Sprintf(`{"storefronts": [{"country": %q, "lang": %q}]}`, loc.Country, loc.Lang), "0", nil, created)
 }
 
 // statsIn is an app_stats row of storefront loc.
@@ -47,12 +55,11 @@ var (
 func TestNotifyReviewStorefronts(t *testing.T) {
 	f := newDecideFixture(t)
 	t0 := f.t0
-	app := f.app("org.telegram.messenger", false, time.Time{})
-	f.storefrontsOf(app, sfUS, sfIR)
+	app := f.appIn("org.telegram.messenger", sfUS, sfIR)
 	f.statsIn(app, sfUS, t0.Add(-25*time.Hour), 4.5, "1.0")
 	f.statsIn(app, sfIR, t0.Add(-25*time.Hour), 4.1, "1.0")
-	us := f.rule("review", `{"storefronts": [{"country": "us", "lang": "en"}]}`, "0", nil, t0.Add(-time.Hour))
-	ir := f.rule("review", `{"storefronts": [{"country": "ir", "lang": "fa"}]}`, "0", nil, t0.Add(-time.Hour))
+	us := f.ruleIn("review", sfUS, t0.Add(-time.Hour))
+	ir := f.ruleIn("review", sfIR, t0.Add(-time.Hour))
 	all := f.rule("review", `{}`, "0", nil, t0.Add(-time.Hour))
 	f.runOnce() // the rules' backfill scans: nothing yet
 
@@ -62,8 +69,8 @@ func TestNotifyReviewStorefronts(t *testing.T) {
 	f.review(app, notifyTestReview{id: "r-ir", stars: 1, text: "وصل نمی‌شود", at: t0.Add(-9 * time.Minute), firstSeen: f.clk.Now()})
 	f.seenIn("r-ir", sfIR, f.clk.Now())
 	f.clk.Advance(time.Minute)
-	f.clk.Advance(3 * time.Minute) // past the sentiment wait: no rule waits for a label, but be safe
-	if n := f.runOnce(); n != 4 {
+	// past the sentiment wait: no rule waits for a label, but be safe
+	if n := f.runAfter(3 * time.Minute); n != 4 {
 		t.Fatalf("inserted %d rows, want 4 (us: r-us, ir: r-ir, all: both)", n)
 	}
 	if got := f.reviewIDs(us); !slices.Equal(got, []string{"r-us"}) {
@@ -96,8 +103,7 @@ func TestNotifyReviewStorefronts(t *testing.T) {
 	// not again to the us rule or the rule of every storefront.
 	f.clk.Advance(time.Minute)
 	f.seenIn("r-us", sfIR, f.clk.Now())
-	f.clk.Advance(time.Minute)
-	if n := f.runOnce(); n != 1 {
+	if n := f.runAfter(time.Minute); n != 1 {
 		t.Fatalf("a review seen in a second storefront inserted %d rows, want 1 (the ir rule)", n)
 	}
 	if got := f.reviewIDs(ir); !slices.Equal(got, []string{"r-ir", "r-us"}) {
@@ -115,15 +121,13 @@ func TestNotifyReviewStorefronts(t *testing.T) {
 	f.statsIn(app, sfDE, first, 4.3, "1.0")
 	f.review(app, notifyTestReview{id: "r-de-old", stars: 1, text: "stürzt ab", at: t0.Add(-5 * time.Minute), firstSeen: first})
 	f.seenIn("r-de-old", sfDE, first)
-	f.clk.Advance(time.Minute)
-	if n := f.runOnce(); n != 0 {
+	if n := f.runAfter(time.Minute); n != 0 {
 		t.Fatalf("a new storefront's first crawl inserted %d rows, want none (its history is not news)", n)
 	}
 	f.clk.Advance(time.Minute)
 	f.review(app, notifyTestReview{id: "r-de", stars: 2, text: "langsam", at: f.clk.Now().Add(-30 * time.Second), firstSeen: f.clk.Now()})
 	f.seenIn("r-de", sfDE, f.clk.Now())
-	f.clk.Advance(time.Minute)
-	if n := f.runOnce(); n != 1 {
+	if n := f.runAfter(time.Minute); n != 1 {
 		t.Fatalf("a new review of the new storefront inserted %d rows, want 1 (the rule of every storefront)", n)
 	}
 	if got := f.reviewIDs(all); !slices.Contains(got, "r-de") || slices.Contains(got, "r-de-old") {
@@ -136,16 +140,14 @@ func TestNotifyReviewStorefronts(t *testing.T) {
 func TestNotifyReviewWithoutStorefrontIsInTheFirst(t *testing.T) {
 	f := newDecideFixture(t)
 	t0 := f.t0
-	app := f.app("com.example.old", false, time.Time{})
-	f.storefrontsOf(app, sfIR, sfUS)
+	app := f.appIn("com.example.old", sfIR, sfUS)
 	f.statsIn(app, sfIR, t0.Add(-25*time.Hour), 4.5, "1.0")
-	us := f.rule("review", `{"storefronts": [{"country": "us", "lang": "en"}]}`, "0", nil, t0.Add(-time.Hour))
-	ir := f.rule("review", `{"storefronts": [{"country": "ir", "lang": "fa"}]}`, "0", nil, t0.Add(-time.Hour))
+	us := f.ruleIn("review", sfUS, t0.Add(-time.Hour))
+	ir := f.ruleIn("review", sfIR, t0.Add(-time.Hour))
 	f.runOnce()
 	f.clk.Advance(time.Minute)
 	f.review(app, notifyTestReview{id: "r-old", stars: 1, text: "bad", at: t0.Add(-10 * time.Minute), firstSeen: f.clk.Now()})
-	f.clk.Advance(time.Minute)
-	if n := f.runOnce(); n != 1 {
+	if n := f.runAfter(time.Minute); n != 1 {
 		t.Fatalf("inserted %d rows, want 1", n)
 	}
 	if len(f.outbox(us)) != 0 || len(f.outbox(ir)) != 1 {
@@ -158,19 +160,17 @@ func TestNotifyReviewWithoutStorefrontIsInTheFirst(t *testing.T) {
 func TestNotifyRatingDropPerStorefront(t *testing.T) {
 	f := newDecideFixture(t)
 	t0 := f.t0
-	app := f.app("org.telegram.messenger", false, time.Time{})
-	f.storefrontsOf(app, sfUS, sfIR)
+	app := f.appIn("org.telegram.messenger", sfUS, sfIR)
 	// us rated far below ir: compared across storefronts, every ir crawl
 	// after a us one would look like a rise and every us one like a drop.
 	f.statsIn(app, sfUS, t0.Add(-25*time.Hour), 3.9, "1.0")
 	f.statsIn(app, sfIR, t0.Add(-25*time.Hour+time.Second), 4.6, "1.0")
 	all := f.rule("rating_drop", `{}`, "0", nil, t0.Add(-time.Hour))
-	us := f.rule("rating_drop", `{"storefronts": [{"country": "us", "lang": "en"}]}`, "0", nil, t0.Add(-time.Hour))
-	ir := f.rule("rating_drop", `{"storefronts": [{"country": "ir", "lang": "fa"}]}`, "0", nil, t0.Add(-time.Hour))
+	us := f.ruleIn("rating_drop", sfUS, t0.Add(-time.Hour))
+	ir := f.ruleIn("rating_drop", sfIR, t0.Add(-time.Hour))
 	f.statsIn(app, sfIR, t0.Add(-10*time.Minute), 4.4, "1.0") // ir: 4.6 → 4.4
 	f.statsIn(app, sfUS, t0.Add(-9*time.Minute), 3.95, "1.0") // us: 3.9 → 3.95, newest of the app
-	f.clk.Advance(6 * time.Minute)
-	if n := f.runOnce(); n != 2 {
+	if n := f.runAfter(6 * time.Minute); n != 2 {
 		t.Fatalf("inserted %d rows, want 2 (the ir drop, for the rule of every storefront and the ir rule)", n)
 	}
 	if rows := f.outbox(us); len(rows) != 0 {
@@ -196,14 +196,12 @@ func TestNotifyRatingDropPerStorefront(t *testing.T) {
 func TestNotifyCrawlFailingPerStorefront(t *testing.T) {
 	f := newDecideFixture(t)
 	t0 := f.t0
-	app := f.app("com.example.local", false, time.Time{})
-	f.storefrontsOf(app, sfUS, sfIR)
+	app := f.appIn("com.example.local", sfUS, sfIR)
 	all := f.rule("crawl_failing", `{}`, "0", nil, t0.Add(-time.Hour))
-	us := f.rule("crawl_failing", `{"storefronts": [{"country": "us", "lang": "en"}]}`, "0", nil, t0.Add(-time.Hour))
-	ir := f.rule("crawl_failing", `{"storefronts": [{"country": "ir", "lang": "fa"}]}`, "0", nil, t0.Add(-time.Hour))
+	us := f.ruleIn("crawl_failing", sfUS, t0.Add(-time.Hour))
+	ir := f.ruleIn("crawl_failing", sfIR, t0.Add(-time.Hour))
 	outcome := func(loc locale, o string, status any) {
-		f.exec(`INSERT INTO app_crawl_outcomes (application_id, country, lang, path, at, outcome, http_status, error) VALUES ($1, $2, $3, 'stats', $4, $5, $6, '')`,
-			app, loc.Country, loc.Lang, t0.Add(-time.Minute), o, status)
+		f.crawlOutcome(app, loc, "stats", t0.Add(-time.Minute), o, status, "")
 	}
 	outcome(sfUS, "ok", nil)
 	outcome(sfIR, "not_found", 404)
@@ -226,11 +224,10 @@ func TestNotifyCrawlFailingPerStorefront(t *testing.T) {
 func TestNotifyNegativeSpikePerStorefront(t *testing.T) {
 	f := newDecideFixture(t)
 	t0 := f.t0
-	app := f.app("com.example.spiky", false, time.Time{})
-	f.storefrontsOf(app, sfUS, sfIR)
+	app := f.appIn("com.example.spiky", sfUS, sfIR)
 	f.statsIn(app, sfUS, t0.Add(-8*24*time.Hour), 4.5, "1.0")
 	all := f.rule("negative_spike", `{}`, "0", nil, t0.Add(-2*time.Hour))
-	us := f.rule("negative_spike", `{"storefronts": [{"country": "us", "lang": "en"}]}`, "0", nil, t0.Add(-2*time.Hour))
+	us := f.ruleIn("negative_spike", sfUS, t0.Add(-2*time.Hour))
 	for i := range 5 {
 		id := fmt.Sprintf("neg-%d", i)
 		f.review(app, notifyTestReview{id: id, stars: 1, text: "bad", at: t0.Add(-time.Duration(50-i) * time.Minute)})
@@ -304,10 +301,9 @@ func TestNotifyRuleStorefrontsAPI(t *testing.T) {
 func TestNotifyNegativeSpikeWithoutStorefronts(t *testing.T) {
 	f := newDecideFixture(t)
 	t0 := f.t0
-	app := f.app("com.example.mixed", false, time.Time{})
-	f.storefrontsOf(app, sfIR, sfUS)
+	app := f.appIn("com.example.mixed", sfIR, sfUS)
 	f.statsIn(app, sfIR, t0.Add(-8*24*time.Hour), 4.5, "1.0")
-	rule := f.rule("negative_spike", `{"storefronts": [{"country": "ir", "lang": "fa"}]}`, "0", nil, t0.Add(-2*time.Hour))
+	rule := f.ruleIn("negative_spike", sfIR, t0.Add(-2*time.Hour))
 	for i := range 5 {
 		id := fmt.Sprintf("neg-%d", i)
 		f.review(app, notifyTestReview{id: id, stars: 1, text: "bad", at: t0.Add(-time.Duration(50-i) * time.Minute)})

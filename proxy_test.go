@@ -350,43 +350,40 @@ func TestProxyGapAndSlotsExact(t *testing.T) {
 			acquired <- l
 		}()
 	}
-	notYet := func() {
+	// waiting starts a request that must wait for a release, with no timer.
+	waiting := func() {
 		t.Helper()
+		acquire()
+		clk.noTimer(t)
 		select {
 		case <-acquired:
 			t.Fatal("lease granted beyond the limit")
 		default:
 		}
 	}
+	// afterGap is the lease the waiting request (the which-th) gets once the
+	// 1 s gap after the previous start has passed.
+	afterGap := func(which string) *lease {
+		t.Helper()
+		if d := clk.nextTimer(t); d != time.Second {
+			t.Fatalf("%s request waits %v, want the 1s gap", which, d)
+		}
+		clk.Advance(time.Second)
+		return <-acquired
+	}
 	// A cold egress (no answer, so no NID cookie yet) takes one request at
 	// a time; the second waits for the release, with no timer.
 	cold := acquireNow(t, pool)
-	acquire()
-	clk.noTimer(t)
-	notYet()
+	waiting()
 	cold.Release(outcomeOK, nil)
-	if d := clk.nextTimer(t); d != time.Second {
-		t.Fatalf("second request waits %v, want the 1s gap", d)
-	}
-	clk.Advance(time.Second)
-	first := <-acquired
+	first := afterGap("second")
 	// Warm now: two in flight, each start 1 s after the previous one.
 	acquire()
-	if d := clk.nextTimer(t); d != time.Second {
-		t.Fatalf("third request waits %v, want the 1s gap", d)
-	}
-	clk.Advance(time.Second)
-	second := <-acquired
+	second := afterGap("third")
 	// Both slots are taken: the next waits for a release, with no timer.
-	acquire()
-	clk.noTimer(t)
-	notYet()
+	waiting()
 	first.Release(outcomeOK, nil)
-	if d := clk.nextTimer(t); d != time.Second {
-		t.Fatalf("fourth request waits %v for its gap, want 1s", d)
-	}
-	clk.Advance(time.Second)
-	third := <-acquired
+	third := afterGap("fourth")
 	second.Release(outcomeOK, nil)
 	third.Release(outcomeOK, nil)
 	third.Release(outcomeOK, nil) // a second release is a no-op

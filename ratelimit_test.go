@@ -27,16 +27,38 @@ func receiveWait(t *testing.T, c <-chan error) error {
 	}
 }
 
-func TestRateBucketBurstThenOneTokenPerInterval(t *testing.T) {
-	clk := newFakeClock(false)
-	b := newTokenBucket(10, time.Minute, clk, fixedRandom(0))
-	ctx := context.Background()
+// spentBucket is a bucket of 10 tokens a minute on clk whose burst of 10
+// is used up.
+func spentBucket(t *testing.T, clk *fakeClock, random func() float64) *tokenBucket {
+	t.Helper()
+	b := newTokenBucket(10, time.Minute, clk, random)
 	for i := range 10 {
-		if err := b.Wait(ctx); err != nil {
+		if err := b.Wait(context.Background()); err != nil {
 			t.Fatalf("token %d: %v", i, err)
 		}
 	}
+	return b
+}
+
+// waitSleeps has b.Wait sleep exactly want on clk, then return without an
+// error.
+func waitSleeps(t *testing.T, ctx context.Context, b *tokenBucket, clk *fakeClock, want time.Duration) {
+	t.Helper()
+	done := bucketWaitAsync(ctx, b)
+	if d := clk.nextTimer(t); d != want {
+		t.Fatalf("sleep %v, want %v", d, want)
+	}
+	clk.Advance(want)
+	if err := receiveWait(t, done); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRateBucketBurstThenOneTokenPerInterval(t *testing.T) {
+	clk := newFakeClock(false)
+	b := spentBucket(t, clk, fixedRandom(0))
 	clk.noTimer(t) // the burst never sleeps
+	ctx := context.Background()
 
 	done := bucketWaitAsync(ctx, b)
 	if d := clk.nextTimer(t); d != 6*time.Second {
@@ -56,30 +78,13 @@ func TestRateBucketBurstThenOneTokenPerInterval(t *testing.T) {
 
 func TestRateJitterIsAddedButNotCharged(t *testing.T) {
 	clk := newFakeClock(false)
-	b := newTokenBucket(10, time.Minute, clk, fixedRandom(0.5))
+	b := spentBucket(t, clk, fixedRandom(0.5))
 	ctx := context.Background()
-	for range 10 {
-		_ = b.Wait(ctx)
-	}
-	done := bucketWaitAsync(ctx, b)
 	// Due in 6 s, plus half of the maximal jitter (half an interval: 3 s).
-	if d := clk.nextTimer(t); d != 7500*time.Millisecond {
-		t.Fatalf("sleep %v, want 7.5s", d)
-	}
-	clk.Advance(7500 * time.Millisecond)
-	if err := receiveWait(t, done); err != nil {
-		t.Fatal(err)
-	}
+	waitSleeps(t, ctx, b, clk, 7500*time.Millisecond)
 	// The next token is due 6 s after the previous one was (at 12 s), not
 	// 6 s after the jittered wake-up: 4.5 s from now, plus 1.5 s jitter.
-	done = bucketWaitAsync(ctx, b)
-	if d := clk.nextTimer(t); d != 6*time.Second {
-		t.Fatalf("sleep %v, want 6s", d)
-	}
-	clk.Advance(6 * time.Second)
-	if err := receiveWait(t, done); err != nil {
-		t.Fatal(err)
-	}
+	waitSleeps(t, ctx, b, clk, 6*time.Second)
 }
 
 func TestRateJitterMakesGapsIrregular(t *testing.T) {
@@ -148,10 +153,7 @@ func TestRateConcurrentWaitersAreQueuedNotSpinning(t *testing.T) {
 
 func TestRateCancelGivesTheTokenBack(t *testing.T) {
 	clk := newFakeClock(false)
-	b := newTokenBucket(10, time.Minute, clk, fixedRandom(0))
-	for range 10 {
-		_ = b.Wait(context.Background())
-	}
+	b := spentBucket(t, clk, fixedRandom(0))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := bucketWaitAsync(ctx, b)
 	clk.nextTimer(t)
@@ -160,14 +162,7 @@ func TestRateCancelGivesTheTokenBack(t *testing.T) {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}
 	// The canceled reservation is returned: the next caller waits 6 s, not 12 s.
-	done = bucketWaitAsync(context.Background(), b)
-	if d := clk.nextTimer(t); d != 6*time.Second {
-		t.Fatalf("sleep %v after a canceled wait, want 6s", d)
-	}
-	clk.Advance(6 * time.Second)
-	if err := receiveWait(t, done); err != nil {
-		t.Fatal(err)
-	}
+	waitSleeps(t, context.Background(), b, clk, 6*time.Second)
 }
 
 func TestRateDeadlineTooShortFailsAtOnce(t *testing.T) {

@@ -200,9 +200,7 @@ func TestSchedulerLeaseOneLeader(t *testing.T) {
 		t.Fatalf("renew: %v, epoch %d", err, a.epoch)
 	}
 	// The lease runs out (the leader stalled): b takes it with epoch 2.
-	if _, err := pool.Exec(ctx, `UPDATE scheduler_lease SET expires_at = now() - interval '1s'`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE scheduler_lease SET expires_at = now() - interval '1s'`)
 	if err := b.acquire(ctx); err != nil || b.epoch != 2 {
 		t.Fatalf("takeover: %v, epoch %d", err, b.epoch)
 	}
@@ -230,10 +228,8 @@ func TestSchedulerRestartCrawlsAppsTheCycleMissed(t *testing.T) {
 	_, brokers := newTestBroker(t, t.TempDir())
 	ctx := context.Background()
 	registerApps(t, pool, "com.example.planned")
-	if _, err := pool.Exec(ctx, `INSERT INTO crawl_cycles (id, planned_at, leader, leader_epoch, apps, job_end_offsets, published_at, finished_at)
-		VALUES (1, now(), 'gone', 1, 1, '{}', now(), now())`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `INSERT INTO crawl_cycles (id, planned_at, leader, leader_epoch, apps, job_end_offsets, published_at, finished_at)
+		VALUES (1, now(), 'gone', 1, 1, '{}', now(), now())`)
 	registerApps(t, pool, "com.example.meanwhile") // while no instance led
 	var registered time.Time
 	if err := pool.QueryRow(ctx, `SELECT created_at FROM apps_registry_application WHERE package_name = 'com.example.meanwhile'`).Scan(&registered); err != nil {
@@ -356,15 +352,7 @@ func TestSchedulerStopsProducingPastItsLeaseDeadline(t *testing.T) {
 	_, brokers := newTestBroker(t, t.TempDir())
 	ctx := context.Background()
 	registerApps(t, pool, "com.example.one")
-	newSched := func() *scheduler {
-		s := newLoneScheduler(t, pool, brokers)
-		if err := s.acquire(ctx); err != nil || s.currentEpoch() == 0 {
-			t.Fatalf("acquire: %v, epoch %d", err, s.currentEpoch())
-		}
-		s.ledEpoch = s.currentEpoch()
-		return s
-	}
-	a := newSched()
+	a := newLeadingScheduler(t, pool, brokers)
 	// The last renewal was sent 7.5 s ago: the database still counts the
 	// lease as a's (8 s), but it is past a's deadline minus the margin.
 	a.leaseMu.Lock()
@@ -378,10 +366,8 @@ func TestSchedulerStopsProducingPastItsLeaseDeadline(t *testing.T) {
 	}
 	// The lease passes to b, which publishes the jobs of a's cycle under
 	// a's epoch: they were planned under it.
-	if _, err := pool.Exec(ctx, `UPDATE scheduler_lease SET expires_at = now()`); err != nil {
-		t.Fatal(err)
-	}
-	b := newSched()
+	mustExec(t, pool, `UPDATE scheduler_lease SET expires_at = now()`)
+	b := newLeadingScheduler(t, pool, brokers)
 	if err := b.lead(ctx, jobOffsets{}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -417,11 +403,9 @@ func TestCrawlWorkerDropsJobsOutsideTheirLeaseEpoch(t *testing.T) {
 	}
 	now = messageTime(now)
 	// Epoch 1 led for half an hour until an hour ago, epoch 2 since.
-	if _, err := f.pool.Exec(ctx, `INSERT INTO scheduler_epochs (epoch, holder, began_at, ended_at) VALUES
+	mustExec(t, f.pool, `INSERT INTO scheduler_epochs (epoch, holder, began_at, ended_at) VALUES
 		(1, 'old', $1::timestamptz - interval '90 minutes', $1::timestamptz - interval '60 minutes'),
-		(2, 'new', $1::timestamptz - interval '60 minutes', $1::timestamptz + interval '1 minute')`, now); err != nil {
-		t.Fatal(err)
-	}
+		(2, 'new', $1::timestamptz - interval '60 minutes', $1::timestamptz + interval '1 minute')`, now)
 	jobs := []struct {
 		pkg     string
 		epoch   int64
@@ -489,9 +473,7 @@ func TestCrawlOncePlansThroughTheScheduler(t *testing.T) {
 	env := map[string]string{"DATABASE_URL": dbURL, "KAFKA_BROKERS": strings.Join(brokers, ","), "PLAYWATCH_DATA_DIR": t.TempDir(),
 		"PLAYSTORE_URL": replay.URL, "RATE_LIMIT_REQUESTS": "0", "EGRESS_MIN_GAP": "0s", "REVIEWS_PER_APP": "20", "SCHEDULER_LEASE": "6s"}
 	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `INSERT INTO scheduler_lease (name, holder, epoch, expires_at) VALUES ('crawl', 'elsewhere/42/beef', 1, now() + interval '1 minute')`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `INSERT INTO scheduler_lease (name, holder, epoch, expires_at) VALUES ('crawl', 'elsewhere/42/beef', 1, now() + interval '1 minute')`)
 	var out strings.Builder
 	err := run(ctx, []string{"crawl", "--once"}, envFunc(env), &out, io.Discard)
 	if !errors.Is(err, errLeaseHeld) || !strings.Contains(err.Error(), "elsewhere/42/beef") {
@@ -500,9 +482,7 @@ func TestCrawlOncePlansThroughTheScheduler(t *testing.T) {
 	if n := replay.totalRequests(); n != 0 || count(t, pool, `SELECT count(*) FROM crawl_cycles`) != 0 {
 		t.Fatalf("the refused crawl sent %d store requests or planned a cycle", n)
 	}
-	if _, err := pool.Exec(ctx, `UPDATE scheduler_lease SET expires_at = now()`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE scheduler_lease SET expires_at = now()`)
 	if err := run(ctx, []string{"crawl", "--once"}, envFunc(env), &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
@@ -562,20 +542,10 @@ func TestCrawlCommandIsTheScheduler(t *testing.T) {
 // would wait forever for commits past offsets the new log never reaches:
 // the leader finishes it and plans the next one.
 func TestSchedulerFinishesACycleWhoseJobsTheBrokerLost(t *testing.T) {
-	pool := newTestPool(t)
-	_, brokers := newTestBroker(t, t.TempDir())
-	createTestTopics(t, brokers, topicSpec{Partitions: 3, Replication: -1, Retention: time.Hour})
+	pool, brokers := newSchedulerBed(t, 3, "com.example.lost")
 	ctx := context.Background()
-	registerApps(t, pool, "com.example.lost")
-	if _, err := pool.Exec(ctx, `INSERT INTO crawl_cycles (id, planned_at, leader, leader_epoch, apps, job_end_offsets, published_at)
-		VALUES (1, now() - interval '2 hours', 'gone', 1, 1, '{"0": 40, "1": 0, "2": 7}', now() - interval '2 hours')`); err != nil {
-		t.Fatal(err)
-	}
-	s := newLoneScheduler(t, pool, brokers)
-	if err := s.acquire(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s.ledEpoch = s.currentEpoch()
+	insertLostCycle(t, pool, `{"0": 40, "1": 0, "2": 7}`)
+	s := newLeadingScheduler(t, pool, brokers)
 	lead := func() {
 		t.Helper()
 		offs, offsErr := s.jobOffsets(ctx)
@@ -584,7 +554,7 @@ func TestSchedulerFinishesACycleWhoseJobsTheBrokerLost(t *testing.T) {
 		}
 	}
 	lead()
-	if n := count(t, pool, `SELECT count(*) FROM crawl_cycles WHERE id = 1 AND finished_at IS NOT NULL`); n != 1 {
+	if !lostCycleFinished(t, pool) {
 		t.Error("the cycle whose jobs the broker lost is not finished")
 	}
 	lead() // the next step plans: the finished cycle is overdue
@@ -593,23 +563,33 @@ func TestSchedulerFinishesACycleWhoseJobsTheBrokerLost(t *testing.T) {
 	}
 }
 
+// insertLostCycle stores cycle 1 as a leader gone since published it two
+// hours ago, with jobs up to endOffsets (JSON, by partition) that the
+// broker of the test never had.
+func insertLostCycle(t *testing.T, pool *pgxpool.Pool, endOffsets string) {
+	t.Helper()
+	mustExec(t, pool, `INSERT INTO crawl_cycles (id, planned_at, leader, leader_epoch, apps, job_end_offsets, published_at)
+		VALUES (1, now() - interval '2 hours', 'gone', 1, 1, $1, now() - interval '2 hours')`, endOffsets)
+}
+
+// lostCycleFinished says whether insertLostCycle's cycle is finished.
+func lostCycleFinished(t *testing.T, pool *pgxpool.Pool) bool {
+	t.Helper()
+	return count(t, pool, `SELECT count(*) FROM crawl_cycles WHERE id = 1 AND finished_at IS NOT NULL`) == 1
+}
+
 // crawl --once finishes such a cycle too, instead of waiting for it forever.
 func TestCrawlOnceFinishesACycleWhoseJobsTheBrokerLost(t *testing.T) {
-	pool := newTestPool(t)
-	_, brokers := newTestBroker(t, t.TempDir())
-	createTestTopics(t, brokers, topicSpec{Partitions: 3, Replication: -1, Retention: time.Hour})
+	pool, brokers := newSchedulerBed(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := pool.Exec(ctx, `INSERT INTO crawl_cycles (id, planned_at, leader, leader_epoch, apps, job_end_offsets, published_at)
-		VALUES (1, now() - interval '2 hours', 'gone', 1, 1, '{"0": 40}', now() - interval '2 hours')`); err != nil {
-		t.Fatal(err)
-	}
+	insertLostCycle(t, pool, `{"0": 40}`)
 	s := newLoneScheduler(t, pool, brokers)
 	c, err := s.RunOnce(ctx)
 	if err != nil || c != nil {
 		t.Fatalf("crawl --once with no active apps: %v, %v; want no cycle and no error", c, err)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM crawl_cycles WHERE id = 1 AND finished_at IS NOT NULL`); n != 1 {
+	if !lostCycleFinished(t, pool) {
 		t.Error("the cycle whose jobs the broker lost is not finished")
 	}
 }
@@ -633,19 +613,10 @@ func TestJobOffsetsLost(t *testing.T) {
 // scheduler_epochs lacks: its jobs go out again without one, and the
 // workers crawl them instead of dropping them as a passed lease's.
 func TestSchedulerRepublishesAnOlderPlaywatchsCycleWithoutEpoch(t *testing.T) {
-	pool := newTestPool(t)
-	_, brokers := newTestBroker(t, t.TempDir())
-	createTestTopics(t, brokers, topicSpec{Partitions: 1, Replication: -1, Retention: time.Hour})
+	pool, brokers := newSchedulerBed(t, 1, "com.example.upgraded")
 	ctx := context.Background()
-	registerApps(t, pool, "com.example.upgraded")
-	if _, err := pool.Exec(ctx, `INSERT INTO crawl_cycles (id, planned_at, leader, leader_epoch) VALUES (1, now(), 'older', 41)`); err != nil {
-		t.Fatal(err)
-	}
-	s := newLoneScheduler(t, pool, brokers)
-	if err := s.acquire(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s.ledEpoch = s.currentEpoch()
+	mustExec(t, pool, `INSERT INTO crawl_cycles (id, planned_at, leader, leader_epoch) VALUES (1, now(), 'older', 41)`)
+	s := newLeadingScheduler(t, pool, brokers)
 	if err := s.lead(ctx, jobOffsets{}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -685,6 +656,29 @@ func TestCrawlWorkerSurvivesAPanickingJob(t *testing.T) {
 	if got := metricValue(t, reg, "playwatch_crawl_workers_busy", nil); got != 0 {
 		t.Errorf("busy workers %v after the panic, want 0", got)
 	}
+}
+
+// newSchedulerBed is a database with pkgs registered and a broker of the
+// test's own with playwatch's topics of the given partitions.
+func newSchedulerBed(t *testing.T, partitions int, pkgs ...string) (*pgxpool.Pool, []string) {
+	t.Helper()
+	pool := newTestPool(t)
+	_, brokers := newTestBroker(t, t.TempDir())
+	createTestTopics(t, brokers, topicSpec{Partitions: partitions, Replication: -1, Retention: time.Hour})
+	registerApps(t, pool, pkgs...)
+	return pool, brokers
+}
+
+// newLeadingScheduler is newLoneScheduler holding the lease and leading
+// under its epoch.
+func newLeadingScheduler(t *testing.T, pool *pgxpool.Pool, brokers []string) *scheduler {
+	t.Helper()
+	s := newLoneScheduler(t, pool, brokers)
+	if err := s.acquire(context.Background()); err != nil || s.currentEpoch() == 0 {
+		t.Fatalf("acquire: %v, epoch %d", err, s.currentEpoch())
+	}
+	s.ledEpoch = s.currentEpoch()
+	return s
 }
 
 // newLoneScheduler is a scheduler on pool and brokers with an hour's

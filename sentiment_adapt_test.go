@@ -15,44 +15,28 @@ import (
 // would, items spread over the apps in turn.
 func seedAdaptReviews(t *testing.T, pool *pgxpool.Pool, apps []string, items []sentItem) {
 	t.Helper()
-	ctx := context.Background()
 	for _, a := range apps {
-		if _, err := pool.Exec(ctx, `INSERT INTO apps_registry_application (package_name) VALUES ($1) ON CONFLICT DO NOTHING`, a); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, pool, `INSERT INTO apps_registry_application (package_name) VALUES ($1) ON CONFLICT DO NOTHING`, a)
 	}
 	for i, it := range items {
-		if _, err := pool.Exec(ctx, `INSERT INTO reviews (application_id, review_id, score, content, at, last_synced_at, first_seen_at)
+		mustExec(t, pool, `INSERT INTO reviews (application_id, review_id, score, content, at, last_synced_at, first_seen_at)
 			VALUES ((SELECT id FROM apps_registry_application WHERE package_name = $1), $2, $3, $4, now(), now(), now())`,
-			apps[i%len(apps)], fmt.Sprintf("adapt-%d", i), it.Stars, it.Text); err != nil {
-			t.Fatal(err)
-		}
+			apps[i%len(apps)], fmt.Sprintf("adapt-%d", i), it.Stars, it.Text)
 	}
 }
 
 func storedSentimentModels(t *testing.T, pool *pgxpool.Pool) map[string]adaptFigures {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT version, figures FROM sentiment_models`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
 	out := map[string]adaptFigures{}
-	for rows.Next() {
-		var v string
-		var raw []byte
+	var v string
+	var raw []byte
+	eachRow(t, pool, []any{&v, &raw}, func() {
 		var f adaptFigures
-		if err := rows.Scan(&v, &raw); err != nil {
-			t.Fatal(err)
-		}
 		if err := json.Unmarshal(raw, &f); err != nil {
 			t.Fatal(err)
 		}
 		out[v] = f
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	}, `SELECT version, figures FROM sentiment_models`)
 	return out
 }
 

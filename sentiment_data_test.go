@@ -110,14 +110,7 @@ func uciSentences(t testing.TB) map[string][]sentItem {
 	}
 	sets := map[string][]sentItem{}
 	tr := tar.NewReader(zr)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for h := range untilEOF(t, tr.Next) {
 		base := filepath.Base(h.Name)
 		if !strings.HasPrefix(h.Name, "package/test/fixtures/") || !strings.HasSuffix(base, ".json") {
 			continue

@@ -67,11 +67,32 @@ func evaluateSentiment(m *sentimentModel, items []sentItem) []*sentEval {
 	return out
 }
 
-func printSentimentEval(w io.Writer, name, lang string, items []sentItem, evals []*sentEval) {
+// evalTexts is m's evaluation on the texts of items alone (no stars), each
+// read as lang, or as its detected language when lang is "".
+func evalTexts(m *sentimentModel, items []sentItem, lang string) *sentEval {
+	e := &sentEval{}
+	for _, it := range items {
+		l := lang
+		if l == "" {
+			l = detectSentimentLang(it.Text)
+		}
+		r := m.classifyAs(it.Text, 0, l)
+		e.add(it.Class, classOfLabel(r.Label), r.PPositive, r.PNegative)
+	}
+	return e
+}
+
+// goldCounts is how many of items are of each class.
+func goldCounts(items []sentItem) [sentClasses]int {
 	var gold [sentClasses]int
 	for _, it := range items {
 		gold[it.Class]++
 	}
+	return gold
+}
+
+func printSentimentEval(w io.Writer, name, lang string, items []sentItem, evals []*sentEval) {
+	gold := goldCounts(items)
 	fmt.Fprintf(w, "\n== %s (%s): %d items, gold NEG %d / NEU %d / POS %d\n", name, lang, len(items), gold[0], gold[1], gold[2])
 	fmt.Fprintf(w, "%-15s %9s %9s   %-17s   confusion, rows gold NEG/NEU/POS, columns predicted\n", "method", "3-class", "binary", "F1 NEG/NEU/POS")
 	for i, e := range evals {
@@ -206,17 +227,8 @@ func printCrossDomain(t *testing.T, w io.Writer) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e := &sentEval{}
-		var gold [sentClasses]int
-		for _, it := range src.items {
-			lang := src.lang
-			if lang == "" {
-				lang = detectSentimentLang(it.Text)
-			}
-			r := m.classifyAs(it.Text, 0, lang)
-			e.add(it.Class, classOfLabel(r.Label), r.PPositive, r.PNegative)
-			gold[it.Class]++
-		}
+		e := evalTexts(m, src.items, src.lang)
+		gold := goldCounts(src.items)
 		c := e.confusion
 		fmt.Fprintf(w, "%-12s %6d %-18s %9.3f %9.3f   %v %v %v\n", src.name, len(src.items), fmt.Sprintf("%d/%d/%d", gold[0], gold[1], gold[2]), e.macroF1(), e.binaryF1(), c[0], c[1], c[2])
 	}

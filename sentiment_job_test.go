@@ -24,19 +24,14 @@ import (
 // English, digits only or no text, 1 to 5 stars or none.
 func insertSentimentReviews(t testing.TB, pool *pgxpool.Pool, prefix string, n int) {
 	t.Helper()
-	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `INSERT INTO apps_registry_application (package_name) VALUES ('com.example.sentiment') ON CONFLICT DO NOTHING`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `INSERT INTO reviews (application_id, review_id, score, content, at, last_synced_at, first_seen_at)
+	mustExec(t, pool, `INSERT INTO apps_registry_application (package_name) VALUES ('com.example.sentiment') ON CONFLICT DO NOTHING`)
+	mustExec(t, pool, `INSERT INTO reviews (application_id, review_id, score, content, at, last_synced_at, first_seen_at)
 		SELECT (SELECT id FROM apps_registry_application WHERE package_name = 'com.example.sentiment'), $1 || i,
 			CASE WHEN i % 7 = 0 THEN NULL ELSE i % 5 + 1 END,
 			CASE i % 4 WHEN 0 THEN 'برنامه عالیه ولی بعد از آپدیت کند شده ' || i WHEN 1 THEN 'Crashes since the last update, please fix ' || i
 				WHEN 2 THEN i::text END,
 			now() - interval '1 day', now() - interval '2 hours', now() - interval '1 hour'
-		FROM generate_series(1, $2::int) AS i`, prefix, n); err != nil {
-		t.Fatal(err)
-	}
+		FROM generate_series(1, $2::int) AS i`, prefix, n)
 }
 
 func newTestSentimentJob(t testing.TB, pool *pgxpool.Pool, batch int) (*sentimentJob, *prometheus.Registry) {
@@ -47,6 +42,16 @@ func newTestSentimentJob(t testing.TB, pool *pgxpool.Pool, batch int) (*sentimen
 	}
 	reg := prometheus.NewRegistry()
 	return newSentimentJob(pool, model, sentimentJobConfig{Interval: 20 * time.Millisecond, Batch: batch}, reg, testLogger(t)), reg
+}
+
+// newSentimentJobFixture is a migrated database with n reviews to score
+// (insertSentimentReviews, prefix) and a job that scores batch at a time.
+func newSentimentJobFixture(t testing.TB, prefix string, n, batch int) (*pgxpool.Pool, *sentimentJob, *prometheus.Registry) {
+	t.Helper()
+	pool := newTestPool(t)
+	insertSentimentReviews(t, pool, prefix, n)
+	j, reg := newTestSentimentJob(t, pool, batch)
+	return pool, j, reg
 }
 
 // scoreAll runs batches until one finds no work and returns their sizes.
@@ -65,6 +70,20 @@ func scoreAll(t testing.TB, j *sentimentJob) []int {
 	}
 }
 
+// scoreBatches runs n batches and returns their sizes.
+func scoreBatches(t testing.TB, j *sentimentJob, n int) []int {
+	t.Helper()
+	sizes := make([]int, n)
+	for i := range sizes {
+		k, err := j.scoreBatch(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes[i] = k
+	}
+	return sizes
+}
+
 func scoredTotal(t testing.TB, reg *prometheus.Registry) float64 {
 	t.Helper()
 	var sum float64
@@ -79,16 +98,10 @@ func scoredTotal(t testing.TB, reg *prometheus.Registry) float64 {
 // sentimentAt is each review's sentiment_at, by review_id.
 func sentimentAt(t testing.TB, pool *pgxpool.Pool) map[string]time.Time {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT review_id, sentiment_at FROM reviews WHERE sentiment_at IS NOT NULL`)
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]time.Time{}
 	var id string
 	var at time.Time
-	if _, err := pgx.ForEachRow(rows, []any{&id, &at}, func() error { out[id] = at; return nil }); err != nil {
-		t.Fatal(err)
-	}
+	eachRow(t, pool, []any{&id, &at}, func() { out[id] = at }, `SELECT review_id, sentiment_at FROM reviews WHERE sentiment_at IS NOT NULL`)
 	return out
 }
 
@@ -96,13 +109,11 @@ func sentimentAt(t testing.TB, pool *pgxpool.Pool) map[string]time.Time {
 // what was classified; a batch is one UPDATE (one statement_timestamp for
 // all its rows), and the metrics count what was written.
 func TestSentimentJobScoresEachBatchWithOneUpdate(t *testing.T) {
-	pool := newTestPool(t)
+	pool, j, reg := newSentimentJobFixture(t, "r", 5000, 2000)
 	ctx := context.Background()
-	insertSentimentReviews(t, pool, "r", 5000)
-	j, reg := newTestSentimentJob(t, pool, 2000)
 
-	if n, err := j.scoreBatch(ctx); err != nil || n != 2000 {
-		t.Fatalf("first batch: %d, %v", n, err)
+	if sizes := scoreBatches(t, j, 1); sizes[0] != 2000 {
+		t.Fatalf("first batch: %d, want 2000", sizes[0])
 	}
 	if err := j.refreshBacklog(ctx, true); err != nil {
 		t.Fatal(err)
@@ -170,14 +181,9 @@ func TestSentimentJobScoresEachBatchWithOneUpdate(t *testing.T) {
 	if got := metricValue(t, reg, "playwatch_sentiment_latency_seconds", nil); got != 5000 {
 		t.Errorf("latency_seconds has %v samples, want 5000", got)
 	}
-	families, _ := reg.Gather()
-	for _, f := range families {
-		if f.GetName() == "playwatch_sentiment_latency_seconds" {
-			h := f.GetMetric()[0].GetHistogram()
-			if mean := h.GetSampleSum() / float64(h.GetSampleCount()); mean < 3600 || mean > 3600+600 {
-				t.Errorf("mean latency %.0fs, want an hour: from first_seen_at", mean)
-			}
-		}
+	h := gatheredMetric(t, reg, "playwatch_sentiment_latency_seconds", nil).GetHistogram()
+	if mean := h.GetSampleSum() / float64(h.GetSampleCount()); mean < 3600 || mean > 3600+600 {
+		t.Errorf("mean latency %.0fs, want an hour: from first_seen_at", mean)
 	}
 }
 
@@ -185,39 +191,35 @@ func TestSentimentJobScoresEachBatchWithOneUpdate(t *testing.T) {
 // scored review.
 func TestSentimentClaimUsesTheWorkIndex(t *testing.T) {
 	pool := newTestPool(t)
-	ctx := context.Background()
 	insertSentimentReviews(t, pool, "s", 20000)
-	if _, err := pool.Exec(ctx, `UPDATE reviews SET sentiment = 'NEUTRAL', sentiment_text_hash = reviews_sentiment_input(score, content) WHERE id % 1000 <> 0`); err != nil {
+	mustExec(t, pool, `UPDATE reviews SET sentiment = 'NEUTRAL', sentiment_text_hash = reviews_sentiment_input(score, content) WHERE id % 1000 <> 0`)
+	mustExec(t, pool, `ANALYZE reviews`)
+	planUsesIndex(t, pool, "reviews_sentiment_todo_idx", sentimentClaimSQL, 2000, 0)
+	planUsesIndex(t, pool, "reviews_sentiment_todo_idx", `SELECT count(*) FROM reviews WHERE `+sentimentTodo)
+}
+
+// planUsesIndex fails the test unless the plan of sql with args reads
+// through index, without a sequential scan.
+func planUsesIndex(t *testing.T, pool *pgxpool.Pool, index, sql string, args ...any) {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), "EXPLAIN "+sql, args...)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `ANALYZE reviews`); err != nil {
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, sql := range []string{sentimentClaimSQL, `SELECT count(*) FROM reviews WHERE ` + sentimentTodo} {
-		rows, err := pool.Query(ctx, "EXPLAIN "+sql, 2000, 0)
-		if strings.Contains(sql, "count") {
-			rows, err = pool.Query(ctx, "EXPLAIN "+sql)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if plan := strings.Join(lines, "\n"); !strings.Contains(plan, "reviews_sentiment_todo_idx") || strings.Contains(plan, "Seq Scan") {
-			t.Errorf("the plan of %s does not use reviews_sentiment_todo_idx:\n%s", sql, plan)
-		}
+	if plan := strings.Join(lines, "\n"); !strings.Contains(plan, index) || strings.Contains(plan, "Seq Scan") {
+		t.Errorf("the plan of %s does not use %s:\n%s", sql, index, plan)
 	}
 }
 
 // A re-sync with the same text and stars is not scored again; a changed
 // text or changed stars are, and their latency runs from the new crawl.
 func TestSentimentJobRescoresOnlyChangedReviews(t *testing.T) {
-	pool := newTestPool(t)
+	pool, j, reg := newSentimentJobFixture(t, "c", 12, 100)
 	ctx := context.Background()
-	insertSentimentReviews(t, pool, "c", 12)
-	j, reg := newTestSentimentJob(t, pool, 100)
 	scoreAll(t, j)
 	before := sentimentAt(t, pool)
 	latencies := metricValue(t, reg, "playwatch_sentiment_latency_seconds", nil)
@@ -279,10 +281,8 @@ func ptr[T any](v T) *T { return &v }
 // other skips it and scores the rest; together they score every review
 // exactly once.
 func TestSentimentJobsShareTheWorkWithoutDoubleScoring(t *testing.T) {
-	pool := newTestPool(t)
+	pool, a, regA := newSentimentJobFixture(t, "d", 1000, 100)
 	ctx := context.Background()
-	insertSentimentReviews(t, pool, "d", 1000)
-	a, regA := newTestSentimentJob(t, pool, 100)
 	b, regB := newTestSentimentJob(t, pool, 100)
 
 	claimed, release := make(chan struct{}), make(chan struct{})
@@ -353,9 +353,7 @@ func TestSentimentRescore(t *testing.T) {
 	insertSentimentReviews(t, pool, "m", 30)
 	j, reg := newTestSentimentJob(t, pool, 100)
 	scoreAll(t, j)
-	if _, err := pool.Exec(ctx, `UPDATE reviews SET sentiment_model = 'lr1-000000000000' WHERE id % 3 = 0`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE reviews SET sentiment_model = 'lr1-000000000000' WHERE id % 3 = 0`)
 	var rescoreErr bytes.Buffer
 	rescore := func(args ...string) (string, error) {
 		var out bytes.Buffer
@@ -435,10 +433,8 @@ func TestSentimentRescore(t *testing.T) {
 // error; a database that refuses the job's statements is retried until it
 // takes them, without ending the role.
 func TestSentimentJobShutdownAndDatabaseTrouble(t *testing.T) {
-	pool := newTestPool(t)
+	pool, j, reg := newSentimentJobFixture(t, "x", 50, 20)
 	ctx := context.Background()
-	insertSentimentReviews(t, pool, "x", 50)
-	j, reg := newTestSentimentJob(t, pool, 20)
 	rctx, stop := context.WithCancel(ctx)
 	j.afterClaim = func(context.Context) { stop() }
 	if err := j.Run(rctx); err != nil {
@@ -449,9 +445,7 @@ func TestSentimentJobShutdownAndDatabaseTrouble(t *testing.T) {
 	}
 
 	j.afterClaim = nil
-	if _, err := pool.Exec(ctx, `ALTER TABLE reviews RENAME TO reviews_away`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `ALTER TABLE reviews RENAME TO reviews_away`)
 	var logs syncBuffer
 	j.logger = newLogger(Config{LogFormat: "text"}, &logs)
 	rctx, stop = context.WithCancel(ctx)
@@ -461,9 +455,7 @@ func TestSentimentJobShutdownAndDatabaseTrouble(t *testing.T) {
 	waitFor(t, 10*time.Second, "the job to report its failures", func() bool {
 		return strings.Count(logs.String(), "cannot score a batch") >= 2
 	})
-	if _, err := pool.Exec(ctx, `ALTER TABLE reviews_away RENAME TO reviews`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `ALTER TABLE reviews_away RENAME TO reviews`)
 	waitFor(t, 20*time.Second, "the job to score after the table came back", func() bool {
 		return scoredTotal(t, reg) == 50
 	})
@@ -483,11 +475,9 @@ func TestSentimentJobFailingBatchesAreCountedWithTheBacklog(t *testing.T) {
 	pool := newTestPool(t)
 	ctx := context.Background()
 	insertSentimentReviews(t, pool, "f", 40)
-	if _, err := pool.Exec(ctx, `CREATE FUNCTION refuse_sentiment() RETURNS trigger LANGUAGE plpgsql AS
+	mustExec(t, pool, `CREATE FUNCTION refuse_sentiment() RETURNS trigger LANGUAGE plpgsql AS
 		$$BEGIN RAISE EXCEPTION 'sentiment writes refused'; END$$;
-		CREATE TRIGGER refuse_sentiment BEFORE UPDATE OF sentiment ON reviews FOR EACH ROW EXECUTE FUNCTION refuse_sentiment()`); err != nil {
-		t.Fatal(err)
-	}
+		CREATE TRIGGER refuse_sentiment BEFORE UPDATE OF sentiment ON reviews FOR EACH ROW EXECUTE FUNCTION refuse_sentiment()`)
 	j, reg := newTestSentimentJob(t, pool, 100)
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -500,9 +490,7 @@ func TestSentimentJobFailingBatchesAreCountedWithTheBacklog(t *testing.T) {
 	if got := scoredTotal(t, reg); got != 0 {
 		t.Errorf("%v reviews counted as scored while every write failed", got)
 	}
-	if _, err := pool.Exec(ctx, `DROP TRIGGER refuse_sentiment ON reviews`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `DROP TRIGGER refuse_sentiment ON reviews`)
 	waitFor(t, 20*time.Second, "the job to score once writes are taken", func() bool {
 		return scoredTotal(t, reg) == 40 && metricValue(t, reg, "playwatch_sentiment_backlog_reviews", nil) == 0
 	})
@@ -624,26 +612,13 @@ func maxTime(ts map[string]time.Time) time.Time {
 // A pass goes up the ids batch by batch; a review below the last batch
 // whose text changed meanwhile is found once the pass starts again.
 func TestSentimentJobPassStartsAgainAtTheBottom(t *testing.T) {
-	pool := newTestPool(t)
-	ctx := context.Background()
-	insertSentimentReviews(t, pool, "w", 30)
-	j, _ := newTestSentimentJob(t, pool, 10)
-	if n, err := j.scoreBatch(ctx); err != nil || n != 10 {
-		t.Fatalf("first batch: %d, %v", n, err)
+	pool, j, _ := newSentimentJobFixture(t, "w", 30, 10)
+	if sizes := scoreBatches(t, j, 1); sizes[0] != 10 {
+		t.Fatalf("first batch: %d, want 10", sizes[0])
 	}
-	if _, err := pool.Exec(ctx, `UPDATE reviews SET content = 'changed', last_synced_at = now() WHERE review_id = 'w1'`); err != nil {
-		t.Fatal(err)
-	}
-	var sizes []int
-	for range 4 {
-		n, err := j.scoreBatch(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sizes = append(sizes, n)
-	}
+	mustExec(t, pool, `UPDATE reviews SET content = 'changed', last_synced_at = now() WHERE review_id = 'w1'`)
 	// 11-20, 21-30, nothing above 30, then w1 from the bottom.
-	if want := []int{10, 10, 0, 1}; !slices.Equal(sizes, want) {
+	if sizes, want := scoreBatches(t, j, 4), []int{10, 10, 0, 1}; !slices.Equal(sizes, want) {
 		t.Errorf("batches %v, want %v", sizes, want)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM reviews WHERE `+sentimentTodo); n != 0 {
@@ -675,9 +650,7 @@ func TestSentimentJobSurvivesAPanicOfTheModel(t *testing.T) {
 	ctx := context.Background()
 	insertSentimentReviews(t, pool, "p", 600)
 	const poison = "poison pill"
-	if _, err := pool.Exec(ctx, `UPDATE reviews SET content = $1, score = 1 WHERE review_id = 'p301'`, poison); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE reviews SET content = $1, score = 1 WHERE review_id = 'p301'`, poison)
 	model, err := loadSentimentModel()
 	if err != nil {
 		t.Fatal(err)

@@ -16,26 +16,18 @@ import (
 // storedTopics is each review's topics by review_id; a NULL is nil.
 func storedTopics(t testing.TB, pool *pgxpool.Pool) map[string][]string {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT review_id, coalesce(content, ''), topics FROM reviews`)
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string][]string{}
-	var id, text string
+	var id string
 	var topics []string
-	if _, err := pgx.ForEachRow(rows, []any{&id, &text, &topics}, func() error { out[id] = topics; return nil }); err != nil {
-		t.Fatal(err)
-	}
+	eachRow(t, pool, []any{&id, &topics}, func() { out[id] = topics }, `SELECT review_id, topics FROM reviews`)
 	return out
 }
 
 // The scoring pass writes topics in the same UPDATE as the label: the
 // classifier's topics, '{}' for a review without one, never NULL.
 func TestSentimentJobWritesTopicsWithTheLabel(t *testing.T) {
-	pool := newTestPool(t)
+	pool, j, _ := newSentimentJobFixture(t, "t", 40, 1000)
 	ctx := context.Background()
-	insertSentimentReviews(t, pool, "t", 40)
-	j, _ := newTestSentimentJob(t, pool, 1000)
 	scoreAll(t, j)
 	c := newTopicClassifier()
 	rows, err := pool.Query(ctx, `SELECT coalesce(content, ''), topics, sentiment IS NOT NULL FROM reviews`)
@@ -78,9 +70,7 @@ func TestSentimentJobBackfillsTopicsWithoutRescoring(t *testing.T) {
 	first := newSentimentJob(pool, model, sentimentJobConfig{Interval: 20 * time.Millisecond, Batch: 1000}, prometheus.NewRegistry(), testLogger(t))
 	scoreAll(t, first)
 	// As a database migrated to 13 holds them: labelled, topics NULL.
-	if _, err := pool.Exec(ctx, `UPDATE reviews SET topics = NULL, sentiment_model = 'lr1-before'`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE reviews SET topics = NULL, sentiment_model = 'lr1-before'`)
 	before := sentimentAt(t, pool)
 	insertSentimentReviews(t, pool, "new", 5) // not labelled yet
 
@@ -150,26 +140,9 @@ func TestSentimentJobBackfillsTopicsWithoutRescoring(t *testing.T) {
 // The backfill's work list is found through its partial index.
 func TestTopicsBackfillUsesItsIndex(t *testing.T) {
 	pool := newTestPool(t)
-	ctx := context.Background()
 	insertSentimentReviews(t, pool, "i", 20000)
-	if _, err := pool.Exec(ctx, `UPDATE reviews SET sentiment = 'NEUTRAL', topics = '{}' WHERE id % 1000 <> 0`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `UPDATE reviews SET sentiment = 'NEUTRAL' WHERE id % 1000 = 0`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `ANALYZE reviews`); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := pool.Query(ctx, "EXPLAIN "+topicsClaimSQL, 2000, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if plan := strings.Join(lines, "\n"); !strings.Contains(plan, "reviews_topics_todo_idx") || strings.Contains(plan, "Seq Scan") {
-		t.Errorf("the backfill's claim does not use reviews_topics_todo_idx:\n%s", plan)
-	}
+	mustExec(t, pool, `UPDATE reviews SET sentiment = 'NEUTRAL', topics = '{}' WHERE id % 1000 <> 0`)
+	mustExec(t, pool, `UPDATE reviews SET sentiment = 'NEUTRAL' WHERE id % 1000 = 0`)
+	mustExec(t, pool, `ANALYZE reviews`)
+	planUsesIndex(t, pool, "reviews_topics_todo_idx", topicsClaimSQL, 2000, 0)
 }

@@ -155,16 +155,7 @@ func calibrateNeutral(t *testing.T, base *sentimentModel, lex map[string]float32
 			if err != nil {
 				t.Fatal(err)
 			}
-			e := &sentEval{}
-			for _, it := range f.items {
-				lang := f.lang
-				if lang == "" {
-					lang = detectSentimentLang(it.Text)
-				}
-				r := m.classifyAs(it.Text, 0, lang)
-				e.add(it.Class, classOfLabel(r.Label), r.PPositive, r.PNegative)
-			}
-			sum += e.macroF1()
+			sum += evalTexts(m, f.items, f.lang).macroF1()
 		}
 		if f1 := sum / float64(len(folds)); f1 > bestF1+1e-9 {
 			best, bestF1 = shift, f1
