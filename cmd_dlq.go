@@ -11,6 +11,8 @@ func cmdDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 		missing: "dlq needs a subcommand: list, replay or discard"}.run(ctx, args, getenv, stdout, stderr)
 }
 
+// cmdDLQSubcommand is one of them, on the database of the playwatch it
+// attaches to.
 func cmdDLQSubcommand(ctx context.Context, sub string, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var f dlqFlags
 	cl, err := parseCommandLine("dlq "+sub, dlqSynopsis(sub), args, getenv, stdout, stderr, f.register(sub))

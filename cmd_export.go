@@ -80,6 +80,7 @@ func cmdExport(ctx context.Context, args []string, getenv func(string) string, s
 		missing: "export needs a subcommand: reviews or stats"}.run(ctx, args, getenv, stdout, stderr)
 }
 
+// cmdExportSubcommand is `export reviews` or `export stats`.
 func cmdExportSubcommand(ctx context.Context, sub string, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var f exportFlags
 	cl, err := parseNoArgs("export "+sub, exportSynopsis, args, getenv, stdout, stderr, f.register(sub))

@@ -185,9 +185,8 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 type commandGroup struct {
 	usage string // on stdout for help, on stderr before a usage error
 	subs  map[string]commandFunc
-	// missing is the usage error without a subcommand; unknown, a format
-	// of the unknown one's name (%q), that of a subcommand it does not
-	// know ("": missing).
+	// missing is the usage error when no subcommand is given; unknown
+	// formats (%q) the name of one it does not know ("": missing).
 	missing, unknown string
 }
 
