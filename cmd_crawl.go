@@ -12,31 +12,30 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
+func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var once bool
-	cl, err := parseCommandLine("crawl", "crawl [--once] [flags]", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
+	cl, err := parseNoArgs("crawl", "crawl [--once] [flags]", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
 		fs.BoolVar(&once, "once", false, "plan one cycle now, crawl it, print its summary and exit; refused while another playwatch leads "+
 			"(default: the crawler role of run: the scheduler and the crawl workers)")
 	})
 	if err != nil {
 		return err
 	}
-	if len(cl.args) > 0 {
-		return usageError{fmt.Sprintf("crawl takes no arguments, got %q", cl.args)}
-	}
-	cfg, logger := cl.cfg, cl.logger
-	be, err := openBackends(ctx, cfg, logger, backendOptions{broker: true, attach: true})
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, be.shutdown(ctx, cfg.ShutdownTimeout)) }()
-	cr, err := newCrawlerRole(cfg, be, prometheus.NewRegistry(), logger)
-	if err != nil {
-		return err
-	}
-	if !once {
-		return cr.run(ctx)
-	}
+	return cl.attach(ctx, backendOptions{broker: true}, func(be *backends) error {
+		cr, err := newCrawlerRole(cl.cfg, be, prometheus.NewRegistry(), cl.logger)
+		if err != nil {
+			return err
+		}
+		if !once {
+			return cr.run(ctx)
+		}
+		return crawlOnce(ctx, cr, stdout)
+	})
+}
+
+// crawlOnce is `crawl --once`: it plans one cycle, crawls it and prints
+// its summary.
+func crawlOnce(ctx context.Context, cr *crawlerRole, stdout io.Writer) error {
 	start := time.Now()
 	var mu sync.Mutex
 	sums := map[int64]*cycleSummary{}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,16 +18,13 @@ func managedPGListen(cfg Config) string {
 
 // cmdDBURL is `playwatch db-url`: the writer's URL, or the reader's, of the
 // managed cluster, with its generated password (postgres_access.go).
-func cmdDBURL(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func cmdDBURL(_ context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var reader bool
-	cl, err := parseCommandLine("db-url", "db-url [--reader] [flags]", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
+	cl, err := parseNoArgs("db-url", "db-url [--reader] [flags]", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
 		fs.BoolVar(&reader, "reader", false, "the URL of the read-only role "+pgReaderRole+" (dashboards) instead of the writer "+pgWriterRole)
 	})
 	if err != nil {
 		return err
-	}
-	if len(cl.args) > 0 {
-		return usageError{fmt.Sprintf("db-url takes no arguments, got %q", cl.args)}
 	}
 	role := pgWriterRole
 	if reader {

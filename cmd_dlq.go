@@ -2,39 +2,31 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
-	"slices"
 )
 
 // cmdDLQ is `playwatch dlq list|replay|discard` (dlq.go).
 func cmdDLQ(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if len(args) > 0 && slices.Contains([]string{"help", "-h", "-help", "--help"}, args[0]) {
-		fmt.Fprint(stdout, dlqUsage)
-		return nil
-	}
-	if len(args) == 0 || !slices.Contains(dlqSubcommands, args[0]) {
-		fmt.Fprint(stderr, dlqUsage)
-		return usageError{"dlq needs a subcommand: list, replay or discard"}
-	}
-	sub := args[0]
+	return commandGroup{usage: dlqUsage, subs: subcommandsOf(dlqSubcommands, cmdDLQSubcommand),
+		missing: "dlq needs a subcommand: list, replay or discard"}.run(ctx, args, getenv, stdout, stderr)
+}
+
+// cmdDLQSubcommand is one of them, on the database of the playwatch it
+// attaches to.
+func cmdDLQSubcommand(ctx context.Context, sub string, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var f dlqFlags
-	cl, err := parseCommandLine("dlq "+sub, dlqSynopsis(sub), args[1:], getenv, stdout, stderr, f.register(sub))
+	cl, err := parseCommandLine("dlq "+sub, dlqSynopsis(sub), args, getenv, stdout, stderr, f.register(sub))
 	if err != nil {
 		return err
 	}
-	be, err := openBackends(ctx, cl.cfg, cl.logger, backendOptions{attach: true})
-	if err != nil {
-		return err
-	}
-	switch sub {
-	case "list":
-		err = runDLQList(ctx, be.pool, &f, cl.args, stdout)
-	case "discard":
-		err = runDLQDiscard(ctx, be.pool, &f, cl.args, stdout)
-	default:
-		err = runDLQReplay(ctx, newConsumerStore(be.pool, cl.cfg.ConsumerGroup, cl.cfg.Locales), &f, cl.args, cl.cfg.ConsumerMaxRecordBytes, stdout)
-	}
-	return errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout))
+	return cl.attach(ctx, backendOptions{}, func(be *backends) error {
+		switch sub {
+		case "list":
+			return runDLQList(ctx, be.pool, &f, cl.args, stdout)
+		case "discard":
+			return runDLQDiscard(ctx, be.pool, &f, cl.args, stdout)
+		default:
+			return runDLQReplay(ctx, newConsumerStore(be.pool, cl.cfg.ConsumerGroup, cl.cfg.Locales), &f, cl.args, cl.cfg.ConsumerMaxRecordBytes, stdout)
+		}
+	})
 }

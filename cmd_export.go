@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"slices"
 	"time"
 )
 
@@ -19,10 +18,9 @@ import (
 // command line, on the database of the running appliance (as `dlq list`
 // reads it), page by page, with progress on stderr.
 
-const (
-	exportSynopsis = "export reviews|stats [--package P] [--country C] [--lang L] [--q Q] [--stars S] [--sentiment L] [--since D] [--until T] [--format csv|ndjson|json] [--output FILE] [flags]"
-	exportUsage    = "Usage:\n  playwatch " + exportSynopsis + "\n"
-)
+const exportSynopsis = "export reviews|stats [--package P] [--country C] [--lang L] [--q Q] [--stars S] [--sentiment L] [--since D] [--until T] [--format csv|ndjson|json] [--output FILE] [flags]"
+
+var exportUsage = usageOf(exportSynopsis)
 
 var exportSubcommands = []string{"reviews", "stats"}
 
@@ -77,23 +75,17 @@ func (f *exportFlags) values(sub string) url.Values {
 }
 
 // cmdExport is `playwatch export reviews|stats`.
-func cmdExport(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
-	if len(args) > 0 && slices.Contains([]string{"help", "-h", "-help", "--help"}, args[0]) {
-		fmt.Fprint(stdout, exportUsage)
-		return nil
-	}
-	if len(args) == 0 || !slices.Contains(exportSubcommands, args[0]) {
-		fmt.Fprint(stderr, exportUsage)
-		return usageError{"export needs a subcommand: reviews or stats"}
-	}
-	sub := args[0]
+func cmdExport(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	return commandGroup{usage: exportUsage, subs: subcommandsOf(exportSubcommands, cmdExportSubcommand),
+		missing: "export needs a subcommand: reviews or stats"}.run(ctx, args, getenv, stdout, stderr)
+}
+
+// cmdExportSubcommand is `export reviews` or `export stats`.
+func cmdExportSubcommand(ctx context.Context, sub string, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var f exportFlags
-	cl, err := parseCommandLine("export "+sub, exportSynopsis, args[1:], getenv, stdout, stderr, f.register(sub))
+	cl, err := parseNoArgs("export "+sub, exportSynopsis, args, getenv, stdout, stderr, f.register(sub))
 	if err != nil {
 		return err
-	}
-	if len(cl.args) > 0 {
-		return usageError{fmt.Sprintf("export %s takes no arguments, got %q", sub, cl.args)}
 	}
 	now := time.Now()
 	var rq reviewQuery
@@ -114,37 +106,40 @@ func cmdExport(ctx context.Context, args []string, getenv func(string) string, s
 	if perr := (*paramError)(nil); errors.As(err, &perr) {
 		return usageError{"--" + perr.param + ": " + perr.msg}
 	}
-	be, err := openBackends(ctx, cl.cfg, cl.logger, backendOptions{attach: true})
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout)) }()
-	out := stdout
-	if f.output != "" {
-		file, err := os.Create(f.output)
-		if err != nil {
-			return fmt.Errorf("--output: %w", err)
+	return cl.attach(ctx, backendOptions{}, func(be *backends) (err error) {
+		out := stdout
+		if f.output != "" {
+			file, err := os.Create(f.output)
+			if err != nil {
+				return fmt.Errorf("--output: %w", err)
+			}
+			defer func() { err = errors.Join(err, file.Close()) }()
+			out = file
 		}
-		defer func() { err = errors.Join(err, file.Close()) }()
-		out = file
-	}
-	bw := bufio.NewWriterSize(out, 64<<10)
-	defer func() { err = errors.Join(err, bw.Flush()) }()
+		bw := bufio.NewWriterSize(out, 64<<10)
+		defer func() { err = errors.Join(err, bw.Flush()) }()
+		if sub == "reviews" {
+			return exportReviews(ctx, reviewsDB{pool: be.pool, locales: cl.cfg.Locales}, rq, bw, stderr)
+		}
+		return exportStats(ctx, be.pool, sq, bw, stderr)
+	})
+}
+
+// exportReviews writes the reviews q picks in its format, with progress on
+// stderr at each page.
+func exportReviews(ctx context.Context, db reviewsDB, q reviewQuery, w *bufio.Writer, stderr io.Writer) error {
 	started := time.Now()
-	if sub == "reviews" {
-		enc := newReviewEncoder(rq.Format, bw, rq.BOM)
-		n, err := streamReviews(ctx, reviewsDB{pool: be.pool, locales: cl.cfg.Locales}, rq, enc, func(n int64) error {
-			fmt.Fprintf(stderr, "exported %d reviews…\n", n)
-			return bw.Flush()
-		})
-		if err != nil {
-			enc.fail(exportFailure(err))
-			return fmt.Errorf("export reviews stopped after %d reviews: %w", n, err)
-		}
-		fmt.Fprintf(stderr, "exported %d reviews in %s\n", n, time.Since(started).Round(time.Millisecond))
-		return nil
+	enc := newReviewEncoder(q.Format, w, q.BOM)
+	n, err := streamReviews(ctx, db, q, enc, func(n int64) error {
+		fmt.Fprintf(stderr, "exported %d reviews…\n", n)
+		return w.Flush()
+	})
+	if err != nil {
+		enc.fail(exportFailure(err))
+		return fmt.Errorf("export reviews stopped after %d reviews: %w", n, err)
 	}
-	return exportStats(ctx, be.pool, sq, bw, stderr)
+	fmt.Fprintf(stderr, "exported %d reviews in %s\n", n, time.Since(started).Round(time.Millisecond))
+	return nil
 }
 
 // exportStats writes the app's listing history as CSV or as the API's JSON.

@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -22,69 +20,45 @@ const (
 	notifyRunSynopsis   = "notify run [flags]"
 	notifyListSynopsis  = "notify list [--status pending|sent|failed] [--rule ID] [--destination ID] [--limit N] [flags]"
 	notifyRetrySynopsis = "notify retry [flags] (--failed | ID...)"
-	notifyUsage         = "Usage:\n  playwatch " + notifyRunSynopsis + "\n  playwatch " + notifyListSynopsis + "\n  playwatch " + notifyRetrySynopsis + "\n"
 )
 
+var notifyUsage = usageOf(notifyRunSynopsis, notifyListSynopsis, notifyRetrySynopsis)
+
 func cmdNotify(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if len(args) > 0 && slices.Contains([]string{"help", "-h", "-help", "--help"}, args[0]) {
-		fmt.Fprint(stdout, notifyUsage)
-		return nil
-	}
-	if len(args) == 0 {
-		fmt.Fprint(stderr, notifyUsage)
-		return usageError{"notify needs a subcommand: run, list or retry"}
-	}
-	switch sub, rest := args[0], args[1:]; sub {
-	case "run":
-		return cmdNotifyRun(ctx, rest, getenv, stdout, stderr)
-	case "list":
-		return cmdNotifyList(ctx, rest, getenv, stdout, stderr)
-	case "retry":
-		return cmdNotifyRetry(ctx, rest, getenv, stdout, stderr)
-	default:
-		fmt.Fprint(stderr, notifyUsage)
-		return usageError{fmt.Sprintf("notify: unknown subcommand %q (known: run, list, retry)", sub)}
-	}
+	return commandGroup{usage: notifyUsage, subs: map[string]commandFunc{"run": cmdNotifyRun, "list": cmdNotifyList, "retry": cmdNotifyRetry},
+		missing: "notify needs a subcommand: run, list or retry",
+		unknown: "notify: unknown subcommand %q (known: run, list, retry)"}.run(ctx, args, getenv, stdout, stderr)
 }
 
 // cmdNotifyRun is the notifier role alone, attached to the database of a
 // running playwatch (or DATABASE_URL), until a signal.
 func cmdNotifyRun(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cl, err := parseCommandLine("notify run", notifyRunSynopsis, args, getenv, stdout, stderr, nil)
+	cl, err := parseNoArgs("notify run", notifyRunSynopsis, args, getenv, stdout, stderr, nil)
 	if err != nil {
 		return err
 	}
-	if len(cl.args) > 0 {
-		return usageError{fmt.Sprintf("notify run takes no arguments, got %q", cl.args)}
-	}
-	be, err := openBackends(ctx, cl.cfg, cl.logger, backendOptions{attach: true})
-	if err != nil {
-		return err
-	}
-	role, err := newNotifierRole(be.pool, cl.cfg, prometheus.NewRegistry(), cl.logger)
-	if err != nil {
-		return errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout))
-	}
-	err = role(ctx)
-	return errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout))
+	return cl.attach(ctx, backendOptions{}, func(be *backends) error {
+		role, err := newNotifierRole(be.pool, cl.cfg, prometheus.NewRegistry(), cl.logger)
+		if err != nil {
+			return err
+		}
+		return role(ctx)
+	})
 }
 
 func cmdNotifyList(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var status string
 	var rule, dest int64
 	var limit int
-	cl, err := parseCommandLine("notify list", notifyListSynopsis, args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
+	cl, err := parseNoArgs("notify list", notifyListSynopsis, args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&status, "status", "", "only notifications of this status: pending, sent or failed")
 		fs.Int64Var(&rule, "rule", 0, "only those of this rule id")
 		fs.Int64Var(&dest, "destination", 0, "only those to this destination id")
 		fs.IntVar(&limit, "limit", defaultNotificationLimit, fmt.Sprintf("at most this many, newest first (1 to %d)", maxNotificationLimit))
 	})
-	if err != nil {
-		return err
-	}
 	switch {
-	case len(cl.args) > 0:
-		return usageError{fmt.Sprintf("notify list takes no arguments, got %q", cl.args)}
+	case err != nil:
+		return err
 	case status != "" && !slices.Contains(notificationStatuses, status):
 		return usageError{fmt.Sprintf("--status must be pending, sent or failed, not %q", status)}
 	case rule < 0 || dest < 0:
@@ -92,12 +66,9 @@ func cmdNotifyList(ctx context.Context, args []string, getenv func(string) strin
 	case limit < 1 || limit > maxNotificationLimit:
 		return usageError{fmt.Sprintf("--limit must be from 1 to %d", maxNotificationLimit)}
 	}
-	be, err := openBackends(ctx, cl.cfg, cl.logger, backendOptions{attach: true})
-	if err != nil {
-		return err
-	}
-	err = runNotifyList(ctx, be.pool, notificationFilter{Status: status, RuleID: rule, DestinationID: dest, Limit: limit}, stdout)
-	return errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout))
+	return cl.attach(ctx, backendOptions{}, func(be *backends) error {
+		return runNotifyList(ctx, be.pool, notificationFilter{Status: status, RuleID: rule, DestinationID: dest, Limit: limit}, stdout)
+	})
 }
 
 // runNotifyList prints the outbox rows f picks as a table.
@@ -136,23 +107,14 @@ func cmdNotifyRetry(ctx context.Context, args []string, getenv func(string) stri
 	if err != nil {
 		return err
 	}
-	var ids []int64
-	for _, a := range cl.args {
-		id, err := strconv.ParseInt(a, 10, 64)
-		if err != nil || id < 1 {
-			return usageError{fmt.Sprintf("notify retry: %q is not a notification id", a)}
-		}
-		ids = append(ids, id)
+	ids, err := parseIDs("notify retry", "notification", cl.args)
+	if err != nil {
+		return err
 	}
 	if failed == (len(ids) > 0) {
 		return usageError{"notify retry needs --failed or notification ids, not both"}
 	}
-	be, err := openBackends(ctx, cl.cfg, cl.logger, backendOptions{attach: true})
-	if err != nil {
-		return err
-	}
-	err = runNotifyRetry(ctx, be.pool, ids, stdout)
-	return errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout))
+	return cl.attach(ctx, backendOptions{}, func(be *backends) error { return runNotifyRetry(ctx, be.pool, ids, stdout) })
 }
 
 // runNotifyRetry puts failed notifications (ids nil: every one; else the

@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // networkMetricsPublisher sends one analysis; nil means a dry run.
@@ -116,7 +114,7 @@ func analyzeCapture(ctx context.Context, analyze pcapFileAnalyzer, path string, 
 	return msg, nil
 }
 
-func cmdPcap(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
+func cmdPcap(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var job pcapJob
 	var dryRun bool
 	cl, err := parseCommandLine("pcap", "pcap --app PACKAGE --scenario UPLOAD|DOWNLOAD [--dry-run] FILE...", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
@@ -141,22 +139,16 @@ func cmdPcap(ctx context.Context, args []string, getenv func(string) string, std
 	if dryRun {
 		return analyzeCaptures(ctx, cl.args, job, nil, stdout, stderr)
 	}
-	be, err := openBackends(ctx, cl.cfg, cl.logger, backendOptions{broker: true, attach: true})
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout)) }()
-	if _, err := newAppStore(be.pool).Get(ctx, job.Package); errors.Is(err, errAppNotFound) {
-		return fmt.Errorf("%s is not registered: register it first (POST /api/v1/apps) or use --dry-run", job.Package)
-	} else if err != nil {
-		return err
-	}
-	producer, err := newProducer(cl.cfg, be.brokers)
-	if err != nil {
-		return err
-	}
-	be.onClose(flushAndClose(producer))
-	pub := newPublisher(producer, cl.cfg.Producer, prometheus.NewRegistry(), cl.logger)
-	pub.gate = be.publishGate()
-	return analyzeCaptures(ctx, cl.args, job, pub, stdout, stderr)
+	return cl.attach(ctx, backendOptions{broker: true}, func(be *backends) error {
+		if _, err := newAppStore(be.pool).Get(ctx, job.Package); errors.Is(err, errAppNotFound) {
+			return fmt.Errorf("%s is not registered: register it first (POST /api/v1/apps) or use --dry-run", job.Package)
+		} else if err != nil {
+			return err
+		}
+		pub, err := cl.publisher(be)
+		if err != nil {
+			return err
+		}
+		return analyzeCaptures(ctx, cl.args, job, pub, stdout, stderr)
+	})
 }

@@ -37,14 +37,11 @@ func parseRoles(s string) ([]string, error) {
 
 func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var rolesFlag string
-	cl, err := parseCommandLine("run", "run [--roles LIST] [flags]", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
+	cl, err := parseNoArgs("run", "run [--roles LIST] [flags]", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&rolesFlag, "roles", strings.Join(allRoles, ","), "comma-separated roles to run: "+strings.Join(allRoles, ","))
 	})
 	if err != nil {
 		return err
-	}
-	if len(cl.args) > 0 {
-		return usageError{fmt.Sprintf("run takes no arguments, got %q", cl.args)}
 	}
 	roles, err := parseRoles(rolesFlag)
 	if err != nil {

@@ -28,25 +28,12 @@ Commands:
 
 // cmdSentiment dispatches `playwatch sentiment`.
 func cmdSentiment(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, sentimentUsage)
-		return usageError{"sentiment: no subcommand given"}
+	classify := func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+		return cmdSentimentClassify(ctx, args, getenv, stdin, stdout, stderr)
 	}
-	switch args[0] {
-	case "run":
-		return cmdSentimentRun(ctx, args[1:], getenv, stdout, stderr)
-	case "rescore":
-		return cmdSentimentRescore(ctx, args[1:], getenv, stdout, stderr)
-	case "classify":
-		return cmdSentimentClassify(ctx, args[1:], getenv, stdin, stdout, stderr)
-	case "adapt":
-		return cmdSentimentAdapt(ctx, args[1:], getenv, stdout, stderr)
-	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, sentimentUsage)
-		return nil
-	}
-	fmt.Fprint(stderr, sentimentUsage)
-	return usageError{fmt.Sprintf("sentiment: unknown subcommand %q", args[0])}
+	return commandGroup{usage: sentimentUsage,
+		subs:    map[string]commandFunc{"run": cmdSentimentRun, "rescore": cmdSentimentRescore, "classify": classify, "adapt": cmdSentimentAdapt},
+		missing: "sentiment: no subcommand given", unknown: "sentiment: unknown subcommand %q"}.run(ctx, args, getenv, stdout, stderr)
 }
 
 const sentimentClassifyUsage = `Usage: playwatch sentiment classify [--lang auto|fa|en] [--json] [--model embedded|db]

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,62 +17,52 @@ import (
 // cmdSentimentRun runs the sentiment role alone until a signal. Its
 // metrics are not served: `run --roles sentiment` serves them.
 func cmdSentimentRun(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cl, err := parseCommandLine("sentiment run", "sentiment run [flags]", args, getenv, stdout, stderr, nil)
+	cl, err := parseNoArgs("sentiment run", "sentiment run [flags]", args, getenv, stdout, stderr, nil)
 	if err != nil {
 		return err
-	}
-	if len(cl.args) > 0 {
-		return usageError{fmt.Sprintf("sentiment run takes no arguments, got %q", cl.args)}
 	}
 	model, err := loadSentimentModel()
 	if err != nil {
 		return fmt.Errorf("sentiment model: %w", err)
 	}
-	be, err := openBackends(ctx, cl.cfg, cl.logger, backendOptions{attach: true})
-	if err != nil {
-		return err
-	}
-	job := newSentimentJob(be.pool, model, sentimentJobConfigOf(cl.cfg), prometheus.NewRegistry(), cl.logger)
-	job.watchModels = true
-	err = job.Run(ctx)
-	return errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout))
+	return cl.attach(ctx, backendOptions{}, func(be *backends) error {
+		job := newSentimentJob(be.pool, model, sentimentJobConfigOf(cl.cfg), prometheus.NewRegistry(), cl.logger)
+		job.watchModels = true
+		return job.Run(ctx)
+	})
 }
 
 // cmdSentimentRescore marks reviews for re-scoring, a batch per
 // transaction with its progress on stderr, and prints how many.
 func cmdSentimentRescore(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var all, older bool
-	cl, err := parseCommandLine("sentiment rescore", "sentiment rescore --all|--model-older [flags]", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
+	cl, err := parseNoArgs("sentiment rescore", "sentiment rescore --all|--model-older [flags]", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
 		fs.BoolVar(&all, "all", false, "mark every scored review")
 		fs.BoolVar(&older, "model-older", false, "mark the reviews another model version scored")
 	})
 	if err != nil {
 		return err
 	}
-	if len(cl.args) > 0 {
-		return usageError{fmt.Sprintf("sentiment rescore takes no arguments, got %q", cl.args)}
-	}
 	if all == older {
 		return usageError{"sentiment rescore needs exactly one of --all and --model-older"}
 	}
-	be, err := openBackends(ctx, cl.cfg, cl.logger, backendOptions{attach: true})
-	if err != nil {
-		return err
-	}
-	// The model the jobs use: the newest sentiment adapt kept, else the embedded one.
-	model, err := currentSentimentModel(ctx, be.pool)
-	if err != nil {
-		return errors.Join(fmt.Errorf("sentiment model: %w", err), be.shutdown(ctx, cl.cfg.ShutdownTimeout))
-	}
-	n, err := rescoreSentiment(ctx, be.pool, all, model.Version(), sentimentRescoreBatch, func(marked, total int64) {
-		fmt.Fprintf(stderr, "marked %d of %d reviews\n", marked, total)
-	})
-	var backlog int64
-	if err == nil {
-		backlog, err = sentimentBacklog(ctx, be.pool)
-	}
-	if err == nil {
+	return cl.attach(ctx, backendOptions{}, func(be *backends) error {
+		// The model the jobs use: the newest sentiment adapt kept, else the embedded one.
+		model, err := currentSentimentModel(ctx, be.pool)
+		if err != nil {
+			return fmt.Errorf("sentiment model: %w", err)
+		}
+		n, err := rescoreSentiment(ctx, be.pool, all, model.Version(), sentimentRescoreBatch, func(marked, total int64) {
+			fmt.Fprintf(stderr, "marked %d of %d reviews\n", marked, total)
+		})
+		if err != nil {
+			return err
+		}
+		backlog, err := sentimentBacklog(ctx, be.pool)
+		if err != nil {
+			return err
+		}
 		fmt.Fprintf(stdout, "%d reviews marked for re-scoring (model %s); backlog now %d: the sentiment role scores them\n", n, model.Version(), backlog)
-	}
-	return errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout))
+		return nil
+	})
 }

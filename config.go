@@ -128,18 +128,12 @@ var settings = []setting{
 		func(c *Config, v string) error { c.StatusPageToken = v; return nil }},
 	{"APP_GAUGES_INTERVAL", "30s", "how often the per-app gauges of /metrics are read from PostgreSQL (1s to 1h); a scrape serves the last read",
 		func(c *Config, v string) (err error) {
-			c.AppGaugesInterval, err = parsePositiveDuration(v)
-			if err == nil && (c.AppGaugesInterval < time.Second || c.AppGaugesInterval > time.Hour) {
-				err = errors.New("must be between 1s and 1h")
-			}
+			c.AppGaugesInterval, err = parseDurationBetween(v, time.Second, time.Hour)
 			return
 		}},
 	{"READ_STATEMENT_TIMEOUT", "5s", "longest a statement of the status page's and the registry API's reads may run (on their own PostgreSQL connections, apart from the lease, consumer and crawler); 100ms to 10m",
 		func(c *Config, v string) (err error) {
-			c.ReadStatementTimeout, err = parsePositiveDuration(v)
-			if err == nil && (c.ReadStatementTimeout < 100*time.Millisecond || c.ReadStatementTimeout > 10*time.Minute) {
-				err = errors.New("must be between 100ms and 10m")
-			}
+			c.ReadStatementTimeout, err = parseDurationBetween(v, 100*time.Millisecond, 10*time.Minute)
 			return
 		}},
 	{"STATUS_PAGE_MAX_RENDERS", "4", "status pages drawn at once (1 to 64); past it a page request answers 503 with Retry-After. The reads have this + 1 connections, at most 16",
@@ -264,21 +258,13 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.CrawlNewAppCheck, err = parsePositiveDuration(v); return }},
 	{"SCHEDULER_LEASE", "30s", "how soon another instance takes over planning the crawl cycles when the leader dies or loses the database (6s to 10m)",
 		func(c *Config, v string) (err error) {
-			if c.SchedulerLease, err = parsePositiveDuration(v); err == nil && (c.SchedulerLease < 6*time.Second || c.SchedulerLease > 10*time.Minute) {
-				// It is also the crawl-jobs group's session timeout, which
-				// Kafka and Redpanda refuse below 6s by default.
-				err = errors.New("must be between 6s and 10m")
-			}
+			// It is also the crawl-jobs group's session timeout, which
+			// Kafka and Redpanda refuse below 6s by default.
+			c.SchedulerLease, err = parseDurationBetween(v, 6*time.Second, 10*time.Minute)
 			return
 		}},
 	{"CRAWL_JOBS_GROUP", "playwatch-crawl", "Kafka consumer group in which the crawlers of every instance share the crawl-jobs topic",
-		func(c *Config, v string) error {
-			c.CrawlJobsGroup = v
-			if len(v) > 255 {
-				return errors.New("must be at most 255 characters")
-			}
-			return nonEmpty(v)
-		}},
+		func(c *Config, v string) (err error) { c.CrawlJobsGroup, err = parseGroupName(v); return }},
 	{"LOG_LEVEL", "info", "debug, info, warn or error",
 		func(c *Config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
 	{"LOG_FORMAT", "text", "text or json",
@@ -289,13 +275,7 @@ var settings = []setting{
 
 	// Storage consumer (consumer.go).
 	{"CONSUMER_GROUP", "playwatch-storage", "Kafka consumer group of the storage consumer; its offsets are kept in the database under this name",
-		func(c *Config, v string) error {
-			c.ConsumerGroup = v
-			if len(v) > 255 {
-				return errors.New("must be at most 255 characters")
-			}
-			return nonEmpty(v)
-		}},
+		func(c *Config, v string) (err error) { c.ConsumerGroup, err = parseGroupName(v); return }},
 	{"CONSUMER_MAX_POLL_RECORDS", "5000", "records per storage batch (one database transaction), at most",
 		func(c *Config, v string) (err error) { c.ConsumerMaxPollRecords, err = parseInt(v, 1, 100000); return }},
 	{"CONSUMER_LINGER", "50ms", "how long a storage batch waits to fill up once it has records (0s: not at all)",
@@ -319,10 +299,7 @@ var settings = []setting{
 	// Sentiment job (sentiment_job.go).
 	{"SENTIMENT_INTERVAL", "2s", "how long the sentiment job waits before looking for new work after a batch that was not full (10ms to 1h)",
 		func(c *Config, v string) (err error) {
-			c.SentimentInterval, err = parsePositiveDuration(v)
-			if err == nil && (c.SentimentInterval < 10*time.Millisecond || c.SentimentInterval > time.Hour) {
-				err = errors.New("must be between 10ms and 1h")
-			}
+			c.SentimentInterval, err = parseDurationBetween(v, 10*time.Millisecond, time.Hour)
 			return
 		}},
 	{"SENTIMENT_BATCH", "2000", "reviews the sentiment job scores per transaction (one UPDATE), at most",
@@ -783,6 +760,14 @@ func parseOnOff(v string) (bool, error) {
 	return false, errors.New("must be on or off")
 }
 
+// parseGroupName reads the name of a Kafka consumer group.
+func parseGroupName(v string) (string, error) {
+	if len(v) > 255 {
+		return "", errors.New("must be at most 255 characters")
+	}
+	return v, nonEmpty(v)
+}
+
 func nonEmpty(v string) error {
 	if v == "" {
 		return errors.New("must not be empty")
@@ -878,6 +863,15 @@ func parseDurations(v string) ([]time.Duration, error) {
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// parseDurationBetween reads a positive duration from lo to hi.
+func parseDurationBetween(v string, lo, hi time.Duration) (time.Duration, error) {
+	d, err := parsePositiveDuration(v)
+	if err == nil && (d < lo || d > hi) {
+		return 0, fmt.Errorf("must be between %s and %s", formatDuration(lo), formatDuration(hi))
+	}
+	return d, err
 }
 
 func parseDurationUpTo(v string, limit time.Duration) (time.Duration, error) {

@@ -40,8 +40,9 @@ const (
 	dlqListSynopsis    = "dlq list [--topic T] [--reason CODE] [--since 24h|RFC3339] [--limit N] [--json] [flags]"
 	dlqReplaySynopsis  = "dlq replay [--topic T] [--reason CODE] [--discarded] [flags] (--all | ID...)"
 	dlqDiscardSynopsis = "dlq discard [--topic T] [--before 24h|RFC3339] [--by NAME] [flags] (--reason CODE | ID...)"
-	dlqUsage           = "Usage:\n  playwatch " + dlqListSynopsis + "\n  playwatch " + dlqReplaySynopsis + "\n  playwatch " + dlqDiscardSynopsis + "\n"
 )
+
+var dlqUsage = usageOf(dlqListSynopsis, dlqReplaySynopsis, dlqDiscardSynopsis)
 
 // dlqSubcommands are the subcommands of `playwatch dlq`.
 var dlqSubcommands = []string{"list", "replay", "discard"}
@@ -189,13 +190,19 @@ func listDeadLetters(ctx context.Context, q querier, f deadLetterFilter) ([]dead
 		args = append(args, f.Limit)
 		sql += fmt.Sprintf(" LIMIT $%d", len(args))
 	}
+	return collectQuery(ctx, q, "list dead letters", scanDeadLetter, sql, args...)
+}
+
+// collectQuery runs sql on q and collects its rows with rowTo; what names
+// the query in its error.
+func collectQuery[T any](ctx context.Context, q querier, what string, rowTo pgx.RowToFunc[T], sql string, args ...any) ([]T, error) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, fmt.Errorf("list dead letters: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	out, err := pgx.CollectRows(rows, scanDeadLetter)
+	out, err := pgx.CollectRows(rows, rowTo)
 	if err != nil {
-		return nil, fmt.Errorf("list dead letters: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return out, nil
 }
@@ -445,13 +452,9 @@ func lockDLQReplay(ctx context.Context, pool *pgxpool.Pool) (func(), error) {
 
 // runDLQReplay is `playwatch dlq replay`.
 func runDLQReplay(ctx context.Context, s *consumerStore, f *dlqFlags, args []string, maxRecordBytes int, stdout io.Writer) error {
-	var ids []int64
-	for _, a := range args {
-		id, err := strconv.ParseInt(a, 10, 64)
-		if err != nil || id <= 0 {
-			return usageError{fmt.Sprintf("dlq replay: %q is not a dead letter id", a)}
-		}
-		ids = append(ids, id)
+	ids, err := parseIDs("dlq replay", "dead letter", args)
+	if err != nil {
+		return err
 	}
 	if f.all == (len(ids) > 0) {
 		return usageError{"dlq replay needs either --all or dead letter ids"}
@@ -496,15 +499,7 @@ func discardDeadLetters(ctx context.Context, q querier, ids []int64, f deadLette
 		args = append(args, ids)
 		sql += fmt.Sprintf(" AND id = ANY($%d)", len(args))
 	}
-	rows, err := q.Query(ctx, sql+" RETURNING id", args...)
-	if err != nil {
-		return nil, fmt.Errorf("discard dead letters: %w", err)
-	}
-	marked, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("discard dead letters: %w", err)
-	}
-	return marked, nil
+	return collectQuery(ctx, q, "discard dead letters", pgx.RowTo[int64], sql+" RETURNING id", args...)
 }
 
 // discardedBy is who discards: --by, else the OS user.
@@ -524,13 +519,9 @@ func discardedBy(by string) (string, error) {
 
 // runDLQDiscard is `playwatch dlq discard`.
 func runDLQDiscard(ctx context.Context, q querier, f *dlqFlags, args []string, stdout io.Writer) error {
-	var ids []int64
-	for _, a := range args {
-		id, err := strconv.ParseInt(a, 10, 64)
-		if err != nil || id <= 0 {
-			return usageError{fmt.Sprintf("dlq discard: %q is not a dead letter id", a)}
-		}
-		ids = append(ids, id)
+	ids, err := parseIDs("dlq discard", "dead letter", args)
+	if err != nil {
+		return err
 	}
 	if len(ids) == 0 && f.reason == "" {
 		return usageError{"dlq discard needs dead letter ids or --reason (with --topic and --before to narrow it)"}

@@ -17,8 +17,12 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -131,47 +135,106 @@ type redactedError struct {
 func (e redactedError) Error() string { return e.text }
 func (e redactedError) Unwrap() error { return e.err }
 
+// commandFunc is the body of a command (or of a subcommand): it gets the
+// arguments after its name.
+type commandFunc func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error
+
+// commands are playwatch's commands by name; version and help are
+// runCommand's own.
+var commands = map[string]commandFunc{
+	"run":     cmdRun,
+	"migrate": cmdMigrate,
+	"pcap":    cmdPcap,
+	"crawl":   cmdCrawl,
+	"fetch":   cmdFetch,
+	"dlq":     cmdDLQ,
+	"reparse": cmdReparse,
+	"export":  cmdExport,
+	"db-url":  cmdDBURL,
+	"sentiment": func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+		return cmdSentiment(ctx, args, getenv, os.Stdin, stdout, stderr)
+	},
+	"notify": cmdNotify,
+	"rollup": cmdRollup,
+}
+
 func runCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return helpError{usageError{"no command given"}, usageText}
 	}
-	switch cmd, rest := args[0], args[1:]; cmd {
-	case "run":
-		return cmdRun(ctx, rest, getenv, stdout, stderr)
-	case "migrate":
-		return cmdMigrate(ctx, rest, getenv, stdout, stderr)
-	case "pcap":
-		return cmdPcap(ctx, rest, getenv, stdout, stderr)
-	case "crawl":
-		return cmdCrawl(ctx, rest, getenv, stdout, stderr)
-	case "fetch":
-		return cmdFetch(ctx, rest, getenv, stdout, stderr)
-	case "dlq":
-		return cmdDLQ(ctx, rest, getenv, stdout, stderr)
-	case "reparse":
-		return cmdReparse(ctx, rest, getenv, stdout, stderr)
-	case "export":
-		return cmdExport(ctx, rest, getenv, stdout, stderr)
-	case "db-url":
-		return cmdDBURL(rest, getenv, stdout, stderr)
-	case "sentiment":
-		return cmdSentiment(ctx, rest, getenv, os.Stdin, stdout, stderr)
-	case "notify":
-		return cmdNotify(ctx, rest, getenv, stdout, stderr)
-	case "rollup":
-		return cmdRollup(ctx, rest, getenv, stdout, stderr)
-	case "version":
+	cmd := args[0]
+	if run, ok := commands[cmd]; ok {
+		return run(ctx, args[1:], getenv, stdout, stderr)
+	}
+	switch {
+	case cmd == "version":
 		fmt.Fprintln(stdout, "playwatch", version)
 		return nil
-	case "help", "-h", "-help", "--help":
+	case isHelpArg(cmd):
 		fmt.Fprint(stdout, usageText)
 		fmt.Fprintln(stdout)
 		fmt.Fprintln(stdout, "Environment variables (a flag of the same name overrides each, e.g. --http-addr):")
 		printSettings(stdout, settings)
 		return nil
-	default:
-		return helpError{usageError{fmt.Sprintf("unknown command %q", cmd)}, usageText}
 	}
+	return helpError{usageError{fmt.Sprintf("unknown command %q", cmd)}, usageText}
+}
+
+// commandGroup is a command whose first argument names a subcommand, as
+// in `playwatch notify list`.
+type commandGroup struct {
+	usage string // on stdout for help, on stderr before a usage error
+	subs  map[string]commandFunc
+	// missing is the usage error when no subcommand is given; unknown
+	// formats (%q) the name of one it does not know ("": missing).
+	missing, unknown string
+}
+
+func (g commandGroup) run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && isHelpArg(args[0]) {
+		fmt.Fprint(stdout, g.usage)
+		return errHelp
+	}
+	if len(args) == 0 {
+		fmt.Fprint(stderr, g.usage)
+		return usageError{g.missing}
+	}
+	sub, ok := g.subs[args[0]]
+	if !ok {
+		fmt.Fprint(stderr, g.usage)
+		if g.unknown == "" {
+			return usageError{g.missing}
+		}
+		return usageError{fmt.Sprintf(g.unknown, args[0])}
+	}
+	return sub(ctx, args[1:], getenv, stdout, stderr)
+}
+
+// usageOf is the usage text of a command with these synopses.
+func usageOf(synopses ...string) string {
+	var b strings.Builder
+	b.WriteString("Usage:\n")
+	for _, s := range synopses {
+		b.WriteString("  playwatch " + s + "\n")
+	}
+	return b.String()
+}
+
+// subcommandsOf are the subs of a commandGroup whose subcommands one
+// function serves, told which one runs.
+func subcommandsOf(names []string, run func(ctx context.Context, sub string, args []string, getenv func(string) string, stdout, stderr io.Writer) error) map[string]commandFunc {
+	subs := map[string]commandFunc{}
+	for _, sub := range names {
+		subs[sub] = func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+			return run(ctx, sub, args, getenv, stdout, stderr)
+		}
+	}
+	return subs
+}
+
+// isHelpArg: the argument asks for help.
+func isHelpArg(a string) bool {
+	return slices.Contains([]string{"help", "-h", "-help", "--help"}, a)
 }
 
 // commandLine is a parsed command line: its config, its logger and the
@@ -223,6 +286,56 @@ func parseCommandLine(name, synopsis string, args []string, getenv func(string) 
 }
 
 var errHelp = errors.New("help shown")
+
+// parseNoArgs is parseCommandLine for a command that takes no arguments.
+func parseNoArgs(name, synopsis string, args []string, getenv func(string) string, stdout, stderr io.Writer, addFlags func(*flag.FlagSet)) (commandLine, error) {
+	cl, err := parseCommandLine(name, synopsis, args, getenv, stdout, stderr, addFlags)
+	if err == nil && len(cl.args) > 0 {
+		err = usageError{fmt.Sprintf("%s takes no arguments, got %q", name, cl.args)}
+	}
+	return cl, err
+}
+
+// attach runs fn on the backends of the playwatch that runs on the data
+// directory (or of DATABASE_URL and KAFKA_BROKERS), as one-off commands
+// do, and shuts them down after it, whatever it returned.
+func (cl commandLine) attach(ctx context.Context, opts backendOptions, fn func(*backends) error) (err error) {
+	opts.attach = true
+	be, err := openBackends(ctx, cl.cfg, cl.logger, opts)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, be.shutdown(ctx, cl.cfg.ShutdownTimeout)) }()
+	return fn(be)
+}
+
+// publisher is a one-off command's publisher to the broker of be: its
+// producer is flushed at shutdown, and it waits while the embedded
+// broker's budget is full, as the crawler's does.
+func (cl commandLine) publisher(be *backends) (*publisher, error) {
+	producer, err := newProducer(cl.cfg, be.brokers)
+	if err != nil {
+		return nil, err
+	}
+	be.onClose(flushAndClose(producer))
+	pub := newPublisher(producer, cl.cfg.Producer, prometheus.NewRegistry(), cl.logger)
+	pub.gate = be.publishGate()
+	return pub, nil
+}
+
+// parseIDs reads a command's arguments as the ids of what it acts on
+// (noun, e.g. "dead letter"): positive integers.
+func parseIDs(command, noun string, args []string) ([]int64, error) {
+	var ids []int64
+	for _, a := range args {
+		id, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || id < 1 {
+			return nil, usageError{fmt.Sprintf("%s: %q is not a %s id", command, a, noun)}
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
 
 // flagDefault is the " (default …)" of a flag's usage line: nothing for a
 // zero default, a string quoted, a boolean or a number as it is.
