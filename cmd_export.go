@@ -109,10 +109,11 @@ func cmdExportSubcommand(ctx context.Context, sub string, args []string, getenv 
 	return cl.attach(ctx, backendOptions{}, func(be *backends) (err error) {
 		out := stdout
 		if f.output != "" {
-			file, err := os.Create(f.output)
-			if err != nil {
-				return fmt.Errorf("--output: %w", err)
+			file, cerr := os.Create(f.output)
+			if cerr != nil {
+				return fmt.Errorf("--output: %w", cerr)
 			}
+			// The named err: a failed close (a full disk) fails the export.
 			defer func() { err = errors.Join(err, file.Close()) }()
 			out = file
 		}

@@ -190,21 +190,7 @@ func listDeadLetters(ctx context.Context, q querier, f deadLetterFilter) ([]dead
 		args = append(args, f.Limit)
 		sql += fmt.Sprintf(" LIMIT $%d", len(args))
 	}
-	return collectQuery(ctx, q, "list dead letters", scanDeadLetter, sql, args...)
-}
-
-// collectQuery runs sql on q and collects its rows with rowTo; what names
-// the query in its error.
-func collectQuery[T any](ctx context.Context, q querier, what string, rowTo pgx.RowToFunc[T], sql string, args ...any) ([]T, error) {
-	rows, err := q.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	out, err := pgx.CollectRows(rows, rowTo)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	return out, nil
+	return queryAll(ctx, q, "list dead letters", scanDeadLetter, sql, args...)
 }
 
 // printDeadLetterTable writes one line per dead letter for people.
@@ -499,7 +485,7 @@ func discardDeadLetters(ctx context.Context, q querier, ids []int64, f deadLette
 		args = append(args, ids)
 		sql += fmt.Sprintf(" AND id = ANY($%d)", len(args))
 	}
-	return collectQuery(ctx, q, "discard dead letters", pgx.RowTo[int64], sql+" RETURNING id", args...)
+	return queryAll(ctx, q, "discard dead letters", pgx.RowTo[int64], sql+" RETURNING id", args...)
 }
 
 // discardedBy is who discards: --by, else the OS user.
