@@ -68,16 +68,9 @@ func newAppGaugeCollector(db statusDB, now func() time.Time, locales func() loca
 
 // run refreshes the gauges at once and then every refreshEvery until ctx ends.
 func (c *appGaugeCollector) run(ctx context.Context) error {
-	t := time.NewTicker(c.refreshEvery)
-	defer t.Stop()
-	for {
-		c.refresh(ctx)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	c.refresh(ctx)
+	everyTick(ctx, c.refreshEvery, func() { c.refresh(ctx) })
+	return nil
 }
 
 // refresh reads the gauges once. A failed read keeps the last values while

@@ -259,14 +259,7 @@ func (k *brokerBudgetKeeper) trim(ctx context.Context) error {
 
 // keepTrimmed trims every interval until ctx ends.
 func (k *brokerBudgetKeeper) keepTrimmed(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	everyTick(ctx, interval, func() {
 		err := k.trim(ctx)
 		if err == nil {
 			k.metrics.passes.Inc()
@@ -274,7 +267,7 @@ func (k *brokerBudgetKeeper) keepTrimmed(ctx context.Context, interval time.Dura
 		if err != nil && ctx.Err() == nil {
 			k.logger.Warn("embedded broker: trimming its topics to PLAYWATCH_BROKER_MAX_BYTES failed; next try in "+interval.String(), "err", err)
 		}
-	}
+	})
 }
 
 // full says why topic has no room now, or "" when it has: records the

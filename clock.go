@@ -40,3 +40,17 @@ func sleepOn(ctx context.Context, clk clock, d time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+// everyTick calls fn every d until ctx ends, the first time d from now.
+func everyTick(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn()
+		}
+	}
+}
