@@ -146,21 +146,6 @@ func getPage(t *testing.T, url string) (int, string, http.Header) {
 	return readAnswer(t, resp, err)
 }
 
-// readAnswer is the status, whole body and header of the answer to a
-// request that had to be sent (err is the client's).
-func readAnswer(t *testing.T, resp *http.Response, err error) (int, string, http.Header) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b), resp.Header
-}
-
 // chartPoints is the data-points of the chart data-chart=id, -1 without one.
 func chartPoints(body, id string) int {
 	m := regexp.MustCompile(`data-chart="` + regexp.QuoteMeta(id) + `" data-points="(\d+)"`).FindStringSubmatch(body)
