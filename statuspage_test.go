@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -637,12 +636,7 @@ func getPageWithin(t *testing.T, url string, timeout time.Duration) (int, string
 		t.Logf("GET %s: %v", url, err)
 		return 0, "", nil
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b), resp.Header
+	return readAnswer(t, resp, nil)
 }
 
 // Past STATUS_PAGE_MAX_RENDERS pages being drawn, a request is answered at
