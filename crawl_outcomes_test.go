@@ -134,7 +134,7 @@ WHERE o.at >= $1 ORDER BY 1, 4`, before)
 		}
 	}
 	// The check itself refuses what the document does not allow.
-	schemas := openAPISchemas(t)
+	schemas := openAPISchemas[map[string]any](t)
 	for _, bad := range []string{
 		`{"at":"2026-12-01T00:00:00Z","outcome":"fine","http_status":null,"error":""}`,
 		`{"at":"2026-12-01T00:00:00Z","outcome":"ok","http_status":"404","error":""}`,
@@ -256,7 +256,7 @@ func TestCrawlStateWriteFailuresCounted(t *testing.T) {
 // minimum, maximum, minLength, maxLength, pattern, format date-time.
 func checkOpenAPISchema(t *testing.T, name, body string) {
 	t.Helper()
-	schemas := openAPISchemas(t)
+	schemas := openAPISchemas[map[string]any](t)
 	var v any
 	if err := json.Unmarshal([]byte(body), &v); err != nil {
 		t.Fatalf("%s: %v", body, err)
@@ -268,20 +268,6 @@ func checkOpenAPISchema(t *testing.T, name, body string) {
 	if err := matchSchema(schemas, schema, v, "$"); err != nil {
 		t.Errorf("the body does not match %s: %v\n%s", name, err, body)
 	}
-}
-
-// openAPISchemas is the component schemas of api/openapi.json, by name.
-func openAPISchemas(t *testing.T) map[string]map[string]any {
-	t.Helper()
-	var doc struct {
-		Components struct {
-			Schemas map[string]map[string]any `json:"schemas"`
-		} `json:"components"`
-	}
-	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
-		t.Fatal(err)
-	}
-	return doc.Components.Schemas
 }
 
 // jsonUnicodeEscape is a \uXXXX of an ECMA-262 pattern, which Go's regexp

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"iter"
 	"net"
@@ -24,7 +25,8 @@ import (
 )
 
 // Helpers shared by the tests of several files: waiting, counting rows,
-// producing and reading records, metrics, messages, free ports.
+// producing and reading records, metrics, messages, free ports, HTTP
+// answers, JSON.
 
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
@@ -204,15 +206,11 @@ func metricHasLabels(m *dto.Metric, want map[string]string) bool {
 func metricsText(t testing.TB, base string) string {
 	t.Helper()
 	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	code, body, _ := readAnswer(t, resp, err)
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d", code)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("/metrics: %d %v", resp.StatusCode, err)
-	}
-	return string(body)
+	return body
 }
 
 // scrapeMetrics reads /metrics into sample → value, the sample written as
@@ -320,6 +318,8 @@ func envFunc(env map[string]string) func(string) string {
 	return func(k string) string { return env[k] }
 }
 
+// httpDo sends body to url with method and is the status and whole body of
+// the answer.
 func httpDo(t *testing.T, method, url, body string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
@@ -327,12 +327,23 @@ func httpDo(t *testing.T, method, url, body string) (int, string) {
 		t.Fatal(err)
 	}
 	resp, err := http.DefaultClient.Do(req)
+	code, b, _ := readAnswer(t, resp, err)
+	return code, b
+}
+
+// readAnswer is the status, whole body and header of the answer to a
+// request that had to be sent (err is the client's).
+func readAnswer(t testing.TB, resp *http.Response, err error) (int, string, http.Header) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b), resp.Header
 }
 
 // tempDataDir is a temp dir the postgres OS user can enter when tests run
@@ -354,6 +365,45 @@ func jsonUnmarshalStrict(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	return dec.Decode(v)
+}
+
+// jsonRoundTrip is v marshalled to JSON and read back as a T.
+func jsonRoundTrip[T any](t testing.TB, v any) T {
+	t.Helper()
+	b, err := json.Marshal(v)
+	return decodedJSON[T](t, fmt.Sprintf("%T as JSON", v), b, err)
+}
+
+// readJSONFile is the JSON file at path read as a T.
+func readJSONFile[T any](t testing.TB, path string) T {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	return decodedJSON[T](t, path, b, err)
+}
+
+// decodedJSON is b, the JSON named name, decoded as a T; err, the error of
+// producing b, fails the test first.
+func decodedJSON[T any](t testing.TB, name string, b []byte, err error) T {
+	t.Helper()
+	var v T
+	if err == nil {
+		err = json.Unmarshal(b, &v)
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return v
+}
+
+// checkStringFunc checks that f, called name in the errors, maps each
+// key of cases to its value.
+func checkStringFunc(t *testing.T, name string, f func(string) string, cases map[string]string) {
+	t.Helper()
+	for in, want := range cases {
+		if got := f(in); got != want {
+			t.Errorf("%s(%q) = %q, want %q", name, in, got, want)
+		}
+	}
 }
 
 // fixedRandom is a "random" source that always answers v.

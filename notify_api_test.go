@@ -56,15 +56,6 @@ func (f *notifyFixture) call(t *testing.T, method, path, body string) testRespon
 	return f.do(t, method, path, body, "Authorization", "Bearer "+notifyTestToken)
 }
 
-func decodeJSON[T any](t *testing.T, r testResponse) T {
-	t.Helper()
-	var v T
-	if err := json.Unmarshal([]byte(r.body), &v); err != nil {
-		t.Fatalf("decode %q: %v", r.body, err)
-	}
-	return v
-}
-
 // createDestination posts body and returns the new destination's id.
 func (f *notifyFixture) createDestination(t *testing.T, body string) int64 {
 	t.Helper()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -12,25 +11,13 @@ import (
 // enum, a notification's event (digest too), and the webhook body's digest
 // and test events.
 func TestOpenAPINotifyEvents(t *testing.T) {
-	b, err := os.ReadFile("api/openapi.json")
-	if err != nil {
-		t.Fatal(err)
-	}
 	type schema struct {
 		Description string            `json:"description"`
 		Type        json.RawMessage   `json:"type"`
 		Enum        []string          `json:"enum"`
 		Properties  map[string]schema `json:"properties"`
 	}
-	var doc struct {
-		Components struct {
-			Schemas map[string]schema `json:"schemas"`
-		} `json:"components"`
-	}
-	if err := json.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
-	s := doc.Components.Schemas
+	s := openAPISchemas[schema](t)
 	if e := s["NotifyEvent"]; string(e.Type) != `"string"` || !slices.Equal(e.Enum, notifyEvents) {
 		t.Errorf("NotifyEvent %+v, want a string enum of %v", e, notifyEvents)
 	}

@@ -121,3 +121,18 @@ func TestOpenAPIServed(t *testing.T) {
 		t.Fatalf("served %d bytes that are not api/openapi.json", len(body))
 	}
 }
+
+// openAPISchemas is the component schemas of api/openapi.json, by name, each
+// decoded as an S (a map for any schema, a struct for the fields a test reads).
+func openAPISchemas[S any](t *testing.T) map[string]S {
+	t.Helper()
+	var doc struct {
+		Components struct {
+			Schemas map[string]S `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc.Components.Schemas
+}

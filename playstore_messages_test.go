@@ -9,17 +9,6 @@ import (
 	"time"
 )
 
-// checkStringFunc checks that f, called name in the errors, maps each
-// key of cases to its value.
-func checkStringFunc(t *testing.T, name string, f func(string) string, cases map[string]string) {
-	t.Helper()
-	for in, want := range cases {
-		if got := f(in); got != want {
-			t.Errorf("%s(%q) = %q, want %q", name, in, got, want)
-		}
-	}
-}
-
 func TestPlayCleanText(t *testing.T) {
 	checkStringFunc(t, "cleanText", cleanText, map[string]string{
 		"plain":                        "plain",

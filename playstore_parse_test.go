@@ -3,9 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -30,34 +28,6 @@ func readPlaystoreFixture(t testing.TB, name string) []byte {
 func expectedValues(t testing.TB) map[string]map[string]any {
 	t.Helper()
 	return readJSONFile[map[string]map[string]any](t, filepath.Join(playstoreTestdata, "expected_values.json"))
-}
-
-// jsonRoundTrip is v marshalled to JSON and read back as a T.
-func jsonRoundTrip[T any](t testing.TB, v any) T {
-	t.Helper()
-	b, err := json.Marshal(v)
-	return decodedJSON[T](t, fmt.Sprintf("%T as JSON", v), b, err)
-}
-
-// readJSONFile is the JSON file at path read as a T.
-func readJSONFile[T any](t testing.TB, path string) T {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	return decodedJSON[T](t, path, b, err)
-}
-
-// decodedJSON is b, the JSON named name, decoded as a T; err, the error of
-// producing b, fails the test first.
-func decodedJSON[T any](t testing.TB, name string, b []byte, err error) T {
-	t.Helper()
-	var v T
-	if err == nil {
-		err = json.Unmarshal(b, &v)
-	}
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return v
 }
 
 // detailsView names the parsed fields as expected_values.json does.

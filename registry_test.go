@@ -60,21 +60,14 @@ func (f *registryFixture) do(t *testing.T, method, path, body string, header ...
 		}
 	}
 	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return testResponse{resp.StatusCode, resp.Header, string(b)}
+	code, b, h := readAnswer(t, resp, err)
+	return testResponse{code, h, b}
 }
 
-func decodeApp(t *testing.T, body string) app {
+// decodeJSON is r's body decoded as a T.
+func decodeJSON[T any](t *testing.T, r testResponse) T {
 	t.Helper()
-	var a app
-	if err := json.Unmarshal([]byte(body), &a); err != nil {
-		t.Fatalf("decode %q: %v", body, err)
-	}
-	return a
+	return decodedJSON[T](t, fmt.Sprintf("decode %q", r.body), []byte(r.body), nil)
 }
 
 func TestRegistryLifecycle(t *testing.T) {
@@ -87,7 +80,7 @@ func TestRegistryLifecycle(t *testing.T) {
 	if r.code != 201 {
 		t.Fatalf("create: %d %s", r.code, r.body)
 	}
-	created := decodeApp(t, r.body)
+	created := decodeJSON[app](t, r)
 	if created.PackageName != "org.telegram.messenger" || !created.IsMessagingApp || created.IsIranianApp ||
 		!created.IsActive || created.DisplayName != nil || created.ID == 0 || r.header.Get("Location") != "/api/v1/apps/org.telegram.messenger" {
 		t.Fatalf("created %+v, location %q", created, r.header.Get("Location"))
@@ -96,7 +89,7 @@ func TestRegistryLifecycle(t *testing.T) {
 	if r.code != 201 {
 		t.Fatalf("create ir.divar: %d %s", r.code, r.body)
 	}
-	if a := decodeApp(t, r.body); a.DisplayName == nil || *a.DisplayName != "دیوار" || !a.IsIranianApp {
+	if a := decodeJSON[app](t, r); a.DisplayName == nil || *a.DisplayName != "دیوار" || !a.IsIranianApp {
 		t.Fatalf("created %+v", a)
 	}
 	var rows int
@@ -107,7 +100,7 @@ func TestRegistryLifecycle(t *testing.T) {
 	if r = f.do(t, "POST", "/api/v1/apps", `{"package_name":"ir.divar"}`); r.code != 409 {
 		t.Fatalf("duplicate: %d %s", r.code, r.body)
 	}
-	if r = f.do(t, "GET", "/api/v1/apps/ir.divar", ""); r.code != 200 || decodeApp(t, r.body).Category == nil {
+	if r = f.do(t, "GET", "/api/v1/apps/ir.divar", ""); r.code != 200 || decodeJSON[app](t, r).Category == nil {
 		t.Fatalf("get: %d %s", r.code, r.body)
 	}
 	if r = f.do(t, "GET", "/api/v1/apps/com.unknown.app", ""); r.code != 404 || !strings.Contains(r.body, `"error"`) {
@@ -118,7 +111,7 @@ func TestRegistryLifecycle(t *testing.T) {
 	if r.code != 200 {
 		t.Fatalf("patch: %d %s", r.code, r.body)
 	}
-	patched := decodeApp(t, r.body)
+	patched := decodeJSON[app](t, r)
 	if patched.DisplayName != nil || *patched.Category != "Lifestyle" || !patched.IsMessagingApp || !patched.IsIranianApp ||
 		!patched.UpdatedAt.After(patched.CreatedAt) {
 		t.Fatalf("patched %+v", patched)
@@ -139,7 +132,7 @@ func TestRegistryLifecycle(t *testing.T) {
 	if r.code != 409 || !strings.Contains(r.body, "is_active") {
 		t.Fatalf("re-create inactive: %d %s, want 409 with a PATCH hint", r.code, r.body)
 	}
-	if r = f.do(t, "PATCH", "/api/v1/apps/ir.divar", `{"is_active":true}`); r.code != 200 || !decodeApp(t, r.body).IsActive {
+	if r = f.do(t, "PATCH", "/api/v1/apps/ir.divar", `{"is_active":true}`); r.code != 200 || !decodeJSON[app](t, r).IsActive {
 		t.Fatalf("reactivate: %d %s", r.code, r.body)
 	}
 	if r = f.do(t, "PATCH", "/api/v1/apps/com.unknown.app", `{"is_active":true}`); r.code != 404 {

@@ -282,17 +282,10 @@ func TestSentimentDevDisjoint(t *testing.T) {
 func (e *sentEval) classF1s() string {
 	var parts []string
 	for c := range sentClasses {
-		tp, fp, fn := e.confusion[c][c], 0, 0
-		for o := range sentClasses {
-			if o != c {
-				fp += e.confusion[o][c]
-				fn += e.confusion[c][o]
-			}
-		}
-		if tp+fp+fn == 0 {
-			parts = append(parts, "-")
+		if f, ok := e.classF1(c); ok {
+			parts = append(parts, fmt.Sprintf("%.2f", f))
 		} else {
-			parts = append(parts, fmt.Sprintf("%.2f", f1(tp, fp, fn)))
+			parts = append(parts, "-")
 		}
 	}
 	return strings.Join(parts, "/")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -144,21 +143,6 @@ func getPage(t *testing.T, url string) (int, string, http.Header) {
 	t.Helper()
 	resp, err := http.Get(url)
 	return readAnswer(t, resp, err)
-}
-
-// readAnswer is the status, whole body and header of the answer to a
-// request that had to be sent (err is the client's).
-func readAnswer(t *testing.T, resp *http.Response, err error) (int, string, http.Header) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b), resp.Header
 }
 
 // chartPoints is the data-points of the chart data-chart=id, -1 without one.
@@ -652,12 +636,7 @@ func getPageWithin(t *testing.T, url string, timeout time.Duration) (int, string
 		t.Logf("GET %s: %v", url, err)
 		return 0, "", nil
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b), resp.Header
+	return readAnswer(t, resp, nil)
 }
 
 // Past STATUS_PAGE_MAX_RENDERS pages being drawn, a request is answered at
