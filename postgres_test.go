@@ -174,13 +174,7 @@ func TestManagedPostgresRestartRightAfterKill(t *testing.T) {
 func restartRightAfterKill(t *testing.T, rounds int) {
 	bin := buildPlaywatch(t)
 	logPath := filepath.Join(t.TempDir(), "playwatch.log")
-	env := map[string]string{
-		"PLAYWATCH_DATA_DIR":    filepath.Join(tempDataDir(t), "data"),
-		"PLAYWATCH_HTTP_ADDR":   freeAddr(t),
-		"PLAYWATCH_BROKER_ADDR": freeAddr(t),
-		"DATABASE_URL":          "",
-		"KAFKA_BROKERS":         "",
-	}
+	env := managedApplianceEnv(t, filepath.Join(tempDataDir(t), "data"), nil)
 	a := startAppliance(t, bin, env, logPath, "--roles", "registry")
 	for round := 1; round <= rounds; round++ {
 		if err := a.stop(t, syscall.SIGKILL, 30*time.Second); err == nil || !strings.Contains(err.Error(), "killed") {
@@ -209,8 +203,7 @@ func TestManagedPostgresKilledDuringInitdb(t *testing.T) {
 			t.Logf("playwatch output:\n%s", logs.String())
 		}
 	}()
-	env := map[string]string{"PLAYWATCH_DATA_DIR": dataDir, "DATABASE_URL": "", "KAFKA_BROKERS": "",
-		"PLAYWATCH_HTTP_ADDR": freeAddr(t), "PLAYWATCH_BROKER_ADDR": freeAddr(t)}
+	env := managedApplianceEnv(t, dataDir, nil)
 	// start starts `playwatch run` in a process group of its own and returns
 	// it once it has started initdb.
 	start := func() *exec.Cmd {
