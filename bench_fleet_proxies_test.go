@@ -256,10 +256,8 @@ func newBenchStore(t *testing.T, replay *replayPlayStore) *benchStore {
 }
 
 func (s *benchStore) serveDetails(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	pkg := q.Get("id")
-	if pkg == "" || q.Get("hl") == "" || q.Get("gl") == "" {
-		http.Error(w, "id, hl and gl are required", http.StatusBadRequest)
+	pkg := detailsPackage(w, r)
+	if pkg == "" {
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
