@@ -76,11 +76,7 @@ func benchLogger(b *testing.B) *slog.Logger {
 func newDurableBenchPool(b *testing.B) *pgxpool.Pool {
 	ctx := context.Background()
 	logger := benchLogger(b)
-	pg, err := startManagedPostgres(ctx, managedPostgresOptions{DataDir: filepath.Join(tempDataDir(b), "pg"), Database: "playwatch", OSUser: "postgres"}, logger)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { pg.Stop(context.Background()) })
+	pg := startTestManagedPostgres(b, managedPostgresOptions{DataDir: filepath.Join(tempDataDir(b), "pg"), Database: "playwatch", OSUser: "postgres"}, logger)
 	pool, err := pgxpool.New(ctx, pg.DSN())
 	if err != nil {
 		b.Fatal(err)
