@@ -146,9 +146,7 @@ func TestRunConsumerRole(t *testing.T) {
 	env := applianceEnv(t, filepath.Join(t.TempDir(), "data"), map[string]string{"DATABASE_URL": dsn, "CONSUMER_LINGER": "0s"})
 	base, stop, logs := startRun(t, env, "--roles", "registry,consumer")
 	const pkg = "org.telegram.messenger"
-	if code, body := httpDo(t, "POST", base+"/api/v1/apps", `{"package_name":"`+pkg+`"}`); code != 201 {
-		t.Fatalf("create: %d %s", code, body)
-	}
+	registerOverHTTP(t, base, pkg)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(env["PLAYWATCH_BROKER_ADDR"]))
 	if err != nil {
 		t.Fatal(err)

@@ -141,7 +141,8 @@ func logApplianceOnFailure(t *testing.T, logPath string, lines int) {
 	})
 }
 
-// isClosed reports whether ch, closed when a process has been reaped, is.
+// isClosed reports whether ch is closed, as a process's exited channel is
+// once the process has been reaped.
 func isClosed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
