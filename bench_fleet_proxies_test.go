@@ -243,11 +243,11 @@ func newBenchStore(t *testing.T, replay *replayPlayStore) *benchStore {
 	mux.HandleFunc("GET /store/apps/details", s.serveDetails)
 	mux.HandleFunc("POST /_/PlayStoreUi/data/batchexecute", replay.serveReviews)
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rec := &benchStatusRecorder{ResponseWriter: w, status: http.StatusOK}
+		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
 		mux.ServeHTTP(rec, r)
 		sec := min(int(time.Since(s.began)/time.Second), len(s.perSecond)-1)
 		s.perSecond[sec].Add(1)
-		if rec.status == http.StatusOK {
+		if rec.code == http.StatusOK {
 			s.okPerSec[sec].Add(1)
 		}
 	}))
@@ -256,10 +256,8 @@ func newBenchStore(t *testing.T, replay *replayPlayStore) *benchStore {
 }
 
 func (s *benchStore) serveDetails(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	pkg := q.Get("id")
-	if pkg == "" || q.Get("hl") == "" || q.Get("gl") == "" {
-		http.Error(w, "id, hl and gl are required", http.StatusBadRequest)
+	pkg := detailsPackage(w, r)
+	if pkg == "" {
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -313,14 +311,4 @@ func (s *benchStore) crawledTwice(cycleStarts []int32, from, to int32) (n, inWin
 		}
 	}
 	return n, inWindow
-}
-
-type benchStatusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (r *benchStatusRecorder) WriteHeader(code int) {
-	r.status = code
-	r.ResponseWriter.WriteHeader(code)
 }

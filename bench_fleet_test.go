@@ -33,6 +33,20 @@ type benchFleetConfig struct {
 	gap                        time.Duration
 }
 
+// everyTick calls f with the tick's time every d until ctx is done.
+func everyTick(ctx context.Context, d time.Duration, f func(now time.Time)) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			f(now)
+		}
+	}
+}
+
 func benchFleetSettings(t *testing.T) benchFleetConfig {
 	c := benchFleetConfig{duration: 15 * time.Minute, interval: 5 * time.Minute, apps: 35000, proxies: 500, workers: 48, gap: 1750 * time.Millisecond}
 	dur := func(name string, d *time.Duration) {
@@ -166,14 +180,7 @@ func TestBenchFleet(t *testing.T) {
 	newReviews := map[string]int{} // each app starts with one (replayApp.New)
 	wg.Go(func() {
 		rng := rand.New(rand.NewPCG(25, 2))
-		tick := time.NewTicker(5 * time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
+		everyTick(ctx, 5*time.Second, func(time.Time) {
 			for range 10 {
 				pkg := pkgs[rng.IntN(len(pkgs))]
 				replay.addReviews(pkg, 1)
@@ -183,7 +190,7 @@ func TestBenchFleet(t *testing.T) {
 				appeared[id] = time.Now()
 				appearedMu.Unlock()
 			}
-		}
+		})
 	})
 
 	// Every 10 s: store answers, healthy proxies, queue depth, CPU.
@@ -192,41 +199,34 @@ func TestBenchFleet(t *testing.T) {
 	cpuBase := map[string]float64{} // CPU of a server's killed process
 	busy0, _ := machineCPU()
 	wg.Go(func() {
-		tick := time.NewTicker(10 * time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case now := <-tick.C:
-				s := fleetSample{at: now, cpu: map[string]float64{}}
-				sec := int(now.Sub(began) / time.Second)
-				s.responses, s.ok = store.answers(sec-10, sec)
-				for _, f := range fleet {
-					if f.a == nil || !f.a.running() {
-						continue
-					}
-					m, err := fetchMetrics(f.a.base)
-					if err != nil {
-						continue
-					}
-					s.up++
-					s.healthy += m["playwatch_proxy_healthy"]
-					s.queue = max(s.queue, m["playwatch_crawl_jobs_lag_records"])
-					samplesMu.Lock()
-					s.cpu[f.name] = cpuBase[f.name] + pidCPU(f.a.cmd.Process.Pid)
-					samplesMu.Unlock()
+		everyTick(ctx, 10*time.Second, func(now time.Time) {
+			s := fleetSample{at: now, cpu: map[string]float64{}}
+			sec := int(now.Sub(began) / time.Second)
+			s.responses, s.ok = store.answers(sec-10, sec)
+			for _, f := range fleet {
+				if f.a == nil || !f.a.running() {
+					continue
 				}
-				s.cpu["postgresql"] = childrenCPU(pgPID)
-				s.cpu["kafka"] = groupCPU(kafkaPGID)
-				s.cpu["bench (store, proxies)"] = pidCPU(os.Getpid())
-				busy, _ := machineCPU()
-				s.machineBusy, s.wall = busy-busy0, now.Sub(began).Seconds()
+				m, err := fetchMetrics(f.a.base)
+				if err != nil {
+					continue
+				}
+				s.up++
+				s.healthy += m["playwatch_proxy_healthy"]
+				s.queue = max(s.queue, m["playwatch_crawl_jobs_lag_records"])
 				samplesMu.Lock()
-				samples = append(samples, s)
+				s.cpu[f.name] = cpuBase[f.name] + pidCPU(f.a.cmd.Process.Pid)
 				samplesMu.Unlock()
 			}
-		}
+			s.cpu["postgresql"] = childrenCPU(pgPID)
+			s.cpu["kafka"] = groupCPU(kafkaPGID)
+			s.cpu["bench (store, proxies)"] = pidCPU(os.Getpid())
+			busy, _ := machineCPU()
+			s.machineBusy, s.wall = busy-busy0, now.Sub(began).Seconds()
+			samplesMu.Lock()
+			samples = append(samples, s)
+			samplesMu.Unlock()
+		})
 	})
 
 	// The scheduler leader is SIGKILLed and started again 10 s later.

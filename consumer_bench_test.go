@@ -3,11 +3,8 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -133,34 +130,6 @@ func (c *commitClock) rate(b *testing.B) float64 {
 	return float64(c.records-c.firstRecords) / c.last.Sub(c.first).Seconds()
 }
 
-func median(xs []float64) float64 {
-	s := slices.Sorted(slices.Values(xs))
-	return s[len(s)/2]
-}
-
-func benchEnvInt(b *testing.B, name string, def, atLeast int) int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < atLeast {
-		b.Fatalf("%s=%q: want an integer of at least %d", name, v, atLeast)
-	}
-	return n
-}
-
-// benchConfig is the configuration from the environment, so that
-// CONSUMER_MAX_POLL_RECORDS, CONSUMER_LINGER etc. can be tried out.
-func benchConfig(b *testing.B) Config {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	c, err := loadConfig(os.Getenv, fs, bindConfigFlags(fs))
-	if err != nil {
-		b.Fatal(err)
-	}
-	return c
-}
-
 type ingestBenchEnv struct {
 	logger  *slog.Logger
 	cfg     Config
@@ -172,49 +141,23 @@ type ingestBenchEnv struct {
 const benchApps = 40
 
 func newIngestBenchEnv(b *testing.B, n int, cfg Config) *ingestBenchEnv {
-	ctx := context.Background()
-	// Warnings only: a benchmark shows ten lines of output, kept for the results.
-	logger := slog.New(slog.NewTextHandler(b.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	dir, err := os.MkdirTemp("", "pwbench-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	// Durable defaults: fsync and synchronous_commit on.
-	pg, err := startManagedPostgres(ctx, managedPostgresOptions{DataDir: filepath.Join(dir, "pg"), Database: "playwatch", OSUser: "postgres"}, logger)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { pg.Stop(context.Background()) })
-	pool, err := pgxpool.New(ctx, pg.DSN())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pool.Close)
-	if err := migrate(ctx, pool, logger); err != nil {
-		b.Fatal(err)
-	}
+	logger := benchLogger(b)
+	pool := newDurableBenchPool(b)
 	for i := range benchApps {
 		registerApps(b, pool, fmt.Sprintf("com.bench.app%02d", i))
 	}
 	// Four partitions, so that two writers get even shares.
-	broker, err := startEmbeddedBroker(embeddedBrokerOptions{Addr: "127.0.0.1:0", DataDir: filepath.Join(dir, "broker"), RetentionCheck: time.Hour}, logger)
+	broker, err := startEmbeddedBroker(embeddedBrokerOptions{Addr: "127.0.0.1:0", DataDir: b.TempDir(), RetentionCheck: time.Hour}, logger)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(broker.Close)
 	brokers := broker.Addrs()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
-	if err := ensureTopics(ctx, kadm.NewClient(cl), topicSpec{Partitions: 4, Replication: -1, Retention: 24 * time.Hour}, allTopics, logger); err != nil {
-		b.Fatal(err)
-	}
+	withAdmin(b, brokers, func(ctx context.Context, adm *kadm.Client) {
+		if err := ensureTopics(ctx, adm, topicSpec{Partitions: 4, Replication: -1, Retention: 24 * time.Hour}, allTopics, logger); err != nil {
+			b.Fatal(err)
+		}
+	})
 	produce(b, brokers, benchReviews(n)...)
 	return &ingestBenchEnv{logger: logger, cfg: cfg, pool: pool, brokers: brokers}
 }

@@ -47,6 +47,31 @@ func storedOffsetsOf(t *testing.T, store *consumerStore, topic string) map[int32
 	return out
 }
 
+// wipeableBroker is an embedded broker whose data a test deletes.
+type wipeableBroker struct {
+	dir string
+	b   *embeddedBroker
+}
+
+// newWipeableBroker starts a wipeableBroker and returns it with its seeds.
+func newWipeableBroker(t *testing.T) (w *wipeableBroker, brokers []string) {
+	w = &wipeableBroker{dir: t.TempDir()}
+	w.b, brokers = newTestBroker(t, w.dir)
+	return w, brokers
+}
+
+// wipe stops the broker, deletes its data (data/broker) and starts it empty
+// in the same place; it returns the seeds of the new broker.
+func (w *wipeableBroker) wipe(t *testing.T) (brokers []string) {
+	t.Helper()
+	w.b.Close()
+	if err := os.RemoveAll(w.dir); err != nil {
+		t.Fatal(err)
+	}
+	w.b, brokers = newTestBroker(t, w.dir)
+	return brokers
+}
+
 // The embedded broker's data is deleted while PostgreSQL keeps its rows:
 // the new logs start at 0 again, below the stored offsets. The consumer
 // stores every new record (none below the old offsets is skipped), moves
@@ -72,8 +97,7 @@ func TestConsumerStoresANewLogAfterTheBrokerDataWasDeleted(t *testing.T) {
 
 func checkNewLogAfterBrokerDataDeleted(t *testing.T, commits bool, newRecs map[int32]int64) {
 	pool := newTestPool(t)
-	dir := t.TempDir()
-	b1, brokers := newTestBroker(t, dir)
+	broker, brokers := newWipeableBroker(t)
 	const pkg = "org.telegram.messenger"
 	group := testConsumerOptions().Group
 	registerApps(t, pool, pkg)
@@ -85,13 +109,7 @@ func checkNewLogAfterBrokerDataDeleted(t *testing.T, commits bool, newRecs map[i
 	if err := first.stop(); err != nil {
 		t.Fatal(err)
 	}
-	b1.Close()
-
-	// data/broker deleted; the broker starts empty in the same place.
-	if err := os.RemoveAll(dir); err != nil {
-		t.Fatal(err)
-	}
-	_, brokers = newTestBroker(t, dir)
+	brokers = broker.wipe(t)
 	if commits {
 		withAdmin(t, brokers, func(ctx context.Context, adm *kadm.Client) {
 			var offs kadm.Offsets
@@ -258,8 +276,7 @@ func TestBrokerBudgetKeepsANewLogBelowTheStoredOffset(t *testing.T) {
 // carry the log generation, which the reset counted up.
 func TestConsumerDeadLettersOfANewLogAtAnOldDeadLettersOffset(t *testing.T) {
 	pool := newTestPool(t)
-	dir := t.TempDir()
-	b1, brokers := newTestBroker(t, dir)
+	broker, brokers := newWipeableBroker(t)
 	const pkg = "org.telegram.messenger"
 	group := testConsumerOptions().Group
 	registerApps(t, pool, pkg)
@@ -283,11 +300,7 @@ func TestConsumerDeadLettersOfANewLogAtAnOldDeadLettersOffset(t *testing.T) {
 	if err := first.stop(); err != nil {
 		t.Fatal(err)
 	}
-	b1.Close()
-	if err := os.RemoveAll(dir); err != nil {
-		t.Fatal(err)
-	}
-	_, brokers = newTestBroker(t, dir)
+	brokers = broker.wipe(t)
 	produceWithBadAt(brokers, "new", 4, 2)
 	second := startTestConsumer(t, pool, brokers, testConsumerOptions(), consumerHooks{})
 	waitFor(t, 20*time.Second, "the new log stored", func() bool { return count(t, pool, `SELECT count(*) FROM reviews`) == 5+3 })
@@ -295,20 +308,7 @@ func TestConsumerDeadLettersOfANewLogAtAnOldDeadLettersOffset(t *testing.T) {
 	if err := second.stop(); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := pool.Query(context.Background(), `SELECT kafka_offset, generation, convert_from(raw_payload, 'UTF8') FROM dead_letter_events ORDER BY generation`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for rows.Next() {
-		var off int64
-		var gen int32
-		var payload string
-		if err := rows.Scan(&off, &gen, &payload); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, fmt.Sprintf("%d/%d %s", off, gen, payload))
-	}
+	got := storedRows(t, pool, `SELECT kafka_offset || '/' || generation, convert_from(raw_payload, 'UTF8') FROM dead_letter_events`)
 	if want := []string{"2/0 not JSON of old", "2/1 not JSON of new"}; !slices.Equal(got, want) {
 		t.Errorf("dead letters (offset/generation payload) %q, want %q", got, want)
 	}

@@ -63,10 +63,7 @@ func TestConsumerSurvivesPostgresRestart(t *testing.T) {
 	waitFor(t, 20*time.Second, "the consumer to pause", func() bool {
 		return metricValue(t, tc.reg, "playwatch_consumer_paused", nil) == 1
 	})
-	if pg, err = startManagedPostgres(ctx, opts, logger); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pg.Stop(context.Background()) })
+	pg = startTestManagedPostgres(t, opts, logger)
 	waitFor(t, 30*time.Second, "every review", func() bool {
 		var c int
 		return pool.QueryRow(ctx, `SELECT count(*) FROM reviews`).Scan(&c) == nil && c == n

@@ -143,16 +143,7 @@ func BenchmarkCrawlCycle(b *testing.B) {
 // checks that every message reached the broker and reports the metrics.
 // brokerPID is the broker's process when it is not this one.
 func (cb *crawlBench) run(b *testing.B, workers int, brokers []string, brokerPID string) {
-	cfg := benchCrawlConfig(b, workers)
-	logger := testLogger(b)
-	producer, err := newProducer(cfg, brokers)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer producer.Close()
-	reg := prometheus.NewRegistry()
-	pub := newPublisher(producer, cfg.Producer, reg, logger)
-	cr := newCycleCrawler(cycleConfigOf(cfg), cb.registry, cb.store, cb.known, pub, reg, logger)
+	cr := cb.newPublishingCrawler(b, workers, brokers, prometheus.NewRegistry())
 	okResponses := func() float64 {
 		return metricValue(b, cb.storeReg, "playwatch_playstore_requests_total", map[string]string{"outcome": "ok"})
 	}
@@ -212,6 +203,20 @@ func (cb *crawlBench) run(b *testing.B, workers int, brokers []string, brokerPID
 		b.ReportMetric(brokerPeak, "broker-RSS-MB")
 		b.ReportMetric(perResponse(cpu[2]), "broker-cpu-ms/response")
 	}
+}
+
+// newPublishingCrawler is a crawler of cb's apps with workers workers that
+// publishes to brokers with the appliance's producer, which closes when b
+// ends, and its publisher, both with their metrics in reg.
+func (cb *crawlBench) newPublishingCrawler(b *testing.B, workers int, brokers []string, reg *prometheus.Registry) *cycleCrawler {
+	cfg := benchCrawlConfig(b, workers)
+	logger := testLogger(b)
+	producer, err := newProducer(cfg, brokers)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(producer.Close)
+	return newCycleCrawler(cycleConfigOf(cfg), cb.registry, cb.store, cb.known, newPublisher(producer, cfg.Producer, reg, logger), reg, logger)
 }
 
 // benchCrawlConfig is the appliance's configuration for the benchmark.
@@ -301,24 +306,6 @@ func checkFirstMessages(b *testing.B, brokers []string) {
 		rev.Content == nil || !strings.HasPrefix(*rev.Content, "Review ") || !strings.Contains(*rev.Content, rev.PackageName) {
 		b.Fatalf("messages do not hold what was served: %+v, %+v", stats, rev)
 	}
-}
-
-// benchEnvInts reads a comma-separated list of positive integers from the
-// environment variable name, or def when it is not set.
-func benchEnvInts(b *testing.B, name, def string) []int {
-	v := os.Getenv(name)
-	if v == "" {
-		v = def
-	}
-	var ns []int
-	for _, f := range strings.Split(v, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 {
-			b.Fatalf("%s=%q: want positive integers separated by commas", name, v)
-		}
-		ns = append(ns, n)
-	}
-	return ns
 }
 
 // startBenchPeer runs this test binary again with only the test named test,

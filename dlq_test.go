@@ -143,18 +143,10 @@ func TestDLQListAndReplay(t *testing.T) {
 // broker ends up as a row, visible in /metrics, and the role stops cleanly.
 func TestRunConsumerRole(t *testing.T) {
 	dsn := newTestDatabase(t)
-	env := map[string]string{
-		"DATABASE_URL":          dsn,
-		"PLAYWATCH_DATA_DIR":    filepath.Join(t.TempDir(), "data"),
-		"PLAYWATCH_HTTP_ADDR":   freeAddr(t),
-		"PLAYWATCH_BROKER_ADDR": freeAddr(t),
-		"CONSUMER_LINGER":       "0s",
-	}
+	env := applianceEnv(t, filepath.Join(t.TempDir(), "data"), map[string]string{"DATABASE_URL": dsn, "CONSUMER_LINGER": "0s"})
 	base, stop, logs := startRun(t, env, "--roles", "registry,consumer")
 	const pkg = "org.telegram.messenger"
-	if code, body := httpDo(t, "POST", base+"/api/v1/apps", `{"package_name":"`+pkg+`"}`); code != 201 {
-		t.Fatalf("create: %d %s", code, body)
-	}
+	registerOverHTTP(t, base, pkg)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(env["PLAYWATCH_BROKER_ADDR"]))
 	if err != nil {
 		t.Fatal(err)

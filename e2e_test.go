@@ -664,29 +664,14 @@ func waitDrained(t testing.TB, pool *pgxpool.Pool, cl *kgo.Client, group string)
 	if err != nil {
 		t.Fatalf("end offsets: %v", err)
 	}
+	store := newConsumerStore(pool, group, testLocales)
 	waitFor(t, 60*time.Second, "the storage consumer to store every record", func() bool {
-		stored := map[string]map[int32]int64{}
-		rows, err := pool.Query(context.Background(), `SELECT topic, "partition", next_offset FROM consumer_offsets WHERE consumer_group = $1`, group)
+		stored, err := store.loadOffsets(context.Background())
 		if err != nil {
 			t.Fatalf("read consumer_offsets: %v", err)
 		}
-		for rows.Next() {
-			var topic string
-			var p int32
-			var next int64
-			if err := rows.Scan(&topic, &p, &next); err != nil {
-				t.Fatal(err)
-			}
-			if stored[topic] == nil {
-				stored[topic] = map[int32]int64{}
-			}
-			stored[topic][p] = next
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
 		done := true
-		ends.Each(func(o kadm.ListedOffset) { done = done && stored[o.Topic][o.Partition] >= o.Offset })
+		ends.Each(func(o kadm.ListedOffset) { done = done && stored[topicPartition{o.Topic, o.Partition}] >= o.Offset })
 		return done
 	})
 }

@@ -87,19 +87,8 @@ func TestFaultBrokerBudgetBoundsDiskAndRestartMemory(t *testing.T) {
 	dataDir := filepath.Join(t.TempDir(), "data")
 	brokerDir := filepath.Join(dataDir, "broker")
 	logPath := filepath.Join(t.TempDir(), "playwatch.log")
-	env := map[string]string{
-		"DATABASE_URL":               dbURL,
-		"PLAYWATCH_DATA_DIR":         dataDir,
-		"PLAYWATCH_HTTP_ADDR":        freeAddr(t),
-		"PLAYWATCH_BROKER_ADDR":      freeAddr(t),
-		"PLAYWATCH_BROKER_MAX_BYTES": "32MiB",
-		"KAFKA_BROKERS":              "",
-	}
-	defer func() {
-		if t.Failed() {
-			t.Logf("playwatch log:\n%s", fileTail(logPath, 60))
-		}
-	}()
+	env := managedApplianceEnv(t, dataDir, map[string]string{"DATABASE_URL": dbURL, "PLAYWATCH_BROKER_MAX_BYTES": "32MiB"})
+	logApplianceOnFailure(t, logPath, 60)
 	a := startAppliance(t, bin, env, logPath, "--roles", "registry,consumer")
 	brokers := []string{env["PLAYWATCH_BROKER_ADDR"]}
 
@@ -181,18 +170,15 @@ func TestFaultBrokerBudgetHoldsTheCrawlUntilTheConsumerStores(t *testing.T) {
 		pkgs = append(pkgs, pkg)
 	}
 	registerApps(t, pool, pkgs...)
-	env := map[string]string{
+	env := applianceEnv(t, filepath.Join(t.TempDir(), "data"), map[string]string{
 		"DATABASE_URL":               dbURL,
-		"PLAYWATCH_DATA_DIR":         filepath.Join(t.TempDir(), "data"),
-		"PLAYWATCH_HTTP_ADDR":        freeAddr(t),
-		"PLAYWATCH_BROKER_ADDR":      freeAddr(t),
 		"PLAYWATCH_BROKER_MAX_BYTES": "1MiB",
 		"PLAYSTORE_URL":              replay.URL,
 		"RATE_LIMIT_REQUESTS":        "0",
 		"EGRESS_MIN_GAP":             "0s",
 		"REVIEWS_PER_APP":            fmt.Sprint(reviewsPerApp),
 		"CRAWL_WORKERS":              "1",
-	}
+	})
 	base, stop, logs := startRun(t, env, "--roles", "registry,crawler")
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -25,24 +25,19 @@ func TestFaultApplianceStoresEverythingAfterItsBrokerDataWasDeleted(t *testing.T
 	const apps, reviewsPerApp = 6, 60
 	replay := newReplayPlayStore(t)
 	dataDir := filepath.Join(tempDataDir(t), "data")
-	env := map[string]string{
-		"PLAYWATCH_DATA_DIR":    dataDir,
-		"PLAYWATCH_HTTP_ADDR":   freeAddr(t),
-		"PLAYWATCH_BROKER_ADDR": freeAddr(t),
-		"PLAYSTORE_URL":         replay.URL,
-		"RATE_LIMIT_REQUESTS":   "0",
-		"EGRESS_MIN_GAP":        "0s",
-		"CRAWL_INTERVAL":        "1h",
-		"CRAWL_NEW_APP_CHECK":   "1s",
-		"LOG_LEVEL":             "warn",
-	}
+	env := applianceEnv(t, dataDir, map[string]string{
+		"PLAYSTORE_URL":       replay.URL,
+		"RATE_LIMIT_REQUESTS": "0",
+		"EGRESS_MIN_GAP":      "0s",
+		"CRAWL_INTERVAL":      "1h",
+		"CRAWL_NEW_APP_CHECK": "1s",
+		"LOG_LEVEL":           "warn",
+	})
 	register := func(base, prefix string) {
 		for i := range apps {
 			pkg := fmt.Sprintf("com.example.%s%02d", prefix, i)
 			replay.setApp(pkg, replayApp{Reviews: reviewsPerApp})
-			if code, body := httpDo(t, "POST", base+"/api/v1/apps", fmt.Sprintf(`{"package_name":%q}`, pkg)); code != http.StatusCreated {
-				t.Fatalf("register %s: %d %s", pkg, code, body)
-			}
+			registerOverHTTP(t, base, pkg)
 		}
 	}
 	var pool *pgxpool.Pool

@@ -3,9 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,105 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// buildPlaywatch builds the binary into a temp dir.
-func buildPlaywatch(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "playwatch")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// appliance is `playwatch run` as a child process of the test.
-type appliance struct {
-	cmd    *exec.Cmd
-	base   string        // http://PLAYWATCH_HTTP_ADDR
-	exited chan struct{} // closed when the process has been reaped
-	err    error         // its exit status, once exited
-}
-
-// startAppliance starts `playwatch run args...` with env, its output
-// appended to logPath, and waits until /readyz answers 200.
-func startAppliance(t *testing.T, bin string, env map[string]string, logPath string, args ...string) *appliance {
-	t.Helper()
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close() // the child has its own descriptor
-	fmt.Fprintf(logFile, "==== playwatch run %s\n", strings.Join(args, " "))
-	a := &appliance{cmd: exec.Command(bin, append([]string{"run"}, args...)...), base: "http://" + env["PLAYWATCH_HTTP_ADDR"], exited: make(chan struct{})}
-	a.cmd.Env = os.Environ()
-	for k, v := range env {
-		a.cmd.Env = append(a.cmd.Env, k+"="+v)
-	}
-	a.cmd.Stdout, a.cmd.Stderr = logFile, logFile
-	a.cmd.SysProcAttr = childProcAttr(false)
-	if err := a.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		a.err = a.cmd.Wait()
-		close(a.exited)
-	}()
-	t.Cleanup(func() {
-		if a.running() {
-			a.cmd.Process.Kill()
-			<-a.exited
-		}
-	})
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if resp, err := http.Get(a.base + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return a
-			}
-		}
-		if !a.running() {
-			t.Fatalf("playwatch run exited during start-up: %v\n%s", a.err, fileTail(logPath, 30))
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("playwatch run not ready after 2 minutes\n%s", fileTail(logPath, 30))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (a *appliance) running() bool {
-	select {
-	case <-a.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// stop sends sig and waits for the process to exit; it returns the exit status.
-func (a *appliance) stop(t *testing.T, sig syscall.Signal, timeout time.Duration) error {
-	t.Helper()
-	if a.running() {
-		if err := a.cmd.Process.Signal(sig); err != nil {
-			t.Fatal(err)
-		}
-	}
-	select {
-	case <-a.exited:
-		return a.err
-	case <-time.After(timeout):
-		t.Fatalf("playwatch run did not exit within %s of %v", timeout, sig)
-		return nil
-	}
-}
-
-// metric scrapes the appliance's /metrics (see scrapeMetric).
-func (a *appliance) metric(t *testing.T, name, labels string) float64 {
-	t.Helper()
-	return scrapeMetric(t, a.base, name, labels)
-}
 
 // The whole appliance (crawler, embedded broker, managed PostgreSQL, storage
 // consumer) is killed with SIGKILL in the middle of a crawl cycle and started
@@ -130,13 +28,8 @@ func TestFaultApplianceKilledMidCycle(t *testing.T) {
 	replay := newReplayPlayStore(t)
 	dataDir := filepath.Join(tempDataDir(t), "data")
 	logPath := filepath.Join(t.TempDir(), "playwatch.log")
-	env := map[string]string{
-		"PLAYWATCH_DATA_DIR":    dataDir,
-		"PLAYWATCH_HTTP_ADDR":   freeAddr(t),
-		"PLAYWATCH_BROKER_ADDR": freeAddr(t),
-		"DATABASE_URL":          "",
-		"KAFKA_BROKERS":         "",
-		"PLAYSTORE_URL":         replay.URL,
+	env := managedApplianceEnv(t, dataDir, map[string]string{
+		"PLAYSTORE_URL": replay.URL,
 		// The crawl is paced by the default minimum gap of 1 s between
 		// two requests of an egress: two per app, a cycle of 24 s.
 		"RATE_LIMIT_REQUESTS":       "0",
@@ -146,12 +39,8 @@ func TestFaultApplianceKilledMidCycle(t *testing.T) {
 		"CONSUMER_MAX_POLL_RECORDS": "500",
 		// Run 3 reads every review again, as the checks expect.
 		"REVIEWS_FULL_SYNC_INTERVAL": "0s",
-	}
-	defer func() {
-		if t.Failed() {
-			t.Logf("playwatch log:\n%s", fileTail(logPath, 80))
-		}
-	}()
+	})
+	logApplianceOnFailure(t, logPath, 80)
 
 	// Run 1 registers the apps over HTTP; the cycle at the start of run 2
 	// crawls them.
@@ -159,9 +48,7 @@ func TestFaultApplianceKilledMidCycle(t *testing.T) {
 	for i := range apps {
 		pkg := fmt.Sprintf("com.example.killed%02d", i)
 		replay.setApp(pkg, replayApp{Reviews: reviewsPerApp})
-		if code, body := httpDo(t, "POST", a.base+"/api/v1/apps", fmt.Sprintf(`{"package_name":%q}`, pkg)); code != http.StatusCreated {
-			t.Fatalf("register %s: %d %s", pkg, code, body)
-		}
+		registerOverHTTP(t, a.base, pkg)
 	}
 	if err := a.stop(t, syscall.SIGTERM, time.Minute); err != nil {
 		t.Fatalf("run 1 exited with %v", err)

@@ -84,11 +84,7 @@ func TestFaultPostgresDownWhileConsumerBusy(t *testing.T) {
 	})
 	// Real time: the consumer's backoff grows to its 10 s cap meanwhile.
 	time.Sleep(outage - time.Since(down))
-	restarted, err := startManagedPostgres(ctx, opts, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { restarted.Stop(context.Background()) })
+	startTestManagedPostgres(t, opts, logger)
 	up, backlog := time.Now(), int(sent.Load())
 	waitFor(t, 30*time.Second, "the consumer to resume", func() bool {
 		return metricValue(t, tc.reg, "playwatch_consumer_paused", nil) == 0

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -20,31 +18,20 @@ func TestFaultNewAppCrawledOnceAcrossLeaderKill(t *testing.T) {
 	bin := buildPlaywatch(t)
 	replay := newReplayPlayStore(t)
 	logPath := filepath.Join(t.TempDir(), "playwatch.log")
-	env := map[string]string{
-		"PLAYWATCH_DATA_DIR":    filepath.Join(tempDataDir(t), "data"),
-		"PLAYWATCH_HTTP_ADDR":   freeAddr(t),
-		"PLAYWATCH_BROKER_ADDR": freeAddr(t),
-		"DATABASE_URL":          "",
-		"KAFKA_BROKERS":         "",
-		"PLAYSTORE_URL":         replay.URL,
-		"RATE_LIMIT_REQUESTS":   "0",
-		"EGRESS_MIN_GAP":        "0s",
-		"REVIEWS_PER_APP":       "10",
-		"CRAWL_INTERVAL":        "1h",
-		"CRAWL_NEW_APP_CHECK":   "500ms",
-		"SCHEDULER_LEASE":       "6s",
-	}
-	defer func() {
-		if t.Failed() {
-			t.Logf("playwatch log:\n%s", fileTail(logPath, 60))
-		}
-	}()
+	env := managedApplianceEnv(t, filepath.Join(tempDataDir(t), "data"), map[string]string{
+		"PLAYSTORE_URL":       replay.URL,
+		"RATE_LIMIT_REQUESTS": "0",
+		"EGRESS_MIN_GAP":      "0s",
+		"REVIEWS_PER_APP":     "10",
+		"CRAWL_INTERVAL":      "1h",
+		"CRAWL_NEW_APP_CHECK": "500ms",
+		"SCHEDULER_LEASE":     "6s",
+	})
+	logApplianceOnFailure(t, logPath, 60)
 	register := func(a *appliance, pkg string) {
 		t.Helper()
 		replay.setApp(pkg, replayApp{Reviews: 10})
-		if code, body := httpDo(t, "POST", a.base+"/api/v1/apps", fmt.Sprintf(`{"package_name":%q}`, pkg)); code != http.StatusCreated {
-			t.Fatalf("register %s: %d %s", pkg, code, body)
-		}
+		registerOverHTTP(t, a.base, pkg)
 	}
 	const planned, late = "com.example.planned", "com.example.late"
 	a := startAppliance(t, bin, env, logPath)

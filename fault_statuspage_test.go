@@ -34,17 +34,14 @@ func TestFaultStatusPageCrowd(t *testing.T) {
 		replay.setApp(fmt.Sprintf("com.example.bulk%d", i), replayApp{Reviews: 20})
 	}
 	dir := tempDataDir(t)
-	a := startE2EAppliance(t, map[string]string{
-		"DATABASE_URL":          dbURL,
-		"PLAYWATCH_DATA_DIR":    filepath.Join(dir, "data"),
-		"PLAYWATCH_HTTP_ADDR":   freeAddr(t),
-		"PLAYWATCH_BROKER_ADDR": freeAddr(t),
-		"PLAYSTORE_URL":         replay.URL,
-		"RATE_LIMIT_REQUESTS":   "0",
-		"EGRESS_MIN_GAP":        "0s",
-		"SCHEDULER_LEASE":       "8s",
-		"LOG_LEVEL":             "warn",
-	})
+	a := startE2EAppliance(t, applianceEnv(t, filepath.Join(dir, "data"), map[string]string{
+		"DATABASE_URL":        dbURL,
+		"PLAYSTORE_URL":       replay.URL,
+		"RATE_LIMIT_REQUESTS": "0",
+		"EGRESS_MIN_GAP":      "0s",
+		"SCHEDULER_LEASE":     "8s",
+		"LOG_LEVEL":           "warn",
+	}))
 	t.Cleanup(func() { _ = a.stop() })
 	type lease struct {
 		holder string

@@ -502,14 +502,7 @@ func (k *apacheKafka) waitBrokers(ctx context.Context, want int) error {
 }
 
 // alive reports whether the node's JVM has not exited.
-func (n *apacheKafkaNode) alive() bool {
-	select {
-	case <-n.exited:
-		return false
-	default:
-		return true
-	}
-}
+func (n *apacheKafkaNode) alive() bool { return !isClosed(n.exited) }
 
 // liveNodes returns the ids of the nodes whose JVM runs, in order.
 func (k *apacheKafka) liveNodes() []int32 {

@@ -294,19 +294,7 @@ func TestSchemaIndexes(t *testing.T) {
 		"notify_alert_state USING btree (rule_id, application_id, country, lang, path)",
 		"sentiment_models USING btree (created_at DESC)",
 	}
-	rows, err := pool.Query(context.Background(), `SELECT indexdef FROM pg_indexes WHERE schemaname = 'public'`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var defs []string
-	for rows.Next() {
-		var d string
-		if err := rows.Scan(&d); err != nil {
-			t.Fatal(err)
-		}
-		defs = append(defs, d)
-	}
-	all := strings.Join(defs, "\n")
+	all := strings.Join(storedRows(t, pool, `SELECT indexdef FROM pg_indexes WHERE schemaname = 'public'`), "\n")
 	for _, w := range want {
 		if !strings.Contains(all, w) {
 			t.Errorf("no index %q among:\n%s", w, all)

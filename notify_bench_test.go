@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -65,10 +64,6 @@ func BenchmarkNotifyDelivery(b *testing.B) {
 		perMinute = append(perMinute, float64(n)/took.Minutes())
 	}
 	b.ReportMetric(median(perMinute), "deliveries/min")
-}
-
-func benchLogger(b *testing.B) *slog.Logger {
-	return slog.New(slog.NewTextHandler(b.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 // BenchmarkNotifyReviewLatency measures, on a durable managed PostgreSQL,

@@ -111,16 +111,7 @@ func checkAccess(t *testing.T, pool *pgxpool.Pool, pgData, addr string) {
 func TestManagedPostgresAccessOverTCP(t *testing.T) {
 	dataDir := tempDataDir(t)
 	addr := freeAddr(t)
-	opts := managedPostgresOptions{DataDir: filepath.Join(dataDir, "postgres"), Database: managedDatabase, OSUser: "postgres", Listen: addr, NoFsync: true}
-	pg, err := startManagedPostgres(context.Background(), opts, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pg.Stop(context.Background()) })
-	pool := newTestPoolFor(t, pg.DSN())
-	if err := migrate(context.Background(), pool, testLogger(t)); err != nil {
-		t.Fatalf("migrate as the writer: %v", err)
-	}
+	pg, pool, opts := startDedicatedPostgres(t, dataDir, true, func(o *managedPostgresOptions) { o.Listen = addr })
 	checkAccess(t, pool, opts.DataDir, addr)
 
 	// db-url serves the cluster of a running playwatch: this test passes

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,6 +36,18 @@ func queryInt(t *testing.T, dsn, sql string) int {
 	return n
 }
 
+// startTestManagedPostgres starts the managed cluster of opts and stops it
+// when t ends.
+func startTestManagedPostgres(t testing.TB, opts managedPostgresOptions, logger *slog.Logger) *managedPostgres {
+	t.Helper()
+	pg, err := startManagedPostgres(context.Background(), opts, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Stop(context.Background()) })
+	return pg
+}
+
 // The managed cluster keeps its data across restarts and recovers from what
 // a crash leaves: a server still running on the directory, or a stale
 // postmaster.pid naming some other process.
@@ -43,11 +56,7 @@ func TestManagedPostgresRestartAndCrashLeftovers(t *testing.T) {
 	opts := managedPostgresOptions{DataDir: filepath.Join(tempDataDir(t), "pg"), Database: "playwatch", OSUser: "postgres", NoFsync: true}
 	logger := testLogger(t)
 
-	first, err := startManagedPostgres(ctx, opts, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { first.Stop(context.Background()) })
+	first := startTestManagedPostgres(t, opts, logger)
 	conn, err := pgx.Connect(ctx, first.DSN())
 	if err != nil {
 		t.Fatal(err)
@@ -174,13 +183,7 @@ func TestManagedPostgresRestartRightAfterKill(t *testing.T) {
 func restartRightAfterKill(t *testing.T, rounds int) {
 	bin := buildPlaywatch(t)
 	logPath := filepath.Join(t.TempDir(), "playwatch.log")
-	env := map[string]string{
-		"PLAYWATCH_DATA_DIR":    filepath.Join(tempDataDir(t), "data"),
-		"PLAYWATCH_HTTP_ADDR":   freeAddr(t),
-		"PLAYWATCH_BROKER_ADDR": freeAddr(t),
-		"DATABASE_URL":          "",
-		"KAFKA_BROKERS":         "",
-	}
+	env := managedApplianceEnv(t, filepath.Join(tempDataDir(t), "data"), nil)
 	a := startAppliance(t, bin, env, logPath, "--roles", "registry")
 	for round := 1; round <= rounds; round++ {
 		if err := a.stop(t, syscall.SIGKILL, 30*time.Second); err == nil || !strings.Contains(err.Error(), "killed") {
@@ -209,8 +212,7 @@ func TestManagedPostgresKilledDuringInitdb(t *testing.T) {
 			t.Logf("playwatch output:\n%s", logs.String())
 		}
 	}()
-	env := map[string]string{"PLAYWATCH_DATA_DIR": dataDir, "DATABASE_URL": "", "KAFKA_BROKERS": "",
-		"PLAYWATCH_HTTP_ADDR": freeAddr(t), "PLAYWATCH_BROKER_ADDR": freeAddr(t)}
+	env := managedApplianceEnv(t, dataDir, nil)
 	// start starts `playwatch run` in a process group of its own and returns
 	// it once it has started initdb.
 	start := func() *exec.Cmd {

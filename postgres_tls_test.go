@@ -141,11 +141,7 @@ func TestManagedPostgresBeyondLoopbackTLSAndRoles(t *testing.T) {
 	}
 
 	opts.WriterFrom = []netip.Prefix{netip.PrefixFrom(netip.MustParseAddr(ip), 24).Masked()}
-	pg, err = startManagedPostgres(ctx, opts, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pg.Stop(context.Background()) })
+	pg = startTestManagedPostgres(t, opts, testLogger(t))
 	try("with PLAYWATCH_PG_WRITER_FROM="+opts.WriterFrom[0].String(), []attempt{
 		{pgWriterRole, "require", "", pgWriterRole + " true 1"},
 		{pgWriterRole, "disable", "", ""},

@@ -152,16 +152,9 @@ func (s *switchArchiver) archive(ctx context.Context, p rawPage) {
 func (cb *crawlBench) runArchiveOverhead(b *testing.B, workers int) {
 	_, brokers := newTestBroker(b, b.TempDir())
 	createRawPagesTopic(b, brokers)
-	cfg := benchCrawlConfig(b, workers)
-	logger := testLogger(b)
-	producer, err := newProducer(cfg, brokers)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer producer.Close()
 	reg := prometheus.NewRegistry()
 	archive, flush := newTestArchive(b, brokers, reg)
-	cr := newCycleCrawler(cycleConfigOf(cfg), cb.registry, cb.store, cb.known, newPublisher(producer, cfg.Producer, reg, logger), reg, logger)
+	cr := cb.newPublishingCrawler(b, workers, brokers, reg)
 	responses := cb.apps * benchResponsesPerApp
 	var off, on time.Duration
 	cycle := func(a *rawArchive) time.Duration {

@@ -356,11 +356,21 @@ func (s *replayPlayStore) nid(w http.ResponseWriter, r *http.Request) string {
 	return v
 }
 
-func (s *replayPlayStore) serveDetails(w http.ResponseWriter, r *http.Request) {
+// detailsPackage is the package a details request asks for, or "" once it
+// has answered 400 to a request that lacks id, hl or gl.
+func detailsPackage(w http.ResponseWriter, r *http.Request) string {
 	q := r.URL.Query()
 	pkg := q.Get("id")
 	if pkg == "" || q.Get("hl") == "" || q.Get("gl") == "" {
 		http.Error(w, "id, hl and gl are required", http.StatusBadRequest)
+		return ""
+	}
+	return pkg
+}
+
+func (s *replayPlayStore) serveDetails(w http.ResponseWriter, r *http.Request) {
+	pkg := detailsPackage(w, r)
+	if pkg == "" {
 		return
 	}
 	s.nid(w, r)

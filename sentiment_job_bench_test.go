@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -165,35 +163,6 @@ func BenchmarkSentimentJob(b *testing.B) {
 	}
 	b.ReportMetric(median(jobSeconds), "job-seconds")
 	b.ReportMetric(100*median(rates["job"])/median(rates["one-statement"]), "job-%-of-one-statement")
-}
-
-// newDurableBenchPool is a pool on a migrated database of a managed cluster
-// of its own with PostgreSQL's durable defaults, unlike the test cluster.
-func newDurableBenchPool(b *testing.B) *pgxpool.Pool {
-	ctx := context.Background()
-	logger := slog.New(slog.NewTextHandler(b.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	dir, err := os.MkdirTemp("", "pwbench-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	pg, err := startManagedPostgres(ctx, managedPostgresOptions{DataDir: filepath.Join(dir, "pg"), Database: "playwatch", OSUser: "postgres"}, logger)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { pg.Stop(context.Background()) })
-	pool, err := pgxpool.New(ctx, pg.DSN())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pool.Close)
-	if err := migrate(ctx, pool, logger); err != nil {
-		b.Fatal(err)
-	}
-	return pool
 }
 
 // insertSentimentBenchReviews stores n unscored reviews of 40 apps.
