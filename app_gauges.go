@@ -69,7 +69,7 @@ func newAppGaugeCollector(db statusDB, now func() time.Time, locales func() loca
 // run refreshes the gauges at once and then every refreshEvery until ctx ends.
 func (c *appGaugeCollector) run(ctx context.Context) error {
 	c.refresh(ctx)
-	everyTick(ctx, c.refreshEvery, func() { c.refresh(ctx) })
+	everyTick(ctx, c.refreshEvery, func(time.Time) { c.refresh(ctx) })
 	return nil
 }
 

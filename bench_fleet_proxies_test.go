@@ -243,7 +243,7 @@ func newBenchStore(t *testing.T, replay *replayPlayStore) *benchStore {
 	mux.HandleFunc("GET /store/apps/details", s.serveDetails)
 	mux.HandleFunc("POST /_/PlayStoreUi/data/batchexecute", replay.serveReviews)
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		rec := &answerWriter{ResponseWriter: w, code: http.StatusOK}
 		mux.ServeHTTP(rec, r)
 		sec := min(int(time.Since(s.began)/time.Second), len(s.perSecond)-1)
 		s.perSecond[sec].Add(1)

@@ -33,20 +33,6 @@ type benchFleetConfig struct {
 	gap                        time.Duration
 }
 
-// everyTick calls f with the tick's time every d until ctx is done.
-func everyTick(ctx context.Context, d time.Duration, f func(now time.Time)) {
-	tick := time.NewTicker(d)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-tick.C:
-			f(now)
-		}
-	}
-}
-
 func benchFleetSettings(t *testing.T) benchFleetConfig {
 	c := benchFleetConfig{duration: 15 * time.Minute, interval: 5 * time.Minute, apps: 35000, proxies: 500, workers: 48, gap: 1750 * time.Millisecond}
 	dur := func(name string, d *time.Duration) {

@@ -259,7 +259,7 @@ func (k *brokerBudgetKeeper) trim(ctx context.Context) error {
 
 // keepTrimmed trims every interval until ctx ends.
 func (k *brokerBudgetKeeper) keepTrimmed(ctx context.Context, interval time.Duration) {
-	everyTick(ctx, interval, func() {
+	everyTick(ctx, interval, func(time.Time) {
 		err := k.trim(ctx)
 		if err == nil {
 			k.metrics.passes.Inc()

@@ -41,16 +41,17 @@ func sleepOn(ctx context.Context, clk clock, d time.Duration) error {
 	}
 }
 
-// everyTick calls fn every d until ctx ends, the first time d from now.
-func everyTick(ctx context.Context, d time.Duration, fn func()) {
+// everyTick calls fn with the tick's time every d until ctx ends, the
+// first time d from now.
+func everyTick(ctx context.Context, d time.Duration, fn func(now time.Time)) {
 	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-			fn()
+		case now := <-t.C:
+			fn(now)
 		}
 	}
 }
