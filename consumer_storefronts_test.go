@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -38,28 +36,6 @@ func registerStorefrontApps(t *testing.T, pool *pgxpool.Pool) {
 // inStorefront is a message's fields with a storefront.
 func inStorefront(fields map[string]any, country, lang string) map[string]any {
 	return with(fields, "country", country, "lang", lang)
-}
-
-// storedRows lists a query's rows as "a b c" strings, sorted.
-func storedRows(t *testing.T, pool *pgxpool.Pool, sql string) []string {
-	t.Helper()
-	rows, err := pool.Query(context.Background(), sql)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
-		vals, err := r.Values()
-		parts := make([]string, len(vals))
-		for i, v := range vals {
-			parts[i] = fmt.Sprint(v)
-		}
-		return strings.Join(parts, " "), err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(out)
-	return out
 }
 
 const (

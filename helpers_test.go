@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -428,4 +429,26 @@ func firstOnPath(names ...string) string {
 		}
 	}
 	return ""
+}
+
+// storedRows lists a query's rows as "a b c" strings, sorted.
+func storedRows(t *testing.T, pool *pgxpool.Pool, sql string) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), sql)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		vals, err := r.Values()
+		parts := make([]string, len(vals))
+		for i, v := range vals {
+			parts[i] = fmt.Sprint(v)
+		}
+		return strings.Join(parts, " "), err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(out)
+	return out
 }

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -45,14 +44,7 @@ func migrateUpTo(t *testing.T, pool *pgxpool.Pool, version int) {
 		t.Fatal(err)
 	}
 	for _, m := range ms[:version] {
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, m.SQL); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, "INSERT INTO storage_consumer_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name)
-			return err
-		})
-		if err != nil {
+		if err := applyMigration(ctx, pool, m); err != nil {
 			t.Fatalf("migration %d: %v", m.Version, err)
 		}
 	}

@@ -306,18 +306,12 @@ func TestSchemaIndexes(t *testing.T) {
 func TestSchemaConstraintsReject(t *testing.T) {
 	pool := newTestPool(t)
 	ctx := context.Background()
-	mustExec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	mustExec(`INSERT INTO apps_registry_application (id, package_name) VALUES (1, 'com.example.app')`)
-	mustExec(`INSERT INTO app_stats (application_id, country, lang, crawled_at) VALUES (1, 'us', 'en', '2026-01-01T00:00:00Z')`)
-	mustExec(`INSERT INTO reviews (application_id, review_id, at, last_synced_at) VALUES (1, 'r1', now(), now())`)
-	mustExec(`INSERT INTO network_metrics (application_id, analysis_id, scenario, bytes_transferred_total, bytes_payload_total, overhead_ratio, analyzed_at)
+	mustExec(t, pool, `INSERT INTO apps_registry_application (id, package_name) VALUES (1, 'com.example.app')`)
+	mustExec(t, pool, `INSERT INTO app_stats (application_id, country, lang, crawled_at) VALUES (1, 'us', 'en', '2026-01-01T00:00:00Z')`)
+	mustExec(t, pool, `INSERT INTO reviews (application_id, review_id, at, last_synced_at) VALUES (1, 'r1', now(), now())`)
+	mustExec(t, pool, `INSERT INTO network_metrics (application_id, analysis_id, scenario, bytes_transferred_total, bytes_payload_total, overhead_ratio, analyzed_at)
 		VALUES (1, '00000000-0000-4000-8000-000000000001', 'UPLOAD', 10, 5, 0.5, now())`)
-	mustExec(`INSERT INTO dead_letter_events (topic, "partition", kafka_offset, error_reason) VALUES ('reviews', 0, 7, 'bad')`)
+	mustExec(t, pool, `INSERT INTO dead_letter_events (topic, "partition", kafka_offset, error_reason) VALUES ('reviews', 0, 7, 'bad')`)
 
 	cases := []struct {
 		name, sql, code string
@@ -348,7 +342,7 @@ func TestSchemaConstraintsReject(t *testing.T) {
 	}
 
 	// Soft delete keeps history; a hard delete cascades.
-	mustExec(`DELETE FROM apps_registry_application WHERE id = 1`)
+	mustExec(t, pool, `DELETE FROM apps_registry_application WHERE id = 1`)
 	var n int
 	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM app_stats) + (SELECT count(*) FROM reviews) + (SELECT count(*) FROM network_metrics)`).Scan(&n); err != nil {
 		t.Fatal(err)

@@ -26,26 +26,20 @@ func rollupsMustMatch(t *testing.T, ctx context.Context, pool *pgxpool.Pool, whe
 func TestRollupsFollowRawWrites(t *testing.T) {
 	pool := newTestPool(t)
 	ctx := context.Background()
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	exec(`INSERT INTO apps_registry_application (id, package_name) VALUES (1, 'com.example.a'), (2, 'com.example.b')`)
+	mustExec(t, pool, `INSERT INTO apps_registry_application (id, package_name) VALUES (1, 'com.example.a'), (2, 'com.example.b')`)
 	upsert := `INSERT INTO reviews AS t (application_id, review_id, score, content, at, last_synced_at, app_version)
 		VALUES ($1, $2, $3, 'text', $4, $5, $6)
 		ON CONFLICT (review_id) DO UPDATE SET score = EXCLUDED.score, at = EXCLUDED.at, last_synced_at = EXCLUDED.last_synced_at,
 			app_version = EXCLUDED.app_version WHERE EXCLUDED.last_synced_at > t.last_synced_at`
-	exec(upsert, 1, "r1", 5, "2026-03-01T10:15:00Z", "2026-03-01T11:00:00Z", "1.0")
-	exec(upsert, 1, "r2", 1, "2026-03-01T10:45:00Z", "2026-03-01T11:00:00Z", nil)
-	exec(upsert, 2, "r3", nil, "2026-03-01T12:00:00Z", "2026-03-01T13:00:00Z", "2.0")
-	exec(`INSERT INTO review_storefronts (review_id, application_id, country, lang, first_seen_at)
+	mustExec(t, pool, upsert, 1, "r1", 5, "2026-03-01T10:15:00Z", "2026-03-01T11:00:00Z", "1.0")
+	mustExec(t, pool, upsert, 1, "r2", 1, "2026-03-01T10:45:00Z", "2026-03-01T11:00:00Z", nil)
+	mustExec(t, pool, upsert, 2, "r3", nil, "2026-03-01T12:00:00Z", "2026-03-01T13:00:00Z", "2.0")
+	mustExec(t, pool, `INSERT INTO review_storefronts (review_id, application_id, country, lang, first_seen_at)
 		SELECT id, application_id, 'us', 'en', now() FROM reviews`)
-	exec(`INSERT INTO review_storefronts (review_id, application_id, country, lang, first_seen_at)
+	mustExec(t, pool, `INSERT INTO review_storefronts (review_id, application_id, country, lang, first_seen_at)
 		SELECT id, application_id, 'gb', 'en', now() FROM reviews WHERE review_id = 'r1'
 		ON CONFLICT DO NOTHING`)
-	exec(`INSERT INTO review_storefronts (review_id, application_id, country, lang, first_seen_at)
+	mustExec(t, pool, `INSERT INTO review_storefronts (review_id, application_id, country, lang, first_seen_at)
 		SELECT id, application_id, 'gb', 'en', now() FROM reviews WHERE review_id = 'r1'
 		ON CONFLICT DO NOTHING`) // a redelivery: nothing inserted, nothing counted
 	rollupsMustMatch(t, ctx, pool, "stored")
@@ -59,17 +53,17 @@ func TestRollupsFollowRawWrites(t *testing.T) {
 		t.Fatalf("app 1's 1-star review without version at 10:00: %d (%v), want 1", n, err)
 	}
 
-	exec(upsert, 1, "r1", 5, "2026-03-01T10:15:00Z", "2026-03-01T11:00:00Z", "1.0") // a redelivery
-	exec(upsert, 1, "r1", 2, "2026-03-02T08:00:00Z", "2026-03-02T09:00:00Z", "1.1") // an edit: a new hour, stars, version
-	exec(`UPDATE reviews SET sentiment = 'NEGATIVE', topics = '{crash,ads}' WHERE review_id IN ('r1', 'r2')`)
-	exec(`UPDATE reviews SET sentiment = 'POSITIVE', topics = '{}' WHERE review_id = 'r2'`)
-	exec(`UPDATE reviews SET thumbs_up_count = 3`) // nothing a rollup counts
+	mustExec(t, pool, upsert, 1, "r1", 5, "2026-03-01T10:15:00Z", "2026-03-01T11:00:00Z", "1.0") // a redelivery
+	mustExec(t, pool, upsert, 1, "r1", 2, "2026-03-02T08:00:00Z", "2026-03-02T09:00:00Z", "1.1") // an edit: a new hour, stars, version
+	mustExec(t, pool, `UPDATE reviews SET sentiment = 'NEGATIVE', topics = '{crash,ads}' WHERE review_id IN ('r1', 'r2')`)
+	mustExec(t, pool, `UPDATE reviews SET sentiment = 'POSITIVE', topics = '{}' WHERE review_id = 'r2'`)
+	mustExec(t, pool, `UPDATE reviews SET thumbs_up_count = 3`) // nothing a rollup counts
 	stats := `INSERT INTO app_stats (application_id, country, lang, crawled_at, score, ratings, real_installs)
 		VALUES ($1, 'us', 'en', $2, $3, 10, 100) ON CONFLICT (application_id, country, lang, crawled_at) DO NOTHING`
-	exec(stats, 1, "2026-03-01T10:00:00Z", 4.5)
-	exec(stats, 1, "2026-03-01T12:00:00Z", 4.0)
-	exec(stats, 1, "2026-03-01T12:00:00Z", 4.0)
-	exec(stats, 1, "2026-03-01T09:00:00Z", nil)
+	mustExec(t, pool, stats, 1, "2026-03-01T10:00:00Z", 4.5)
+	mustExec(t, pool, stats, 1, "2026-03-01T12:00:00Z", 4.0)
+	mustExec(t, pool, stats, 1, "2026-03-01T12:00:00Z", 4.0)
+	mustExec(t, pool, stats, 1, "2026-03-01T09:00:00Z", nil)
 	rollupsMustMatch(t, ctx, pool, "updated")
 
 	if err := pool.QueryRow(ctx, `SELECT reviews FROM review_topic_rollup_hourly WHERE application_id = 1 AND country = 'gb'
@@ -84,8 +78,8 @@ func TestRollupsFollowRawWrites(t *testing.T) {
 	}
 
 	// A damaged rollup shows in the check and is repaired by the rebuild.
-	exec(`UPDATE review_rollup_totals SET reviews = reviews + 7 WHERE application_id = 2`)
-	exec(`DELETE FROM app_stats_rollup_daily`)
+	mustExec(t, pool, `UPDATE review_rollup_totals SET reviews = reviews + 7 WHERE application_id = 2`)
+	mustExec(t, pool, `DELETE FROM app_stats_rollup_daily`)
 	diffs, err := checkRollups(ctx, pool)
 	if err != nil {
 		t.Fatal(err)
