@@ -715,3 +715,44 @@ BEGIN
 END
 $$ LANGUAGE plpgsql;
 SELECT rollups_rebuild_app(id) FROM apps_registry_application ORDER BY id;
+
+-- migration 18: rollups in time order
+-- rollups_rebuild_app wrote an app's rows in the order of its GROUP BY's
+-- hash, so a storefront's last week of hourly buckets lay on as many heap
+-- pages as the app's whole history: a page's read of a week touched ten
+-- times the pages at ten times the history. Written in key order (app,
+-- storefront, hour), a week is a few adjacent pages however long the
+-- history. Rows already rebuilt keep their places until the next
+-- `playwatch rollup rebuild`.
+CREATE OR REPLACE FUNCTION rollups_rebuild_app(app BIGINT) RETURNS void AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(1886155372, (app & 2147483647)::int);
+    DELETE FROM review_rollup_hourly WHERE application_id = app;
+    DELETE FROM review_topic_rollup_hourly WHERE application_id = app;
+    DELETE FROM review_rollup_totals WHERE application_id = app;
+    DELETE FROM app_stats_rollup_daily WHERE application_id = app;
+    WITH x AS MATERIALIZED (
+        SELECT ''::varchar AS country, ''::varchar AS lang, date_trunc('hour', at, 'UTC') AS hour, coalesce(app_version, '') AS app_version,
+               coalesce(score, 0) AS score, coalesce(sentiment, '') AS sentiment, topics
+          FROM reviews WHERE application_id = app
+        UNION ALL
+        SELECT s.country, s.lang, date_trunc('hour', r.at, 'UTC'), coalesce(r.app_version, ''), coalesce(r.score, 0),
+               coalesce(r.sentiment, ''), r.topics
+          FROM review_storefronts s JOIN reviews r ON r.id = s.review_id WHERE s.application_id = app),
+    h AS (
+        INSERT INTO review_rollup_hourly (application_id, country, lang, hour, app_version, score, sentiment, reviews)
+        SELECT app, country, lang, hour, app_version, score, sentiment, count(*) FROM x GROUP BY 2, 3, 4, 5, 6, 7 ORDER BY 2, 3, 4, 5, 6, 7),
+    tp AS (
+        INSERT INTO review_topic_rollup_hourly (application_id, country, lang, hour, app_version, topic, sentiment, reviews)
+        SELECT app, country, lang, hour, app_version, topic, sentiment, count(*)
+          FROM x CROSS JOIN unnest(x.topics) AS topic GROUP BY 2, 3, 4, 5, 6, 7 ORDER BY 2, 3, 4, 5, 6, 7)
+    INSERT INTO review_rollup_totals (application_id, country, lang, score, sentiment, reviews)
+    SELECT app, country, lang, score, sentiment, count(*) FROM x GROUP BY 2, 3, 4, 5 ORDER BY 2, 3, 4, 5;
+    INSERT INTO app_stats_rollup_daily (application_id, country, lang, day, listings, score_sum, score_n,
+        last_crawled_at, last_score, last_ratings, last_real_installs, last_min_installs)
+    SELECT app, country, lang, date_trunc('day', crawled_at, 'UTC'), count(*), coalesce(sum(score), 0), count(score),
+           max(crawled_at), (array_agg(score ORDER BY crawled_at DESC))[1], (array_agg(ratings ORDER BY crawled_at DESC))[1],
+           (array_agg(real_installs ORDER BY crawled_at DESC))[1], (array_agg(min_installs ORDER BY crawled_at DESC))[1]
+      FROM app_stats WHERE application_id = app GROUP BY 2, 3, 4 ORDER BY 2, 3, 4;
+END
+$$ LANGUAGE plpgsql;
