@@ -44,6 +44,7 @@ func wantGauges(t *testing.T, m map[string]float64, want map[string]float64, abs
 }
 
 func TestAppGaugesInMetrics(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedStatus(t, pool)
 	seedReviewStorefronts(t, pool)

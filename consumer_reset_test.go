@@ -58,6 +58,7 @@ func storedOffsetsOf(t *testing.T, store *consumerStore, topic string) map[int32
 // too; with them (a cluster that kept its commits but lost the log), the
 // client's OFFSET_OUT_OF_RANGE tells.
 func TestConsumerStoresANewLogAfterTheBrokerDataWasDeleted(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name    string
 		commits bool            // the new broker has the group's commits

@@ -345,6 +345,7 @@ func TestConsumerFillsEmptyRegistryNames(t *testing.T) {
 // A kill at either crash point loses nothing and stores nothing twice: the
 // restarted consumer resumes from the offsets stored with the rows.
 func TestConsumerCrashConsistency(t *testing.T) {
+	t.Parallel()
 	for _, point := range []string{"inside the transaction", "between the database and the Kafka commit"} {
 		t.Run(point, func(t *testing.T) {
 			pool := newTestPool(t)
@@ -454,6 +455,7 @@ func kafkaCommitted(t testing.TB, brokers []string, group string) int {
 // constraint added by a DBA): the batch is narrowed down, those rows become
 // dead letters with the SQL error, the rest is stored.
 func TestConsumerNarrowsUnexpectedDataErrors(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	brokers := newConsumerTestBroker(t)
 	const pkg = "org.telegram.messenger"
@@ -608,6 +610,7 @@ func TestConfigConsumerSettings(t *testing.T) {
 // joins, then the first leaves. Every record is stored exactly once and the
 // stored and committed offsets end at the end of every partition.
 func TestConsumerRebalanceBetweenMembers(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	brokers := newConsumerTestBroker(t)
 	const pkg = "org.telegram.messenger"

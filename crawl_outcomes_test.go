@@ -240,6 +240,7 @@ func TestCrawlOutcomeOfErrors(t *testing.T) {
 // A failure to write an outcome or a read mark is logged and counted, and
 // the crawl goes on.
 func TestCrawlStateWriteFailuresCounted(t *testing.T) {
+	t.Parallel()
 	f := newCrawlFixture(t, testCrawlerConfig(1, 150), nil)
 	f.register(t, "com.example.app", false)
 	broken := newTestPool(t)

@@ -250,6 +250,7 @@ func TestCrawlTransientBrokerFaultIsAbsorbed(t *testing.T) {
 // paths, the cycle goes on, and the apps after it are published once the
 // broker is back.
 func TestCrawlLongBrokerOutageFailsClosed(t *testing.T) {
+	t.Parallel()
 	f := newCrawlFixture(t, testCrawlerConfig(1, 150), nil)
 	for i := range 3 {
 		f.register(t, fmt.Sprintf("com.example.app%d", i), false)
@@ -352,6 +353,7 @@ func TestCrawlBoundedWorkersShareTheRateLimit(t *testing.T) {
 // `playwatch crawl --once` runs one cycle over the registry and prints its
 // summary; `playwatch fetch` prints one app's messages.
 func TestCrawlAndFetchCommands(t *testing.T) {
+	t.Parallel()
 	replay := newReplayPlayStore(t)
 	replay.setApp("com.example.gone", replayApp{DetailsAlways: fault404})
 	dbURL := newTestDatabase(t)
@@ -396,6 +398,7 @@ func TestCrawlAndFetchCommands(t *testing.T) {
 // a `crawl --once` longer than PLAYWATCH_SHUTDOWN_TIMEOUT still stops
 // cleanly, its producer flushed.
 func TestCrawlOnceOutlastingShutdownTimeout(t *testing.T) {
+	t.Parallel()
 	replay := newReplayPlayStore(t)
 	_, brokers := newTestBroker(t, t.TempDir())
 	dbURL := newTestDatabase(t)

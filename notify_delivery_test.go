@@ -214,6 +214,7 @@ func notificationStates(t testing.TB, pool *pgxpool.Pool) map[int64]notification
 // every message once; the rows say sent after one attempt, and the counters
 // and histograms of both add up to the messages.
 func TestNotifyDeliveryTwoServersSendEachOnce(t *testing.T) {
+	t.Parallel()
 	url := newTestDatabase(t)
 	pool := newTestPoolFor(t, url)
 	recv := newWebhookReceiver(t)
@@ -301,6 +302,7 @@ func TestNotifyDeliveryRetriesWithBackoffAndRetryAfter(t *testing.T) {
 // wait, untried, counted in the gauge, until the destination is ok again
 // (what the API does on PATCH or a successful test); then each goes once.
 func TestNotifyDeliveryBrokenDestination(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	recv := newWebhookReceiver(t)
 	gone := true
@@ -363,6 +365,7 @@ func TestNotifyDeliveryBrokenDestination(t *testing.T) {
 // A message undelivered for GiveUp is failed: at its next failed attempt,
 // or by the sweep when its destination is broken; the counter and gauge say so.
 func TestNotifyDeliveryGivesUp(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	down := newWebhookReceiver(t)
 	down.setAnswer(func(_ int, _ receivedMessage, w http.ResponseWriter) bool {

@@ -180,6 +180,7 @@ func (f *decideFixture) textHash(reviewID string) string {
 // not, unless the rule has a backfill; an edited text fires again, a
 // re-sync without change does not.
 func TestNotifyReviewEventsNoFloodAndEdits(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.app("com.example.shop", false, t0.Add(-2*time.Hour))

@@ -225,6 +225,7 @@ func writeTemp(t *testing.T, name string, data []byte) string {
 // analyzer reads, in both byte orders and both resolutions, checked against
 // the hand-worked metrics and, where tshark is installed, against tshark.
 func TestPcapLinkTypes(t *testing.T) {
+	t.Parallel()
 	le, be := binary.ByteOrder(binary.LittleEndian), binary.ByteOrder(binary.BigEndian)
 	null := func(order binary.ByteOrder, family uint32) func([]byte) []byte {
 		return func(ip []byte) []byte {
@@ -590,6 +591,7 @@ func handshakeAt(t0, synAck, irtt float64) []synthSeg {
 // was seen to go untested by mutating it). Expected counts are worked out by
 // hand; with tshark installed, tshark must agree too.
 func TestPcapAnalysisEdgeCases(t *testing.T) {
+	t.Parallel()
 	type counts struct{ retrans, ooo, spurious, zw int64 }
 	cases := []struct {
 		name string
@@ -687,6 +689,7 @@ func TestPcapAnalysisEdgeCases(t *testing.T) {
 // ranges fills up; at 10000 a FIN no longer takes a sequence number, so its
 // retransmission is not one (docs/pcap-metrics.md §6 step 6).
 func TestPcapUnackedCap(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{9999, 10000} {
 		t.Run(fmt.Sprintf("%d_segments", n), func(t *testing.T) {
 			var recs []pcapRecord

@@ -78,6 +78,7 @@ func decodeApp(t *testing.T, body string) app {
 }
 
 func TestRegistryLifecycle(t *testing.T) {
+	t.Parallel()
 	f := newRegistryFixture(t, "")
 	ctx := context.Background()
 
@@ -165,6 +166,7 @@ func listPackages(t *testing.T, f *registryFixture, query string) ([]string, *st
 }
 
 func TestRegistryListFiltersAndPages(t *testing.T) {
+	t.Parallel()
 	f := newRegistryFixture(t, "")
 	for _, body := range []string{
 		`{"package_name":"a.one","is_messaging_app":true}`,
@@ -433,6 +435,7 @@ func TestRegistryRefusalsNameTheField(t *testing.T) {
 // A body that does not arrive within the server's read timeout is a 408
 // with a short message, not a 400 quoting socket addresses.
 func TestRegistrySlowBodyIs408(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	reg := newMetricsRegistry("test")
 	api := &registryAPI{store: newAppStore(pool), logger: testLogger(t)}

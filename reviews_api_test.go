@@ -313,6 +313,7 @@ func TestReviewsAPIToken(t *testing.T) {
 // once, while other reviews are stored and the walked ones re-synced with
 // a new time on the store (an edit), new text and new thumbs.
 func TestReviewsPagingIsExact(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	registerApps(t, pool, "org.telegram.messenger")
 	s := newReviewStorer(pool)
@@ -529,6 +530,7 @@ func (p *lockingPager) page(ctx context.Context, q reviewQuery) (reviewPage, err
 }
 
 func TestReviewsExportFailingMidwaySaysSo(t *testing.T) {
+	t.Parallel()
 	url := newTestDatabase(t)
 	pool := newTestPoolFor(t, url)
 	seedReviewsAPI(t, pool)

@@ -103,6 +103,7 @@ func TestSearchBackfill(t *testing.T) {
 // test style): the trigram index for q, (application_id, first_at, id) for
 // an app's newest reviews, (first_at, id) across apps.
 func TestReviewsQueryPlans(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedReviewsAPI(t, pool)
 	ctx := context.Background()

@@ -104,6 +104,7 @@ func TestReviewsAPIStorefronts(t *testing.T) {
 // A walk through one storefront's reviews pages exactly: every review of
 // it once, none of another.
 func TestReviewsAPIStorefrontPaging(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	registerApps(t, pool, "org.telegram.messenger")
 	s := newReviewStorer(pool)

@@ -77,6 +77,7 @@ func (m *fleetMember) metric(t *testing.T, name string) float64 {
 // contract is skipped and committed; a redelivered job crawls at the same
 // crawled_at; an app registered mid-cycle gets a job of its own.
 func TestSchedulerCycleThroughCrawlJobs(t *testing.T) {
+	t.Parallel()
 	f := newCrawlFixture(t, testCrawlerConfig(3, 20), nil)
 	createTestTopics(t, f.brokers, topicSpec{Partitions: 3, Replication: -1, Retention: time.Hour})
 	const apps = 9
@@ -280,6 +281,7 @@ func TestSchedulerRestartCrawlsAppsTheCycleMissed(t *testing.T) {
 // a takeover) does not crawl the app again in the same cycle: until the next
 // planned cycle the store sees one listing request for it.
 func TestSchedulerNewAppCrawledOnceAcrossRestart(t *testing.T) {
+	t.Parallel()
 	f := newCrawlFixture(t, testCrawlerConfig(2, 10), nil)
 	createTestTopics(t, f.brokers, topicSpec{Partitions: 3, Replication: -1, Retention: time.Hour})
 	const planned, late = "com.example.planned", "ir.example.late"
@@ -323,6 +325,7 @@ func TestSchedulerNewAppCrawledOnceAcrossRestart(t *testing.T) {
 // cycle as soon as the first app is registered, rather than crawling it
 // with the new-app watch and showing "none planned yet" for an interval.
 func TestSchedulerFirstAppStartsACycle(t *testing.T) {
+	t.Parallel()
 	f := newCrawlFixture(t, testCrawlerConfig(2, 10), nil)
 	createTestTopics(t, f.brokers, topicSpec{Partitions: 3, Replication: -1, Retention: time.Hour})
 	m := startFleetMember(t, f, 6*time.Second)
@@ -481,6 +484,7 @@ func TestCrawlWorkerDropsJobsOutsideTheirLeaseEpoch(t *testing.T) {
 // takes the lease for the cycle, records it in crawl_cycles, crawls its
 // jobs from crawl-jobs, prints the summary and gives the lease up.
 func TestCrawlOncePlansThroughTheScheduler(t *testing.T) {
+	t.Parallel()
 	replay := newReplayPlayStore(t)
 	dbURL := newTestDatabase(t)
 	pool := newTestPoolFor(t, dbURL)
@@ -526,6 +530,7 @@ func TestCrawlOncePlansThroughTheScheduler(t *testing.T) {
 // leads, plans the cycle, runs the new-app watch, and gives the lease up
 // when it stops.
 func TestCrawlCommandIsTheScheduler(t *testing.T) {
+	t.Parallel()
 	replay := newReplayPlayStore(t)
 	dbURL := newTestDatabase(t)
 	pool := newTestPoolFor(t, dbURL)
@@ -562,6 +567,7 @@ func TestCrawlCommandIsTheScheduler(t *testing.T) {
 // would wait forever for commits past offsets the new log never reaches:
 // the leader finishes it and plans the next one.
 func TestSchedulerFinishesACycleWhoseJobsTheBrokerLost(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	_, brokers := newTestBroker(t, t.TempDir())
 	createTestTopics(t, brokers, topicSpec{Partitions: 3, Replication: -1, Retention: time.Hour})
@@ -595,6 +601,7 @@ func TestSchedulerFinishesACycleWhoseJobsTheBrokerLost(t *testing.T) {
 
 // crawl --once finishes such a cycle too, instead of waiting for it forever.
 func TestCrawlOnceFinishesACycleWhoseJobsTheBrokerLost(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	_, brokers := newTestBroker(t, t.TempDir())
 	createTestTopics(t, brokers, topicSpec{Partitions: 3, Replication: -1, Retention: time.Hour})
@@ -633,6 +640,7 @@ func TestJobOffsetsLost(t *testing.T) {
 // scheduler_epochs lacks: its jobs go out again without one, and the
 // workers crawl them instead of dropping them as a passed lease's.
 func TestSchedulerRepublishesAnOlderPlaywatchsCycleWithoutEpoch(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	_, brokers := newTestBroker(t, t.TempDir())
 	createTestTopics(t, brokers, topicSpec{Partitions: 1, Replication: -1, Retention: time.Hour})
@@ -668,6 +676,7 @@ func (panickingStore) Details(context.Context, string, string, string) (appDetai
 // A crawl that panics fails that job alone: logged, counted as invalid and
 // committed, so a restart does not meet it again; the worker goes on.
 func TestCrawlWorkerSurvivesAPanickingJob(t *testing.T) {
+	t.Parallel()
 	f := newCrawlFixture(t, testCrawlerConfig(2, 5), nil)
 	createTestTopics(t, f.brokers, topicSpec{Partitions: 1, Replication: -1, Retention: time.Hour})
 	reg := prometheus.NewRegistry()

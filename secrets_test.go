@@ -120,6 +120,7 @@ func TestSecretsNeverShown(t *testing.T) {
 // A running appliance with a password in DATABASE_URL and both tokens set:
 // its logs, /readyz and the one-off commands beside it show none of them.
 func TestSecretsNeverShownWhileRunning(t *testing.T) {
+	t.Parallel()
 	u, err := url.Parse(newTestDatabase(t))
 	if err != nil {
 		t.Fatal(err)

@@ -96,6 +96,7 @@ func sentimentAt(t testing.TB, pool *pgxpool.Pool) map[string]time.Time {
 // what was classified; a batch is one UPDATE (one statement_timestamp for
 // all its rows), and the metrics count what was written.
 func TestSentimentJobScoresEachBatchWithOneUpdate(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	insertSentimentReviews(t, pool, "r", 5000)
@@ -184,6 +185,7 @@ func TestSentimentJobScoresEachBatchWithOneUpdate(t *testing.T) {
 // The work list is found through the partial index, not by reading every
 // scored review.
 func TestSentimentClaimUsesTheWorkIndex(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	insertSentimentReviews(t, pool, "s", 20000)
@@ -279,6 +281,7 @@ func ptr[T any](v T) *T { return &v }
 // other skips it and scores the rest; together they score every review
 // exactly once.
 func TestSentimentJobsShareTheWorkWithoutDoubleScoring(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	insertSentimentReviews(t, pool, "d", 1000)
@@ -347,6 +350,7 @@ func TestSentimentJobsShareTheWorkWithoutDoubleScoring(t *testing.T) {
 // rescore marks every scored review, or those of other model versions; the
 // job scores them again and keeps their labels meanwhile.
 func TestSentimentRescore(t *testing.T) {
+	t.Parallel()
 	url := newTestDatabase(t)
 	pool := newTestPoolFor(t, url)
 	ctx := context.Background()
@@ -435,6 +439,7 @@ func TestSentimentRescore(t *testing.T) {
 // error; a database that refuses the job's statements is retried until it
 // takes them, without ending the role.
 func TestSentimentJobShutdownAndDatabaseTrouble(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	insertSentimentReviews(t, pool, "x", 50)
@@ -480,6 +485,7 @@ func TestSentimentJobShutdownAndDatabaseTrouble(t *testing.T) {
 // keeps following the work list (the database still answers the count)
 // rather than staying at what the last successful batch left.
 func TestSentimentJobFailingBatchesAreCountedWithTheBacklog(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	insertSentimentReviews(t, pool, "f", 40)
@@ -521,6 +527,7 @@ func TestSentimentJobFailingBatchesAreCountedWithTheBacklog(t *testing.T) {
 // crawler stored; a second crawl that finds the same texts re-syncs them
 // without putting them back on the job's work list.
 func TestSentimentRoleScoresWhatTheCrawlerStored(t *testing.T) {
+	t.Parallel()
 	dbURL := newTestDatabase(t)
 	pool := newTestPoolFor(t, dbURL)
 	replay := newReplayPlayStore(t)
@@ -624,6 +631,7 @@ func maxTime(ts map[string]time.Time) time.Time {
 // A pass goes up the ids batch by batch; a review below the last batch
 // whose text changed meanwhile is found once the pass starts again.
 func TestSentimentJobPassStartsAgainAtTheBottom(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	insertSentimentReviews(t, pool, "w", 30)
@@ -671,6 +679,7 @@ func (c panickyClassifier) Classify(text string, stars int) sentimentResult {
 // review of the batch is scored. A rescore brings it back (and it fails
 // again, without a loop).
 func TestSentimentJobSurvivesAPanicOfTheModel(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	insertSentimentReviews(t, pool, "p", 600)

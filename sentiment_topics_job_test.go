@@ -32,6 +32,7 @@ func storedTopics(t testing.TB, pool *pgxpool.Pool) map[string][]string {
 // The scoring pass writes topics in the same UPDATE as the label: the
 // classifier's topics, '{}' for a review without one, never NULL.
 func TestSentimentJobWritesTopicsWithTheLabel(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	insertSentimentReviews(t, pool, "t", 40)
@@ -68,6 +69,7 @@ func TestSentimentJobWritesTopicsWithTheLabel(t *testing.T) {
 // rescoring); the backfill is logged and counted, and new reviews are
 // still scored (topics included) while it runs.
 func TestSentimentJobBackfillsTopicsWithoutRescoring(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	insertSentimentReviews(t, pool, "b", 2500)
@@ -149,6 +151,7 @@ func TestSentimentJobBackfillsTopicsWithoutRescoring(t *testing.T) {
 
 // The backfill's work list is found through its partial index.
 func TestTopicsBackfillUsesItsIndex(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	insertSentimentReviews(t, pool, "i", 20000)

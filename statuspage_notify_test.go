@@ -80,6 +80,7 @@ func TestStatusPageNotificationsCard(t *testing.T) {
 // The card's counts of sent and pending notifications read the outbox on
 // its indexes, so the page's cost does not grow with the outbox's history.
 func TestStatusPageNotificationsQueryPlan(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	for _, sql := range []string{

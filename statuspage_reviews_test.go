@@ -132,6 +132,7 @@ func TestReviewsPageToken(t *testing.T) {
 // it), nothing is loaded from elsewhere, no console error, and a Persian
 // review and its reply are laid out right to left.
 func TestReviewsPageInBrowser(t *testing.T) {
+	t.Parallel()
 	chromium := firstOnPath("chromium", "chromium-browser")
 	if chromium == "" {
 		skipOrFailUnderCI(t, "chromium is not on PATH (Debian: apt-get install chromium)")

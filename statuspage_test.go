@@ -385,6 +385,7 @@ func TestStatusPageReadsOnly(t *testing.T) {
 // the statistics are realistic. Sequential scans are disabled so that a
 // plan still holding one has no index to use.
 func TestStatusPageQueryPlans(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	seedStatus(t, pool)
