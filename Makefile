@@ -24,7 +24,7 @@ demo:
 
 # Most tests wait (on servers starting, timeouts, child processes) more
 # than they compute: the ones marked t.Parallel() run TEST_PARALLEL at once.
-TEST_PARALLEL ?= 6
+TEST_PARALLEL ?= 8
 test: vet
 	@scripts/kafka.sh check || true
 	@if command -v amtool >/dev/null; then amtool check-config deploy/alertmanager/alertmanager.yml; \

@@ -138,6 +138,7 @@ func networkFields(pkg, id string) map[string]any {
 var deleteField = &struct{}{}
 
 func TestConsumerStoresAllThreeTopics(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	brokers := newConsumerTestBroker(t)
 	registerApps(t, pool, "org.telegram.messenger")
@@ -189,6 +190,7 @@ func readReviewRow(t testing.TB, pool *pgxpool.Pool, id string) reviewState {
 // overwrites it; sentiment and the sentiment job's own columns, and
 // first_seen_at, survive every re-sync.
 func TestConsumerReviewUpsertRules(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	brokers := newConsumerTestBroker(t)
 	const pkg = "org.telegram.messenger"
@@ -310,6 +312,7 @@ func TestStoreBatchKeepsNewestVersionInBatch(t *testing.T) {
 // The app-stats title and genre fill an empty display_name/category and
 // never overwrite what a user set.
 func TestConsumerFillsEmptyRegistryNames(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	brokers := newConsumerTestBroker(t)
 	ctx := context.Background()
@@ -524,6 +527,7 @@ func TestConsumerRetryWaitsOnItsClock(t *testing.T) {
 // An app deleted while its id is cached: the foreign-key error drops the
 // cache, and its records become unregistered_package dead letters.
 func TestConsumerForgetsDeletedApps(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	brokers := newConsumerTestBroker(t)
 	registerApps(t, pool, "com.example.kept", "com.example.gone")

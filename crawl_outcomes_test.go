@@ -20,6 +20,7 @@ import (
 // (404 on both paths), an app whose reviews fail (HTTP 500), a healthy one,
 // and one never crawled (null paths).
 func TestCrawlOutcomesRecordedAndServed(t *testing.T) {
+	t.Parallel()
 	const (
 		missing = "com.example.mistyped"
 		broken  = "com.example.brokenreviews"
@@ -165,6 +166,7 @@ WHERE o.at >= $1 ORDER BY 1, 4`, before)
 // client against the replay store, a name that does not resolve, a closed
 // port, a bench, a deadline and a cancel.
 func TestCrawlOutcomeOfErrors(t *testing.T) {
+	t.Parallel()
 	replay := newReplayPlayStore(t)
 	replay.setApp("com.example.throttled", replayApp{DetailsAlways: fault429})
 	replay.setApp("com.example.captcha", replayApp{DetailsAlways: faultCaptcha})

@@ -223,6 +223,7 @@ func TestStaleAttachFileIsIgnored(t *testing.T) {
 // how to point it at one, and creates nothing there; migrate with
 // DATABASE_URL needs no running playwatch.
 func TestOneOffCommandsNeedARunningPlaywatch(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(tempDataDir(t), "data")
 	env := map[string]string{"PLAYWATCH_DATA_DIR": dir, "PLAYWATCH_BROKER_ADDR": freeAddr(t), "LOG_LEVEL": "warn"}
 	for _, c := range []struct {

@@ -191,6 +191,7 @@ func TestRunConsumerRole(t *testing.T) {
 // Two replays never run at once: while one holds the replay lock, another
 // stops with an error saying so; once it is released the replay runs.
 func TestDLQReplayLock(t *testing.T) {
+	t.Parallel()
 	dsn := newTestDatabase(t)
 	pool := newTestPoolFor(t, dsn)
 	unlock, err := lockDLQReplay(context.Background(), pool)
@@ -356,6 +357,7 @@ func TestDLQDiscard(t *testing.T) {
 // chunk's rows takes those rows out of the chunk (FOR UPDATE rechecks
 // discarded_at); the replay still goes on to every row after them.
 func TestDLQReplayAllGoesOnPastRowsDiscardedMeanwhile(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := newTestPool(t)
 	const rest = 100

@@ -259,6 +259,7 @@ func TestNotifyDeliveryTwoServersSendEachOnce(t *testing.T) {
 // keeps the attempts and the receiver's last error; the wait after the 429
 // is at least its Retry-After.
 func TestNotifyDeliveryRetriesWithBackoffAndRetryAfter(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	recv := newWebhookReceiver(t)
 	var times []time.Time
@@ -473,6 +474,7 @@ func TestNotifyDeliveryShutdownMidSend(t *testing.T) {
 // once the hour allows, the seven go out as one digest and every row is
 // sent, none lost, none twice.
 func TestNotifyDeliveryThrottleDigest(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	recv := newWebhookReceiver(t)
 	seedWebhookReviews(t, pool, recv.srv.URL, 3, 10)

@@ -45,6 +45,7 @@ var (
 // later is news to a rule of that storefront only, once per rule; a
 // storefront's first crawl (its whole history) is not news.
 func TestNotifyReviewStorefronts(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.app("org.telegram.messenger", false, time.Time{})
@@ -134,6 +135,7 @@ func TestNotifyReviewStorefronts(t *testing.T) {
 // A review stored without a storefront (an older playwatch) is in its app's
 // first storefront.
 func TestNotifyReviewWithoutStorefrontIsInTheFirst(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.app("com.example.old", false, time.Time{})
@@ -156,6 +158,7 @@ func TestNotifyReviewWithoutStorefrontIsInTheFirst(t *testing.T) {
 // A rating drop in one storefront fires for that storefront only; two
 // storefronts are never compared with each other.
 func TestNotifyRatingDropPerStorefront(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.app("org.telegram.messenger", false, time.Time{})
@@ -194,6 +197,7 @@ func TestNotifyRatingDropPerStorefront(t *testing.T) {
 // crawl_failing is per storefront: the store answering 404 in one
 // storefront fires for that one only.
 func TestNotifyCrawlFailingPerStorefront(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.app("com.example.local", false, time.Time{})
@@ -224,6 +228,7 @@ func TestNotifyCrawlFailingPerStorefront(t *testing.T) {
 // negative_spike counts per storefront: five negative reviews in ir/fa are
 // a spike there, not in us/en.
 func TestNotifyNegativeSpikePerStorefront(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.app("com.example.spiky", false, time.Time{})
@@ -258,6 +263,7 @@ func TestNotifyNegativeSpikePerStorefront(t *testing.T) {
 // The rules API takes filter.storefronts for every event, checks its codes
 // as the registry does (400 naming the field) and gives it back.
 func TestNotifyRuleStorefrontsAPI(t *testing.T) {
+	t.Parallel()
 	f := newNotifyFixture(t, nil)
 	d := f.createDestination(t, `{"name": "a", "type": "webhook", "url": "https://example.com/a"}`)
 	ok := fmt.Sprintf(`"name": "r", "destinations": [%d]`, d)
@@ -302,6 +308,7 @@ func TestNotifyRuleStorefrontsAPI(t *testing.T) {
 // Negative reviews stored without a storefront (an older playwatch) count
 // with those seen in the app's first storefront.
 func TestNotifyNegativeSpikeWithoutStorefronts(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.app("com.example.mixed", false, time.Time{})

@@ -280,6 +280,7 @@ func TestPcapLinkTypes(t *testing.T) {
 // bytes_transferred_total; IPv6 extension headers are skipped to reach TCP,
 // and TCP in IP-in-IP is analysed, as tshark does.
 func TestPcapNotAnalysed(t *testing.T) {
+	t.Parallel()
 	c := v4Conn
 	syn := c.segmentIP(scriptedConversation[0])
 	data := c.segmentIP(scriptedConversation[3])
@@ -460,6 +461,7 @@ func TestPcapBadInput(t *testing.T) {
 // TestPcapngMixedAndUnknownLinkTypes: pcapng interfaces each have their own
 // link type; one the analyzer cannot decode counts in bytes with a warning.
 func TestPcapngMixedAndUnknownLinkTypes(t *testing.T) {
+	t.Parallel()
 	var b bytes.Buffer
 	w, err := pcapgo.NewNgWriterInterface(&b, pcapgo.NgInterface{LinkType: layers.LinkTypeLinuxSLL2, SnapLength: 262144,
 		TimestampResolution: 9}, pcapgo.DefaultNgWriterOptions)
@@ -563,6 +565,7 @@ func TestPcapReleasesConnections(t *testing.T) {
 // TestPcapKeepsClosedConnectionWhileQuiet: after both FINs, a FIN
 // retransmitted a minute later is still classified against the old state.
 func TestPcapKeepsClosedConnectionWhileQuiet(t *testing.T) {
+	t.Parallel()
 	recs := shortConnection(40000, 0)
 	late := synthSeg{60, true, tcpACK | tcpFIN, 1101, 5001, 502, 0}
 	recs = append(recs, pcapRecord{t: unixNano(late.t), data: ethernet(0x0800, v4Conn.segmentIP(late))})

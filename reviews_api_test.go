@@ -135,6 +135,7 @@ func seedReviewsAPI(t *testing.T, pool *pgxpool.Pool) {
 }
 
 func TestReviewsAPIFilters(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedReviewsAPI(t, pool)
 	srv, _ := reviewsServer(t, pool, "")
@@ -221,6 +222,7 @@ func TestReviewsAPIFilters(t *testing.T) {
 }
 
 func TestReviewsAPIRefusesBadParameters(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	srv, _ := reviewsServer(t, pool, "")
 	for query, param := range map[string]string{
@@ -263,6 +265,7 @@ func TestReviewsAPIRefusesBadParameters(t *testing.T) {
 }
 
 func TestReviewsAPIToken(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedReviewsAPI(t, pool)
 	srv, _ := reviewsServer(t, pool, "s3cret")
@@ -384,6 +387,7 @@ func TestReviewsPagingIsExact(t *testing.T) {
 }
 
 func TestReviewsExportCSVAndNDJSON(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedReviewsAPI(t, pool)
 	srv, _ := reviewsServer(t, pool, "")
@@ -465,6 +469,7 @@ func (p *pausingPager) page(ctx context.Context, q reviewQuery) (reviewPage, err
 }
 
 func TestReviewsExportsAtMostTwoAtOnce(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedReviewsAPI(t, pool)
 	srv, ra := reviewsServer(t, pool, "")
@@ -577,6 +582,7 @@ func TestReviewsExportFailingMidwaySaysSo(t *testing.T) {
 }
 
 func TestAppStatsExport(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedReviewsAPI(t, pool)
 	ctx := context.Background()

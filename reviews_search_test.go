@@ -54,6 +54,7 @@ func TestSearchTextVersion(t *testing.T) {
 // Reviews stored before migration 15 (no search text) or with an older
 // normalisation are written by the backfill, which logs its progress.
 func TestSearchBackfill(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedReviewsAPI(t, pool)
 	ctx := context.Background()

@@ -184,6 +184,7 @@ func TestSchedulerCycleThroughCrawlJobs(t *testing.T) {
 // Two schedulers on one database: one leads; the other takes over once the
 // leader resigns, and a leader whose lease passed to another plans nothing.
 func TestSchedulerLeaseOneLeader(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	cfg := schedulerConfig{Interval: time.Hour, Lease: 10 * time.Second, JobsGroup: "g"}
@@ -227,6 +228,7 @@ func TestSchedulerLeaseOneLeader(t *testing.T) {
 // an app registered since gets its new-app job at once, on the database's
 // clock, and the apps of the cycle get none.
 func TestSchedulerRestartCrawlsAppsTheCycleMissed(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	_, brokers := newTestBroker(t, t.TempDir())
 	ctx := context.Background()
@@ -411,6 +413,7 @@ func TestSchedulerStopsProducingPastItsLeaseDeadline(t *testing.T) {
 // epoch (an older playwatch); one planned when its epoch had ended, or
 // under an epoch the database never had, is dropped, counted and committed.
 func TestCrawlWorkerDropsJobsOutsideTheirLeaseEpoch(t *testing.T) {
+	t.Parallel()
 	f := newCrawlFixture(t, testCrawlerConfig(2, 5), nil)
 	createTestTopics(t, f.brokers, topicSpec{Partitions: 1, Replication: -1, Retention: time.Hour})
 	ctx := context.Background()

@@ -34,6 +34,7 @@ func checkNoSecret(t *testing.T, what, output string) {
 // run, as main does) and fails, and nothing it prints, logs or returns shows
 // the secret; a URL shows as user:xxxxx@.
 func TestSecretsNeverShown(t *testing.T) {
+	t.Parallel()
 	pwFile := filepath.Join(t.TempDir(), "sasl-password")
 	if err := os.WriteFile(pwFile, []byte(testSecret+"\n"), 0o600); err != nil {
 		t.Fatal(err)

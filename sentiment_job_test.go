@@ -216,6 +216,7 @@ func TestSentimentClaimUsesTheWorkIndex(t *testing.T) {
 // A re-sync with the same text and stars is not scored again; a changed
 // text or changed stars are, and their latency runs from the new crawl.
 func TestSentimentJobRescoresOnlyChangedReviews(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	insertSentimentReviews(t, pool, "c", 12)

@@ -33,6 +33,7 @@ func reviewsPageServer(t *testing.T, pool *pgxpool.Pool, token string) *httptest
 }
 
 func TestReviewsPage(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedReviewsAPI(t, pool)
 	srv := reviewsPageServer(t, pool, "")
@@ -107,6 +108,7 @@ func TestReviewsPage(t *testing.T) {
 }
 
 func TestReviewsPageToken(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	srv := reviewsPageServer(t, pool, "pw")
 	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/reviews", nil)
