@@ -138,7 +138,6 @@ func networkFields(pkg, id string) map[string]any {
 var deleteField = &struct{}{}
 
 func TestConsumerStoresAllThreeTopics(t *testing.T) {
-	t.Parallel()
 	pool := newTestPool(t)
 	brokers := newConsumerTestBroker(t)
 	registerApps(t, pool, "org.telegram.messenger")
