@@ -22,12 +22,15 @@ run: build
 demo:
 	PLAYWATCH_DEMO=1 PLAYWATCH_DEMO_WAIT=$${PLAYWATCH_DEMO_WAIT-$$([ -t 0 ] && echo 1)} exec $(GO) test -timeout 0 -run '^TestDemo$$'
 
+# Most tests wait (on servers starting, timeouts, child processes) more
+# than they compute: the ones marked t.Parallel() run TEST_PARALLEL at once.
+TEST_PARALLEL ?= 8
 test: vet
 	@scripts/kafka.sh check || true
 	@if command -v amtool >/dev/null; then amtool check-config deploy/alertmanager/alertmanager.yml; \
 	elif [ "$$CI" = true ]; then echo "amtool is required under CI=true (Debian: prometheus-alertmanager)"; exit 1; \
 	else echo "amtool not found (Debian: prometheus-alertmanager): deploy/alertmanager/alertmanager.yml not checked"; fi
-	$(GO) test -count=1 -timeout 15m ./...
+	$(GO) test -count=1 -parallel $(TEST_PARALLEL) -timeout 15m ./...
 
 # schemathesis (in a venv under .cache/schemathesis) fuzzes the registry API
 # of a running appliance against api/openapi.json; scripts/test_api.sh says
@@ -55,14 +58,31 @@ kafka-jars:
 # tests call is deleted, not kept for them.
 # gofmt must print nothing; staticcheck (pinned; staticcheck.conf turns off
 # ST1018 only, for the ZWNJ of Persian string literals) must pass.
+# The four checks run at once, each printing when it is done; each pinned tool
+# is built once, into .cache/bin/NAME@VERSION/.
 DEADCODE ?= golang.org/x/tools/cmd/deadcode@v0.52.0
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
-vet:
+tool_bin = .cache/bin/$(notdir $(1))/$(notdir $(firstword $(subst @, ,$(1))))
+DEADCODE_BIN := $(call tool_bin,$(DEADCODE))
+STATICCHECK_BIN := $(call tool_bin,$(STATICCHECK))
+vet: $(STATICCHECK_BIN) $(DEADCODE_BIN)
+	@$(MAKE) --no-print-directory -j4 --output-sync=target vet-go vet-gofmt vet-staticcheck vet-deadcode
+
+$(DEADCODE_BIN):
+	GOBIN=$(abspath $(@D)) $(GO) install $(DEADCODE)
+$(STATICCHECK_BIN):
+	GOBIN=$(abspath $(@D)) $(GO) install $(STATICCHECK)
+
+.PHONY: vet-go vet-gofmt vet-staticcheck vet-deadcode
+vet-go:
 	$(GO) vet ./...
+vet-gofmt:
 	@out=$$(find . -name '*.go' -not -path './.cache/*' -exec gofmt -l {} +) || exit 1; \
 	if [ -n "$$out" ]; then echo "$$out"; echo "gofmt: these files are not formatted; run gofmt -w"; exit 1; fi
-	$(GO) run $(STATICCHECK) ./...
-	@out=$$($(GO) run $(DEADCODE) ./...) || exit 1; \
+vet-staticcheck:
+	$(STATICCHECK_BIN) ./...
+vet-deadcode:
+	@out=$$($(DEADCODE_BIN) ./...) || exit 1; \
 	if [ -n "$$out" ]; then echo "$$out"; echo "deadcode: these functions are unreachable from main; delete them"; exit 1; fi
 
 # The sentiment model (docs/sentiment.md §3): the trainer downloads its data

@@ -25,6 +25,7 @@ var alertmanagerConfigFile = filepath.Join("deploy", "alertmanager", "alertmanag
 // a webhook receiver do). The spike arrives at each, grouped by alertname
 // and package; the calm app never does.
 func TestAlertmanagerRoutesPlaywatchAlert(t *testing.T) {
+	t.Parallel()
 	promBin := requirePrometheusTool(t, "prometheus")
 	amBin := firstOnPath("prometheus-alertmanager", "alertmanager")
 	if amBin == "" {

@@ -44,6 +44,7 @@ func wantGauges(t *testing.T, m map[string]float64, want map[string]float64, abs
 }
 
 func TestAppGaugesInMetrics(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedStatus(t, pool)
 	seedReviewStorefronts(t, pool)
@@ -102,6 +103,7 @@ func TestAppGaugesInMetrics(t *testing.T) {
 // the store is within the last hour and 7 days, to the minute although the
 // rollup counts whole hours.
 func TestAppGaugesNegativeReviews(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedStatus(t, pool) // NEGATIVE 4 h, 5 days and 5 days 1 h ago
 	for i, r := range []struct {

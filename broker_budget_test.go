@@ -70,6 +70,7 @@ func brokerShares(t *testing.T, adm *kadm.Client, topic string) (bytes map[int32
 // playwatch created with a retention; playwatch's trim deletes the records
 // older than the retention once they are stored, and not before.
 func TestBrokerBudgetTrimsOldRecordsOnceStored(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	logger := testLogger(t)
 	// An older playwatch created the topics with the broker's retention.

@@ -111,6 +111,7 @@ func numbered(prefix string, n int) []string {
 // also after a restart. Read-only: the directory made immutable (chattr, as
 // root ignores permissions); disk full: a 1 MiB tmpfs filled up.
 func TestEmbeddedBrokerWriteFailureMakesItUnready(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		skipOrFailUnderCI(t, "needs root: chattr and mount")
 	}

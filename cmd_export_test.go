@@ -15,6 +15,7 @@ import (
 )
 
 func TestExportCommand(t *testing.T) {
+	t.Parallel()
 	dbURL := newTestDatabase(t)
 	pool := newTestPoolFor(t, dbURL)
 	seedReviewsAPI(t, pool)

@@ -110,6 +110,7 @@ func TestPcapCommandBadInput(t *testing.T) {
 // Without --dry-run the message goes to the network-metrics topic, keyed by
 // the package, and only for a registered package.
 func TestPcapCommandPublishes(t *testing.T) {
+	t.Parallel()
 	dbURL := newTestDatabase(t)
 	_, brokers := newTestBroker(t, t.TempDir())
 	env := map[string]string{"DATABASE_URL": dbURL, "KAFKA_BROKERS": strings.Join(brokers, ","), "PLAYWATCH_DATA_DIR": t.TempDir()}

@@ -120,6 +120,7 @@ func poisonCorpus() []poisonRecord {
 // reason and its bytes; every good record around it is stored; the
 // consumer goes on after all of them.
 func TestConsumerPoisonCorpus(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	brokers := newConsumerTestBroker(t)
 	allowLargeRecords(t, brokers)

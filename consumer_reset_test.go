@@ -83,6 +83,7 @@ func (w *wipeableBroker) wipe(t *testing.T) (brokers []string) {
 // too; with them (a cluster that kept its commits but lost the log), the
 // client's OFFSET_OUT_OF_RANGE tells.
 func TestConsumerStoresANewLogAfterTheBrokerDataWasDeleted(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name    string
 		commits bool            // the new broker has the group's commits
@@ -210,6 +211,7 @@ func checkNewLogAfterBrokerDataDeleted(t *testing.T, commits bool, newRecs map[i
 // the partition's floor is its start. Once the consumer has stored the new
 // log and moved the offsets back, stored records go as usual.
 func TestBrokerBudgetKeepsANewLogBelowTheStoredOffset(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	logger := testLogger(t)
 	brokers, adm := startTopicsBroker(t, topicSpec{Partitions: 1, Replication: -1})
@@ -275,6 +277,7 @@ func TestBrokerBudgetKeepsANewLogBelowTheStoredOffset(t *testing.T) {
 // of the old log that is still kept gets its own dead-letter row: the rows
 // carry the log generation, which the reset counted up.
 func TestConsumerDeadLettersOfANewLogAtAnOldDeadLettersOffset(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	broker, brokers := newWipeableBroker(t)
 	const pkg = "org.telegram.messenger"
@@ -327,6 +330,7 @@ func TestConsumerDeadLettersOfANewLogAtAnOldDeadLettersOffset(t *testing.T) {
 // read again, no reset is counted, the stored offsets stay. A topic of
 // which the broker has no commit at all still starts at the log start.
 func TestConsumerTrustsTheStoredOffsetOfAPartitionWithoutItsKafkaCommit(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := newTestPool(t)
 	_, brokers := newTestBroker(t, t.TempDir())

@@ -18,6 +18,7 @@ import (
 // record is stored once, none dead-lettered. A dedicated cluster, so that
 // the shared test server is not disturbed.
 func TestConsumerSurvivesPostgresRestart(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	logger := testLogger(t)
 	dataDir := tempDataDir(t) // laid out like $PLAYWATCH_DATA_DIR

@@ -54,6 +54,7 @@ const (
 // again (a producer retry, a replayed topic) adds no row, and first_seen_at
 // stays the first time.
 func TestConsumerStoresStorefronts(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	brokers := newConsumerTestBroker(t)
 	registerStorefrontApps(t, pool)
@@ -144,6 +145,7 @@ func TestConsumerStoresStorefronts(t *testing.T) {
 // PostgreSQL refuses records no storefront, and `dlq replay` of it, once
 // the cause is fixed, stores it with its storefront, once.
 func TestStoreBatchRecordsReviewStorefronts(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := newTestPool(t)
 	registerStorefrontApps(t, pool)

@@ -195,6 +195,7 @@ func readReviewRow(t testing.TB, pool *pgxpool.Pool, id string) reviewState {
 // overwrites it; sentiment and the sentiment job's own columns, and
 // first_seen_at, survive every re-sync.
 func TestConsumerReviewUpsertRules(t *testing.T) {
+	t.Parallel()
 	const pkg = "org.telegram.messenger"
 	pool, brokers := newConsumerTestBed(t, pkg)
 	ctx := context.Background()
@@ -314,6 +315,7 @@ func TestStoreBatchKeepsNewestVersionInBatch(t *testing.T) {
 // The app-stats title and genre fill an empty display_name/category and
 // never overwrite what a user set.
 func TestConsumerFillsEmptyRegistryNames(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	brokers := newConsumerTestBroker(t)
 	ctx := context.Background()
@@ -349,6 +351,7 @@ func TestConsumerFillsEmptyRegistryNames(t *testing.T) {
 // A kill at either crash point loses nothing and stores nothing twice: the
 // restarted consumer resumes from the offsets stored with the rows.
 func TestConsumerCrashConsistency(t *testing.T) {
+	t.Parallel()
 	for _, point := range []string{"inside the transaction", "between the database and the Kafka commit"} {
 		t.Run(point, func(t *testing.T) {
 			const pkg, n = "org.telegram.messenger", 600
@@ -456,6 +459,7 @@ func kafkaCommitted(t testing.TB, brokers []string, group string) int {
 // constraint added by a DBA): the batch is narrowed down, those rows become
 // dead letters with the SQL error, the rest is stored.
 func TestConsumerNarrowsUnexpectedDataErrors(t *testing.T) {
+	t.Parallel()
 	const pkg = "org.telegram.messenger"
 	pool, brokers := newConsumerTestBed(t, pkg)
 	if _, err := pool.Exec(context.Background(), `ALTER TABLE reviews ADD CONSTRAINT no_forbidden_words CHECK (content NOT LIKE '%forbidden%')`); err != nil {
@@ -520,6 +524,7 @@ func TestConsumerRetryWaitsOnItsClock(t *testing.T) {
 // An app deleted while its id is cached: the foreign-key error drops the
 // cache, and its records become unregistered_package dead letters.
 func TestConsumerForgetsDeletedApps(t *testing.T) {
+	t.Parallel()
 	pool, brokers := newConsumerTestBed(t, "com.example.kept", "com.example.gone")
 	tc := startTestConsumer(t, pool, brokers, testConsumerOptions(), consumerHooks{})
 	produce(t, brokers, rec(topicReviews, "k", msgJSON(reviewFields("com.example.kept", "k1", testCrawl))),
@@ -604,6 +609,7 @@ func TestConfigConsumerSettings(t *testing.T) {
 // joins, then the first leaves. Every record is stored exactly once and the
 // stored and committed offsets end at the end of every partition.
 func TestConsumerRebalanceBetweenMembers(t *testing.T) {
+	t.Parallel()
 	const pkg = "org.telegram.messenger"
 	pool, brokers := newConsumerTestBed(t, pkg)
 	opts := testConsumerOptions()

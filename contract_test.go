@@ -166,6 +166,7 @@ const (
 // the new columns, and a later crawl by this version fills them; the
 // review's reply arrives with the newer crawl, through the monotonic guard.
 func TestConsumerReadsMessagesOfAnOlderPlaywatch(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	brokers := newConsumerTestBroker(t)
 	const minecraft, translate = "com.mojang.minecraftpe", "com.google.android.apps.translate"

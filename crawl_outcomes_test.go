@@ -20,6 +20,7 @@ import (
 // (404 on both paths), an app whose reviews fail (HTTP 500), a healthy one,
 // and one never crawled (null paths).
 func TestCrawlOutcomesRecordedAndServed(t *testing.T) {
+	t.Parallel()
 	const (
 		missing = "com.example.mistyped"
 		broken  = "com.example.brokenreviews"
@@ -158,6 +159,7 @@ WHERE o.at >= $1 ORDER BY 1, 4`, before)
 // client against the replay store, a name that does not resolve, a closed
 // port, a bench, a deadline and a cancel.
 func TestCrawlOutcomeOfErrors(t *testing.T) {
+	t.Parallel()
 	replay := newReplayPlayStore(t)
 	replay.setApp("com.example.throttled", replayApp{DetailsAlways: fault429})
 	replay.setApp("com.example.captcha", replayApp{DetailsAlways: faultCaptcha})
@@ -233,6 +235,7 @@ func TestCrawlOutcomeOfErrors(t *testing.T) {
 // A failure to write an outcome or a read mark is logged and counted, and
 // the crawl goes on.
 func TestCrawlStateWriteFailuresCounted(t *testing.T) {
+	t.Parallel()
 	f := newCrawlFixture(t, testCrawlerConfig(1, 150), nil)
 	f.register(t, "com.example.app", false)
 	broken := newTestPool(t)

@@ -36,6 +36,7 @@ func setTestStorefronts(t *testing.T, pool *pgxpool.Pool, pkg string, locs ...lo
 // new-app watch, and a job of an older playwatch, keyed by the package
 // alone, is crawled like any other.
 func TestSchedulerPlansAJobPerAppAndStorefront(t *testing.T) {
+	t.Parallel()
 	f := newCrawlFixture(t, testCrawlerConfig(3, 20), nil) // crawl-jobs has 3 partitions
 	const apps = 10
 	ir, us, de := locale{Lang: "fa", Country: "ir"}, locale{Lang: "en", Country: "us"}, locale{Lang: "de", Country: "de"}
@@ -202,6 +203,7 @@ func TestSchedulerPlansAJobPerAppAndStorefront(t *testing.T) {
 // storefront only is not known to it, and each storefront has its own read
 // mark and count.
 func TestKnownReviewsPerStorefront(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	registerApps(t, pool, "com.example.known")
@@ -264,6 +266,7 @@ func TestKnownReviewsPerStorefront(t *testing.T) {
 // stored from the others, since none is known to come from it. A review is
 // stored once and records every storefront it was seen in.
 func TestCrawlIncrementalPerStorefront(t *testing.T) {
+	t.Parallel()
 	const pkg = "com.example.storefronts"
 	f := newIncrementalFixture(t, 1000)
 	f.crawler.cycle.FullSyncInterval = 365 * 24 * time.Hour // no resync falls in these hours

@@ -59,6 +59,7 @@ func setReviewsFaults(s *replayPlayStore, pkg string, faults ...replayFault) {
 // cut: an HTTP 500 on page 2, the job canceled (shutdown, or the worker's
 // partition taken away), CRAWL_APP_TIMEOUT, a page the parser rejects.
 func TestCrawlIncrementalReadCutLeavesNoHole(t *testing.T) {
+	t.Parallel()
 	const pkg = "com.example.holes"
 	for _, tc := range []struct {
 		name string
@@ -162,6 +163,7 @@ func TestCrawlIncrementalReadCutLeavesNoHole(t *testing.T) {
 // are no stop: the first read of such an app is a full one, and it sets
 // the mark.
 func TestCrawlIncrementalWithoutMarkReadsInFull(t *testing.T) {
+	t.Parallel()
 	const pkg = "com.example.nomark"
 	f := newIncrementalFixture(t, 600)
 	f.storeApp(t, pkg, 1000)
@@ -187,6 +189,7 @@ func TestCrawlIncrementalWithoutMarkReadsInFull(t *testing.T) {
 // read and two more, one of them after the mark moved past reviews not yet
 // stored; once it runs again, every review of the store is stored.
 func TestCrawlIncrementalConsumerLagOnlyLengthensReads(t *testing.T) {
+	t.Parallel()
 	const pkg = "com.example.lag"
 	f := newIncrementalFixture(t, 1000)
 	f.storeApp(t, pkg, 1000)
@@ -238,6 +241,7 @@ func TestCrawlIncrementalConsumerLagOnlyLengthensReads(t *testing.T) {
 // mark moved to the 150, the next read would stop at them and never store
 // the 150 below; the healthy read after it stores all 1300.
 func TestCrawlIncrementalPageWithoutIDsMovesNoMark(t *testing.T) {
+	t.Parallel()
 	const pkg = "com.example.noids"
 	f := newIncrementalFixture(t, 1000)
 	f.storeApp(t, pkg, 1000)

@@ -135,6 +135,7 @@ func firstResyncHour(t *testing.T, pkg string, start time.Time) int {
 // REVIEWS_PER_APP again. Everything read is published, and PostgreSQL ends
 // with every review the store has.
 func TestCrawlIncrementalPaging(t *testing.T) {
+	t.Parallel()
 	const pkg, late = "com.example.incremental", "com.example.late"
 	f := newIncrementalFixture(t, 1000)
 	f.storeApp(t, pkg, 1000)
@@ -245,6 +246,7 @@ func TestKnownReviewsReached(t *testing.T) {
 // Stored reviews that cannot be read never fail the crawl: it reads in
 // full, logs and counts.
 func TestCrawlReadsInFullWhenStoredReviewsAreUnreadable(t *testing.T) {
+	t.Parallel()
 	f := newCrawlFixture(t, testCrawlerConfig(1, 300), nil)
 	// An app whose full resync is not due in this hour: a due one would
 	// not look at the stored reviews at all.

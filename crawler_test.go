@@ -58,6 +58,7 @@ func testCrawlerConfig(workers, reviews int) cycleConfig {
 // One cycle over 20 apps with mixed locales and three broken ones: every
 // message of the contract is on its topic exactly once with the right key.
 func TestCrawlCycleTwentyApps(t *testing.T) {
+	t.Parallel()
 	f := newCrawlFixture(t, testCrawlerConfig(5, 200), nil)
 	const (
 		gone      = "com.example.gone"
@@ -207,6 +208,7 @@ func crawlTestStorefront(pkg string) string {
 }
 
 func TestCrawlCycleWithoutApps(t *testing.T) {
+	t.Parallel()
 	f := newCrawlFixture(t, testCrawlerConfig(2, 10), nil)
 	sum, err := f.crawler.RunCycle(context.Background())
 	if err != nil || sum.Apps != 0 || f.replay.totalRequests() != 0 {
@@ -217,6 +219,7 @@ func TestCrawlCycleWithoutApps(t *testing.T) {
 // A broker that rejects every produce for a while: the residual resend
 // delivers each review exactly once.
 func TestCrawlTransientBrokerFaultIsAbsorbed(t *testing.T) {
+	t.Parallel()
 	f := newCrawlFixture(t, testCrawlerConfig(3, 150), nil)
 	for i := range 3 {
 		f.register(t, fmt.Sprintf("com.example.app%d", i), false)
@@ -250,6 +253,7 @@ func TestCrawlTransientBrokerFaultIsAbsorbed(t *testing.T) {
 // paths, the cycle goes on, and the apps after it are published once the
 // broker is back.
 func TestCrawlLongBrokerOutageFailsClosed(t *testing.T) {
+	t.Parallel()
 	f := newCrawlFixture(t, testCrawlerConfig(1, 150), nil)
 	for i := range 3 {
 		f.register(t, fmt.Sprintf("com.example.app%d", i), false)
@@ -352,6 +356,7 @@ func TestCrawlBoundedWorkersShareTheRateLimit(t *testing.T) {
 // `playwatch crawl --once` runs one cycle over the registry and prints its
 // summary; `playwatch fetch` prints one app's messages.
 func TestCrawlAndFetchCommands(t *testing.T) {
+	t.Parallel()
 	replay := newReplayPlayStore(t)
 	replay.setApp("com.example.gone", replayApp{DetailsAlways: fault404})
 	dbURL := newTestDatabase(t)
@@ -396,6 +401,7 @@ func TestCrawlAndFetchCommands(t *testing.T) {
 // a `crawl --once` longer than PLAYWATCH_SHUTDOWN_TIMEOUT still stops
 // cleanly, its producer flushed.
 func TestCrawlOnceOutlastingShutdownTimeout(t *testing.T) {
+	t.Parallel()
 	replay := newReplayPlayStore(t)
 	_, brokers := newTestBroker(t, t.TempDir())
 	dbURL := newTestDatabase(t)
@@ -425,6 +431,7 @@ func TestCrawlOnceOutlastingShutdownTimeout(t *testing.T) {
 // The failure streak counts an app that never succeeded, a success resets
 // it, and an app that is no longer active loses its per-app series.
 func TestCrawlFailureStreakAndForget(t *testing.T) {
+	t.Parallel()
 	f := newCrawlFixture(t, testCrawlerConfig(2, 5), nil)
 	const gone, good = "com.example.gone", "com.example.good"
 	f.replay.setApp(gone, replayApp{DetailsAlways: fault404})

@@ -62,6 +62,7 @@ func startAttachTestAppliance(t *testing.T, pkg, pgListen string) *attachTestApp
 // caller's own PLAYWATCH_BROKER_ADDR and PLAYWATCH_PG_LISTEN say (here: the
 // other appliance's broker, and no TCP port).
 func TestOneOffCommandsAttachToTheApplianceOfTheirDataDir(t *testing.T) {
+	t.Parallel()
 	replay := newReplayPlayStore(t)
 	a := startAttachTestAppliance(t, "com.example.alpha", "")
 	b := startAttachTestAppliance(t, "com.example.beta", freeAddr(t))
@@ -145,6 +146,7 @@ func TestOneOffCommandsAttachToTheApplianceOfTheirDataDir(t *testing.T) {
 // while the lock's holder has not published yet. What the holder publishes
 // is used, and another version than the command's is warned about.
 func TestStaleAttachFileIsIgnored(t *testing.T) {
+	t.Parallel()
 	dbURL := newTestDatabase(t)
 	_, brokers := newTestBroker(t, t.TempDir())
 	dir := tempDataDir(t)
@@ -221,6 +223,7 @@ func TestStaleAttachFileIsIgnored(t *testing.T) {
 // how to point it at one, and creates nothing there; migrate with
 // DATABASE_URL needs no running playwatch.
 func TestOneOffCommandsNeedARunningPlaywatch(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(tempDataDir(t), "data")
 	env := map[string]string{"PLAYWATCH_DATA_DIR": dir, "PLAYWATCH_BROKER_ADDR": freeAddr(t), "LOG_LEVEL": "warn"}
 	for _, c := range []struct {

@@ -33,6 +33,7 @@ func runCLI(t *testing.T, dsn string, args ...string) (string, error) {
 // the package is registered, replayed into the tables and removed; a second
 // replay does nothing; what still fails keeps its row with the new reason.
 func TestDLQListAndReplay(t *testing.T) {
+	t.Parallel()
 	dsn := newTestDatabase(t)
 	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
@@ -142,6 +143,7 @@ func TestDLQListAndReplay(t *testing.T) {
 // The consumer role of `playwatch run`: a message produced to the embedded
 // broker ends up as a row, visible in /metrics, and the role stops cleanly.
 func TestRunConsumerRole(t *testing.T) {
+	t.Parallel()
 	dsn := newTestDatabase(t)
 	env := applianceEnv(t, filepath.Join(t.TempDir(), "data"), map[string]string{"DATABASE_URL": dsn, "CONSUMER_LINGER": "0s"})
 	base, stop, logs := startRun(t, env, "--roles", "registry,consumer")
@@ -181,6 +183,7 @@ func TestRunConsumerRole(t *testing.T) {
 // Two replays never run at once: while one holds the replay lock, another
 // stops with an error saying so; once it is released the replay runs.
 func TestDLQReplayLock(t *testing.T) {
+	t.Parallel()
 	dsn := newTestDatabase(t)
 	pool := newTestPoolFor(t, dsn)
 	unlock, err := lockDLQReplay(context.Background(), pool)
@@ -229,6 +232,7 @@ func dashboardDeadLetters(t *testing.T, pool *pgxpool.Pool) map[string]int64 {
 // replay, the status page's card and the dashboard skip them unless asked
 // with --discarded. An unknown --topic is refused, naming the known ones.
 func TestDLQDiscard(t *testing.T) {
+	t.Parallel()
 	dsn := newTestDatabase(t)
 	pool := newTestPoolFor(t, dsn)
 	ctx := context.Background()
@@ -345,6 +349,7 @@ func TestDLQDiscard(t *testing.T) {
 // chunk's rows takes those rows out of the chunk (FOR UPDATE rechecks
 // discarded_at); the replay still goes on to every row after them.
 func TestDLQReplayAllGoesOnPastRowsDiscardedMeanwhile(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := newTestPool(t)
 	const rest = 100

@@ -34,6 +34,7 @@ func (h *detailsHook) Details(ctx context.Context, pkg, lang, country string) (a
 // a topic twice, and the next cycle fills the gap; the storage consumer,
 // which lost the broker too, stores exactly what the topics hold.
 func TestFaultBrokerOutageMidCycle(t *testing.T) {
+	requireFaultSuite(t)
 	const apps, reviewsPerApp, outageApp = 8, 150, 3
 	began := time.Now()
 	ctx := context.Background()

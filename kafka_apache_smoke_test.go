@@ -20,6 +20,7 @@ import (
 )
 
 func TestApacheKafkaSingleNodeRoundTrip(t *testing.T) {
+	t.Parallel()
 	k := apacheKafkaCluster(t, 1)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()

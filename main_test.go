@@ -84,6 +84,7 @@ func startRun(t *testing.T, env map[string]string, args ...string) (base string,
 // The appliance on its embedded defaults: managed Postgres, embedded broker,
 // registry; it stops cleanly and keeps its data for the next start.
 func TestRunAppliance(t *testing.T) {
+	t.Parallel()
 	env := map[string]string{
 		"PLAYWATCH_DATA_DIR":    filepath.Join(tempDataDir(t), "data"),
 		"PLAYWATCH_HTTP_ADDR":   freeAddr(t),

@@ -58,6 +58,7 @@ func migrateUpTo(t *testing.T, pool *pgxpool.Pool, version int) {
 // seen when the review was; and the widened key lets a second storefront's
 // row of the same crawl in.
 func TestMigrationStorefrontsKeepsEveryRow(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := newUnmigratedTestPool(t)
 	migrateUpTo(t, pool, 15)

@@ -18,6 +18,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 }
 
 func TestMigrateTwiceIsNoOp(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t) // already migrated once
 	ctx := context.Background()
 	if err := migrate(ctx, pool, testLogger(t)); err != nil {
@@ -47,6 +48,7 @@ func TestParseMigrationsRejectsGaps(t *testing.T) {
 
 // The schema has every column type, default and nullability of docs/schema.md.
 func TestSchemaColumnsMatchContract(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	want := map[string]string{
 		"apps_registry_application.id":                  "bigint NOT NULL nextval",
@@ -253,6 +255,7 @@ func TestSchemaColumnsMatchContract(t *testing.T) {
 }
 
 func TestSchemaIndexes(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	want := []string{
 		"app_stats USING btree (application_id, country, lang, crawled_at)", // UNIQUE (migration 16)
@@ -304,6 +307,7 @@ func TestSchemaIndexes(t *testing.T) {
 
 // Each constraint of the contract rejects what it should.
 func TestSchemaConstraintsReject(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	mustExec(t, pool, `INSERT INTO apps_registry_application (id, package_name) VALUES (1, 'com.example.app')`)
@@ -353,6 +357,7 @@ func TestSchemaConstraintsReject(t *testing.T) {
 }
 
 func TestSchemaUpdatedAtMovesOnUpdate(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	var created, updated1, updated2 string

@@ -107,6 +107,7 @@ func assertNoSecret(t *testing.T, what, text string) {
 // keeps the stored secret, and resets a broken destination; secrets are
 // stored apart from the public fields; no log line shows one.
 func TestNotifyDestinationsLifecycle(t *testing.T) {
+	t.Parallel()
 	f := newNotifyFixture(t, nil)
 
 	slack := f.createDestination(t, `{"name": "team chat", "type": "slack", "url": "`+slackURL+`"}`)
@@ -247,6 +248,7 @@ func TestNotifyDestinationsLifecycle(t *testing.T) {
 
 // Every verb, reads included, needs the token.
 func TestNotifyAPINeedsToken(t *testing.T) {
+	t.Parallel()
 	f := newNotifyFixture(t, nil)
 	id := f.createDestination(t, `{"name": "hook", "type": "webhook", "url": "https://example.com/h"}`)
 	for _, c := range []struct{ method, path string }{
@@ -270,6 +272,7 @@ func TestNotifyAPINeedsToken(t *testing.T) {
 
 // Bad destinations are refused with 400 naming the field.
 func TestNotifyDestinationValidation(t *testing.T) {
+	t.Parallel()
 	f := newNotifyFixture(t, nil)
 	for _, c := range []struct{ body, field string }{
 		{`{"type": "slack", "url": "https://hooks.slack.com/x"}`, "name"},
@@ -332,6 +335,7 @@ func TestNotifyDestinationValidation(t *testing.T) {
 // POST …/test sends through the sender: success mends the destination,
 // a failure records the receiver's answer, cut and without the secret.
 func TestNotifyDestinationTest(t *testing.T) {
+	t.Parallel()
 	tester := &fakeTester{status: 200}
 	f := newNotifyFixture(t, tester)
 	id := f.createDestination(t, `{"name": "tg", "type": "telegram", "bot_token": "`+botToken+`", "chat_id": "42"}`)
@@ -391,6 +395,7 @@ func insertApp(t *testing.T, pool *pgxpool.Pool, pkg string) {
 // Rules are created with their defaults, read, changed and deleted; what
 // they refer to must exist; a destination a rule uses cannot be deleted.
 func TestNotifyRulesLifecycle(t *testing.T) {
+	t.Parallel()
 	f := newNotifyFixture(t, nil)
 	insertApp(t, f.pool, "org.telegram.messenger")
 	d1 := f.createDestination(t, `{"name": "a", "type": "slack", "url": "https://hooks.slack.com/services/a"}`)
@@ -475,6 +480,7 @@ func TestNotifyRulesLifecycle(t *testing.T) {
 
 // Bad rules are refused with 400 naming the field.
 func TestNotifyRuleValidation(t *testing.T) {
+	t.Parallel()
 	f := newNotifyFixture(t, nil)
 	insertApp(t, f.pool, "org.telegram.messenger")
 	d := f.createDestination(t, `{"name": "a", "type": "webhook", "url": "https://example.com/a"}`)
@@ -567,6 +573,7 @@ func outboxFixture(t *testing.T) (f *notifyFixture, rule, d1, d2 int64, ids map[
 
 // The outbox is listed newest first, filtered and paged by its cursor.
 func TestNotifyNotificationsList(t *testing.T) {
+	t.Parallel()
 	f, rule, d1, _, ids := outboxFixture(t)
 	r := f.call(t, "GET", "/api/v1/notifications", "")
 	if r.code != 200 {
@@ -629,6 +636,7 @@ func TestNotifyNotificationsList(t *testing.T) {
 // `notify list` shows the outbox as a table; `notify retry` puts failed
 // rows back, due now with their attempts reset, and says how many.
 func TestNotifyListAndRetryCommands(t *testing.T) {
+	t.Parallel()
 	f, _, _, _, ids := outboxFixture(t)
 	dsn := f.pool.Config().ConnString()
 	out, err := runCLI(t, dsn, "notify", "list", "--status", "failed")

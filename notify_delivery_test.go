@@ -201,6 +201,7 @@ func notificationStates(t testing.TB, pool *pgxpool.Pool) map[int64]notification
 // every message once; the rows say sent after one attempt, and the counters
 // and histograms of both add up to the messages.
 func TestNotifyDeliveryTwoServersSendEachOnce(t *testing.T) {
+	t.Parallel()
 	url := newTestDatabase(t)
 	pool := newTestPoolFor(t, url)
 	recv := newWebhookReceiver(t)
@@ -245,6 +246,7 @@ func TestNotifyDeliveryTwoServersSendEachOnce(t *testing.T) {
 // keeps the attempts and the receiver's last error; the wait after the 429
 // is at least its Retry-After.
 func TestNotifyDeliveryRetriesWithBackoffAndRetryAfter(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	recv := newWebhookReceiver(t)
 	var times []time.Time
@@ -288,6 +290,7 @@ func TestNotifyDeliveryRetriesWithBackoffAndRetryAfter(t *testing.T) {
 // wait, untried, counted in the gauge, until the destination is ok again
 // (what the API does on PATCH or a successful test); then each goes once.
 func TestNotifyDeliveryBrokenDestination(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	recv := newWebhookReceiver(t)
 	gone := true
@@ -348,6 +351,7 @@ func TestNotifyDeliveryBrokenDestination(t *testing.T) {
 // A message undelivered for GiveUp is failed: at its next failed attempt,
 // or by the sweep when its destination is broken; the counter and gauge say so.
 func TestNotifyDeliveryGivesUp(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	down := newWebhookReceiver(t)
 	down.setAnswer(func(_ int, _ receivedMessage, w http.ResponseWriter) bool {
@@ -450,6 +454,7 @@ func TestNotifyDeliveryShutdownMidSend(t *testing.T) {
 // once the hour allows, the seven go out as one digest and every row is
 // sent, none lost, none twice.
 func TestNotifyDeliveryThrottleDigest(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	recv := newWebhookReceiver(t)
 	seedWebhookReviews(t, pool, recv.srv.URL, 3, 10)

@@ -13,6 +13,7 @@ import (
 // as ONE digest when a slot frees, with the count per app, and the digest
 // takes that slot: the hour's next message waits.
 func TestNotifyDeliveryOneDigestForEveryApp(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	recv := newWebhookReceiver(t)
 	dest := seedDestination(t, pool, "webhook", recv.srv.URL)

@@ -257,6 +257,7 @@ func (e *notifyE2E) waitDelivered(want []string) {
 // read, none for the other app's rule; the receiver that answers 410 is a
 // broken destination. The smoke version of TestFaultNotifyEndToEndRestart.
 func TestNotifyEndToEnd(t *testing.T) {
+	t.Parallel()
 	e := startNotifyE2E(t)
 	want := notifyE2EFirstRound(t, e)
 	m := scrapeMetrics(t, e.a.base)

@@ -186,6 +186,7 @@ func (f *decideFixture) textHash(reviewID string) string {
 // not, unless the rule has a backfill; an edited text fires again, a
 // re-sync without change does not.
 func TestNotifyReviewEventsNoFloodAndEdits(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.app("com.example.shop", false, t0.Add(-2*time.Hour))
@@ -277,6 +278,7 @@ func TestNotifyReviewEventsNoFloodAndEdits(t *testing.T) {
 // Each filter alone, and keywords on the normalised text: Arabic ي and ك,
 // a space or ZWNJ in نمی‌شه, case; whole words only.
 func TestNotifyReviewFilters(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.app("ir.example.bank", true, t0.Add(-time.Hour))
@@ -332,6 +334,7 @@ func TestNotifyReviewFilters(t *testing.T) {
 // NOTIFY_SENTIMENT_WAIT after the review was stored, then goes with the
 // stars' label and says so; a rule without one does not wait.
 func TestNotifyReviewSentimentWait(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.app("com.example.wait", false, t0.Add(-time.Hour))
@@ -380,6 +383,7 @@ func TestNotifyReviewSentimentWait(t *testing.T) {
 
 // Two deciders at once (two servers) insert each event once.
 func TestNotifyDecidersInParallel(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.app("com.example.busy", false, t0.Add(-time.Hour))
@@ -418,6 +422,7 @@ func TestNotifyDecidersInParallel(t *testing.T) {
 // rating_drop: once per episode that starts after the rule; again after it
 // ended and the rating drops anew.
 func TestNotifyRatingDrop(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.app("com.example.rating", false, t0.Add(-25*time.Hour))
@@ -471,6 +476,7 @@ func TestNotifyRatingDrop(t *testing.T) {
 // negative_spike: ≥ 5 negative reviews in the hour and ≥ 3 × the hourly
 // average of the week; once per episode, keyed by its hour.
 func TestNotifyNegativeSpike(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.app("com.example.spike", false, t0.Add(-8*24*time.Hour))
@@ -518,6 +524,7 @@ func TestNotifyNegativeSpike(t *testing.T) {
 // its cause, a success ends it (a second message); a 404 starts at once;
 // no success for two crawl intervals starts it too.
 func TestNotifyCrawlFailing(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.app("com.example.flaky", false, time.Time{})
@@ -583,6 +590,7 @@ func TestNotifyCrawlFailing(t *testing.T) {
 
 // new_version: the rating before and after, once per change after the rule.
 func TestNotifyNewVersion(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.app("com.example.release", false, t0.Add(-3*time.Hour))
@@ -610,6 +618,7 @@ func TestNotifyNewVersion(t *testing.T) {
 // Run decides until its context ends; a rule whose filter cannot be read
 // is skipped, the others still fire.
 func TestNotifyDeciderRunSkipsABadRule(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.app("com.example.run", false, t0.Add(-time.Hour))

@@ -15,6 +15,7 @@ import (
 // next. Its last_error is cleared, and a row of a digest retried without
 // its digest goes alone.
 func TestNotifyRetryThenDeliver(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	recv := newWebhookReceiver(t)
@@ -63,6 +64,7 @@ VALUES ($1, $2, 'digest', 'digest:1', '{"event": "digest"}', 'failed', now(), 'H
 
 // A digest retried goes again with the rows it stands for, as one message.
 func TestNotifyRetryDigestWithItsRows(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	rule, dest := seedWebhookReviews(t, pool, "http://127.0.0.1:1/never", 0, 2)
@@ -83,6 +85,7 @@ VALUES ($1, $2, 'digest', 'digest:1', '{"event": "digest"}', 'failed', now()) RE
 
 // playwatch_notify_pending counts a digest once, not the rows folded into it.
 func TestNotifyPendingGaugeCountsDigestOnce(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	rule, dest := seedWebhookReviews(t, pool, "http://127.0.0.1:1/never", 0, 3)

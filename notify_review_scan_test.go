@@ -11,6 +11,7 @@ import (
 // first crawl, its first stored review: what came after it notifies, its
 // history does not, even with a backfill.
 func TestNotifyReviewsOfAnAppWithoutStats(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.app("com.example.nostats", false, time.Time{})
@@ -27,6 +28,7 @@ func TestNotifyReviewsOfAnAppWithoutStats(t *testing.T) {
 // backfill: a destination added to a months-old rule gets the last day,
 // not months of reviews.
 func TestNotifyRuleEditRescansFromTheEdit(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	ctx := context.Background()
 	t0 := f.t0
@@ -62,6 +64,7 @@ func TestNotifyRuleEditRescansFromTheEdit(t *testing.T) {
 // A crawl failure that is over within PlaywatchAppNotCrawled's 10 min sends
 // nothing, neither its start nor its end: Prometheus would not have fired.
 func TestNotifyCrawlFailingShorterThanItsForSendsNothing(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.app("com.example.blip", false, time.Time{})

@@ -53,6 +53,7 @@ var (
 // later is news to a rule of that storefront only, once per rule; a
 // storefront's first crawl (its whole history) is not news.
 func TestNotifyReviewStorefronts(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.appIn("org.telegram.messenger", sfUS, sfIR)
@@ -138,6 +139,7 @@ func TestNotifyReviewStorefronts(t *testing.T) {
 // A review stored without a storefront (an older playwatch) is in its app's
 // first storefront.
 func TestNotifyReviewWithoutStorefrontIsInTheFirst(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.appIn("com.example.old", sfIR, sfUS)
@@ -158,6 +160,7 @@ func TestNotifyReviewWithoutStorefrontIsInTheFirst(t *testing.T) {
 // A rating drop in one storefront fires for that storefront only; two
 // storefronts are never compared with each other.
 func TestNotifyRatingDropPerStorefront(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.appIn("org.telegram.messenger", sfUS, sfIR)
@@ -194,6 +197,7 @@ func TestNotifyRatingDropPerStorefront(t *testing.T) {
 // crawl_failing is per storefront: the store answering 404 in one
 // storefront fires for that one only.
 func TestNotifyCrawlFailingPerStorefront(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.appIn("com.example.local", sfUS, sfIR)
@@ -222,6 +226,7 @@ func TestNotifyCrawlFailingPerStorefront(t *testing.T) {
 // negative_spike counts per storefront: five negative reviews in ir/fa are
 // a spike there, not in us/en.
 func TestNotifyNegativeSpikePerStorefront(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.appIn("com.example.spiky", sfUS, sfIR)
@@ -255,6 +260,7 @@ func TestNotifyNegativeSpikePerStorefront(t *testing.T) {
 // The rules API takes filter.storefronts for every event, checks its codes
 // as the registry does (400 naming the field) and gives it back.
 func TestNotifyRuleStorefrontsAPI(t *testing.T) {
+	t.Parallel()
 	f := newNotifyFixture(t, nil)
 	d := f.createDestination(t, `{"name": "a", "type": "webhook", "url": "https://example.com/a"}`)
 	ok := fmt.Sprintf(`"name": "r", "destinations": [%d]`, d)
@@ -299,6 +305,7 @@ func TestNotifyRuleStorefrontsAPI(t *testing.T) {
 // Negative reviews stored without a storefront (an older playwatch) count
 // with those seen in the app's first storefront.
 func TestNotifyNegativeSpikeWithoutStorefronts(t *testing.T) {
+	t.Parallel()
 	f := newDecideFixture(t)
 	t0 := f.t0
 	app := f.appIn("com.example.mixed", sfIR, sfUS)

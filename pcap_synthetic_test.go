@@ -225,6 +225,7 @@ func writeTemp(t *testing.T, name string, data []byte) string {
 // analyzer reads, in both byte orders and both resolutions, checked against
 // the hand-worked metrics and, where tshark is installed, against tshark.
 func TestPcapLinkTypes(t *testing.T) {
+	t.Parallel()
 	le, be := binary.ByteOrder(binary.LittleEndian), binary.ByteOrder(binary.BigEndian)
 	null := func(order binary.ByteOrder, family uint32) func([]byte) []byte {
 		return func(ip []byte) []byte {
@@ -279,6 +280,7 @@ func TestPcapLinkTypes(t *testing.T) {
 // bytes_transferred_total; IPv6 extension headers are skipped to reach TCP,
 // and TCP in IP-in-IP is analysed, as tshark does.
 func TestPcapNotAnalysed(t *testing.T) {
+	t.Parallel()
 	c := v4Conn
 	syn := c.segmentIP(scriptedConversation[0])
 	data := c.segmentIP(scriptedConversation[3])
@@ -459,6 +461,7 @@ func TestPcapBadInput(t *testing.T) {
 // TestPcapngMixedAndUnknownLinkTypes: pcapng interfaces each have their own
 // link type; one the analyzer cannot decode counts in bytes with a warning.
 func TestPcapngMixedAndUnknownLinkTypes(t *testing.T) {
+	t.Parallel()
 	var b bytes.Buffer
 	w, err := pcapgo.NewNgWriterInterface(&b, pcapgo.NgInterface{LinkType: layers.LinkTypeLinuxSLL2, SnapLength: 262144,
 		TimestampResolution: 9}, pcapgo.DefaultNgWriterOptions)
@@ -562,6 +565,7 @@ func TestPcapReleasesConnections(t *testing.T) {
 // TestPcapKeepsClosedConnectionWhileQuiet: after both FINs, a FIN
 // retransmitted a minute later is still classified against the old state.
 func TestPcapKeepsClosedConnectionWhileQuiet(t *testing.T) {
+	t.Parallel()
 	recs := shortConnection(40000, 0)
 	late := synthSeg{60, true, tcpACK | tcpFIN, 1101, 5001, 502, 0}
 	recs = append(recs, pcapRecord{t: unixNano(late.t), data: ethernet(0x0800, v4Conn.segmentIP(late))})
@@ -590,6 +594,7 @@ func handshakeAt(t0, synAck, irtt float64) []synthSeg {
 // was seen to go untested by mutating it). Expected counts are worked out by
 // hand; with tshark installed, tshark must agree too.
 func TestPcapAnalysisEdgeCases(t *testing.T) {
+	t.Parallel()
 	type counts struct{ retrans, ooo, spurious, zw int64 }
 	cases := []struct {
 		name string
@@ -687,6 +692,7 @@ func TestPcapAnalysisEdgeCases(t *testing.T) {
 // ranges fills up; at 10000 a FIN no longer takes a sequence number, so its
 // retransmission is not one (docs/pcap-metrics.md §6 step 6).
 func TestPcapUnackedCap(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{9999, 10000} {
 		t.Run(fmt.Sprintf("%d_segments", n), func(t *testing.T) {
 			var recs []pcapRecord

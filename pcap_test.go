@@ -180,6 +180,7 @@ func loadGolden(t testing.TB, capture string) networkMetricsMessage {
 }
 
 func TestPcapFixturesMatchTshark(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob("testdata/pcap/*.pcap*")
 	if err != nil {
 		t.Fatal(err)
@@ -272,6 +273,7 @@ func (f tsharkFlag) String() string { return fmt.Sprintf("frame %d %s", f.frame,
 // disagreement names its first frame. It needs tshark; the golden-file test
 // covers the totals without it.
 func TestPcapFramesMatchTshark(t *testing.T) {
+	t.Parallel()
 	requireTshark(t)
 	files, err := filepath.Glob("testdata/pcap/*.pcap*")
 	if err != nil {

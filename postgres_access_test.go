@@ -109,6 +109,7 @@ func checkAccess(t *testing.T, pool *pgxpool.Pool, pgData, addr string) {
 // `playwatch db-url` prints URLs that work; another OS user gets nothing
 // without a password, over TCP or the socket.
 func TestManagedPostgresAccessOverTCP(t *testing.T) {
+	t.Parallel()
 	dataDir := tempDataDir(t)
 	addr := freeAddr(t)
 	pg, pool, opts := startDedicatedPostgres(t, dataDir, true, func(o *managedPostgresOptions) { o.Listen = addr })
@@ -186,6 +187,7 @@ func nonLoopbackIPv4(t *testing.T) string {
 // its rows stay, the writer owns the tables and is no superuser, postgres is
 // the superuser, and TCP asks for passwords.
 func TestManagedPostgresUpgradesLegacyCluster(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	addr := freeAddr(t)
 	_, portStr, _ := net.SplitHostPort(addr)

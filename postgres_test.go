@@ -52,6 +52,7 @@ func startTestManagedPostgres(t testing.TB, opts managedPostgresOptions, logger 
 // a crash leaves: a server still running on the directory, or a stale
 // postmaster.pid naming some other process.
 func TestManagedPostgresRestartAndCrashLeftovers(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	opts := managedPostgresOptions{DataDir: filepath.Join(tempDataDir(t), "pg"), Database: "playwatch", OSUser: "postgres", NoFsync: true}
 	logger := testLogger(t)
@@ -128,6 +129,7 @@ func TestPostgresSocketDirStaysShort(t *testing.T) {
 // the cluster, leaves no half-made cluster: the next start initialises the
 // directory and runs.
 func TestManagedPostgresInterruptedInitdb(t *testing.T) {
+	t.Parallel()
 	opts := managedPostgresOptions{DataDir: filepath.Join(tempDataDir(t), "pg"), Database: "playwatch", OSUser: "postgres", NoFsync: true}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -175,6 +177,7 @@ func TestManagedPostgresInterruptedInitdb(t *testing.T) {
 // parent-death signal) and deletes its files while the next playwatch,
 // started at once, takes the data directory over: every start is ready.
 func TestManagedPostgresRestartRightAfterKill(t *testing.T) {
+	t.Parallel()
 	restartRightAfterKill(t, 3)
 }
 
@@ -203,6 +206,7 @@ func restartRightAfterKill(t *testing.T, rounds int) {
 // leaves its initdb running; the next start waits for it to end instead of
 // removing its files from under it, and the cluster it makes stays sound.
 func TestManagedPostgresKilledDuringInitdb(t *testing.T) {
+	t.Parallel()
 	bin := buildPlaywatch(t)
 	dataDir := filepath.Join(tempDataDir(t), "data")
 	tmp := filepath.Join(dataDir, "postgres-initdb")
@@ -341,6 +345,7 @@ func processesNaming(t *testing.T, s string) []int {
 // during initdb left it, is reported at once with the command that clears
 // it, not after a minute of retries.
 func TestManagedPostgresReportsHalfMadeCluster(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	opts := managedPostgresOptions{DataDir: filepath.Join(tempDataDir(t), "pg"), Database: "playwatch", OSUser: "postgres", NoFsync: true}
 	pg, err := startManagedPostgres(ctx, opts, testLogger(t))
@@ -368,6 +373,7 @@ func TestManagedPostgresReportsHalfMadeCluster(t *testing.T) {
 // managed cluster admits a server's control and read pools with room to
 // spare, also where the control pool is large (many CPUs).
 func TestManagedPostgresConnectionBudget(t *testing.T) {
+	t.Parallel()
 	dbURL := newTestDatabase(t)
 	for renders, want := range map[int]int32{1: 2, 4: 5, 15: 16, 64: 16} {
 		reads, err := openReadPool(t.Context(), dbURL, time.Second, renders)

@@ -50,6 +50,7 @@ func psqlAsNobody(t *testing.T, psql, addr, role, password, sslmode, rootCert, s
 // PLAYWATCH_PG_WRITER_FROM naming the address's network the writer gets in,
 // with TLS only, and the certificate of the first start is reused.
 func TestManagedPostgresBeyondLoopbackTLSAndRoles(t *testing.T) {
+	t.Parallel()
 	ip := nonLoopbackIPv4(t)
 	if os.Geteuid() != 0 {
 		skipOrFailUnderCI(t, "the checks as another OS user need root")

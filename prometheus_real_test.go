@@ -23,6 +23,7 @@ import (
 // playwatch_reader, every PromQL expression through this Prometheus, and
 // every metric name they and the rules use on /metrics.
 func TestRealPrometheusAlertsAndDashboard(t *testing.T) {
+	t.Parallel()
 	promBin := requirePrometheusTool(t, "prometheus")
 	const gone, fine = "com.example.gone", "com.example.fine"
 	replay := newReplayPlayStore(t)

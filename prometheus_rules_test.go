@@ -36,6 +36,7 @@ func requirePrometheusTool(t testing.TB, name string) string {
 // The rules parse, and every alert fires in its unit tests and stays quiet
 // on the series beside it; an alert without both kinds of test fails.
 func TestAlertRulesPromtool(t *testing.T) {
+	t.Parallel()
 	promtool := requirePrometheusTool(t, "promtool")
 	for _, args := range [][]string{{"check", "rules", alertRulesFile}, append([]string{"test", "rules"}, alertTestFiles...)} {
 		out, err := exec.Command(promtool, args...).CombinedOutput()

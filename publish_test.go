@@ -108,6 +108,7 @@ func TestPublishResidualRetryDeliversExactlyOnce(t *testing.T) {
 // When the retries are spent the send fails closed with the residual count,
 // and the next send goes through once the fault is gone.
 func TestPublishFailsClosedAfterRetries(t *testing.T) {
+	t.Parallel()
 	b, brokers := newTestBroker(t, t.TempDir())
 	p := newTestPublisher(t, brokers, testProducerSettings)
 	h := b.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topicAppStats, Err: kerr.NotEnoughReplicas, Count: -1})
@@ -134,6 +135,7 @@ func TestPublishFailsClosedAfterRetries(t *testing.T) {
 // Cancelling the caller stops the waits between attempts, not records the
 // client already holds.
 func TestPublishCancelStopsRetryWait(t *testing.T) {
+	t.Parallel()
 	b, brokers := newTestBroker(t, t.TempDir())
 	s := testProducerSettings
 	s.AppRetryDelays = []time.Duration{time.Hour}

@@ -63,6 +63,7 @@ func (p *recordingPublisher) of(kind string, at time.Time) []string {
 // whether that page lies in the reparse's range or before it; one whose
 // page was trimmed is reported as such.
 func TestRawArchiveUnchangedPageIsAReference(t *testing.T) {
+	t.Parallel()
 	const pkg = "com.example.unchanged"
 	_, brokers := newTestBroker(t, t.TempDir())
 	createRawPagesTopic(t, brokers)

@@ -110,6 +110,7 @@ func reparseRange(t testing.TB, brokers []string, rp *reparser, since time.Time,
 // time. Once the parser reads them, reparse stores what the crawl would have
 // (crawled_at the crawl's own), and a second reparse stores nothing new.
 func TestReparseStoresPagesTheCrawlCouldNotParse(t *testing.T) {
+	t.Parallel()
 	const pkg = "com.example.relayout"
 	pool := newTestPool(t)
 	registerApps(t, pool, pkg)
@@ -291,6 +292,7 @@ func newTestRawPageDecoder(tb testing.TB) *rawPageDecoder {
 // what it did; --dry-run publishes nothing, --package leaves the other
 // apps' pages alone.
 func TestReparseCommand(t *testing.T) {
+	t.Parallel()
 	const pkg = "com.example.reparse"
 	replay := newReplayPlayStore(t)
 	replay.setApp(pkg, replayApp{Reviews: 5})
@@ -412,6 +414,7 @@ func FuzzReparsePage(f *testing.F) {
 // Pages trimmed from raw-pages after the reparse planned its range are
 // reported as such; the reparse ends instead of waiting for them.
 func TestReparseEndsWhenItsRangeIsTrimmed(t *testing.T) {
+	t.Parallel()
 	_, brokers := newTestBroker(t, t.TempDir())
 	createRawPagesTopic(t, brokers)
 	archive, flush := newTestArchive(t, brokers, prometheus.NewRegistry())

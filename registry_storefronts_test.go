@@ -52,6 +52,7 @@ func shownStorefronts(t *testing.T, body string) string {
 }
 
 func TestRegistryStorefronts(t *testing.T) {
+	t.Parallel()
 	f := newRegistryFixture(t, "")
 	r := f.do(t, "POST", "/api/v1/apps", `{"package_name":"org.telegram.messenger","storefronts":[{"country":"ir","lang":"fa"},{"country":"us","lang":"en"}]}`)
 	if r.code != 201 || shownStorefronts(t, r.body) != "ir/fa,us/en" {
@@ -153,6 +154,7 @@ func TestRegistryStorefronts(t *testing.T) {
 // GET /api/v1/apps/{package_name} gives each storefront's last crawl, and
 // last_crawl is the first storefront's.
 func TestRegistryLastCrawlPerStorefront(t *testing.T) {
+	t.Parallel()
 	f := newRegistryFixture(t, "")
 	if r := f.do(t, "POST", "/api/v1/apps", `{"package_name":"org.telegram.messenger","storefronts":[{"country":"ir","lang":"fa"},{"country":"us","lang":"en"}]}`); r.code != 201 {
 		t.Fatal(r.body)
@@ -215,6 +217,7 @@ UNION ALL SELECT id, 'de', 'de', 'stats', now(), 'ok', NULL, '' FROM apps_regist
 
 // Every bad storefronts member is a 400 naming it, and writes nothing.
 func TestRegistryRefusesBadStorefronts(t *testing.T) {
+	t.Parallel()
 	f := newRegistryFixture(t, "")
 	if r := f.do(t, "POST", "/api/v1/apps", `{"package_name":"com.example.app","storefronts":[{"country":"ir","lang":"fa"}]}`); r.code != 201 {
 		t.Fatal(r.body)

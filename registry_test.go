@@ -71,6 +71,7 @@ func decodeJSON[T any](t *testing.T, r testResponse) T {
 }
 
 func TestRegistryLifecycle(t *testing.T) {
+	t.Parallel()
 	f := newRegistryFixture(t, "")
 	ctx := context.Background()
 
@@ -158,6 +159,7 @@ func listPackages(t *testing.T, f *registryFixture, query string) ([]string, *st
 }
 
 func TestRegistryListFiltersAndPages(t *testing.T) {
+	t.Parallel()
 	f := newRegistryFixture(t, "")
 	for _, body := range []string{
 		`{"package_name":"a.one","is_messaging_app":true}`,
@@ -210,6 +212,7 @@ func TestRegistryListFiltersAndPages(t *testing.T) {
 // The cursor is the package name to list after, so every string the OpenAPI
 // document allows for it (a package name) is accepted, registered or not.
 func TestRegistryListCursorIsAPackageName(t *testing.T) {
+	t.Parallel()
 	f := newRegistryFixture(t, "")
 	for _, pkg := range []string{"a.one", "b.two", "c.three"} {
 		if r := f.do(t, "POST", "/api/v1/apps", `{"package_name":"`+pkg+`"}`); r.code != 201 {
@@ -229,6 +232,7 @@ func TestRegistryListCursorIsAPackageName(t *testing.T) {
 }
 
 func TestRegistryRequiresTokenForWrites(t *testing.T) {
+	t.Parallel()
 	f := newRegistryFixture(t, "s3cret")
 	body := `{"package_name":"com.example.app"}`
 	for _, auth := range []string{"", "Bearer wrong", "s3cret", "Basic s3cret", "Bearer s3cret2"} {
@@ -254,6 +258,7 @@ func TestRegistryRequiresTokenForWrites(t *testing.T) {
 // A surrogate pair escape is one character, and an escaped backslash before
 // a u is no escape at all: both are stored as sent.
 func TestRegistryStoresEscapedText(t *testing.T) {
+	t.Parallel()
 	f := newRegistryFixture(t, "")
 	r := f.do(t, "POST", "/api/v1/apps", `{"package_name":"com.example.app","display_name":"ok \ud83d\ude00","category":"a\\ud800"}`)
 	if r.code != 201 || !strings.Contains(r.body, `"display_name":"ok 😀"`) || !strings.Contains(r.body, `"category":"a\\ud800"`) {
@@ -263,6 +268,7 @@ func TestRegistryStoresEscapedText(t *testing.T) {
 
 // Every bad request gets its 4xx with a JSON error, and changes nothing.
 func TestRegistryRejectsBadRequests(t *testing.T) {
+	t.Parallel()
 	f := newRegistryFixture(t, "")
 	if r := f.do(t, "POST", "/api/v1/apps", `{"package_name":"com.example.app"}`); r.code != 201 {
 		t.Fatal(r.body)
@@ -369,6 +375,7 @@ func TestRegistryRejectsBadRequests(t *testing.T) {
 }
 
 func TestHealthReadyAndMetrics(t *testing.T) {
+	t.Parallel()
 	f := newRegistryFixture(t, "")
 	if r := f.do(t, "GET", "/healthz", ""); r.code != 200 {
 		t.Fatalf("healthz: %d", r.code)
@@ -407,6 +414,7 @@ func TestHealthReadyAndMetrics(t *testing.T) {
 
 // A refusal names what was wrong: the repeated key, the null boolean.
 func TestRegistryRefusalsNameTheField(t *testing.T) {
+	t.Parallel()
 	f := newRegistryFixture(t, "")
 	for _, c := range []struct{ method, path, body, want string }{
 		{"POST", "/api/v1/apps", `{"package_name":"a.b","package_name":"c.d"}`, "package_name is given twice"},
@@ -426,6 +434,7 @@ func TestRegistryRefusalsNameTheField(t *testing.T) {
 // A body that does not arrive within the server's read timeout is a 408
 // with a short message, not a 400 quoting socket addresses.
 func TestRegistrySlowBodyIs408(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	reg := newMetricsRegistry("test")
 	api := &registryAPI{store: newAppStore(pool), logger: testLogger(t)}

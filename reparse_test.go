@@ -29,6 +29,7 @@ func archiveTestPages(t *testing.T, brokers []string, n int) {
 // (Ctrl-C, an error) before it read the range reports none, and one that
 // meets a gap at a partition's start counts exactly the deleted pages.
 func TestReparseCountsOnlyTrimmedPagesAsTrimmed(t *testing.T) {
+	t.Parallel()
 	_, brokers := newTestBroker(t, t.TempDir())
 	createRawPagesTopic(t, brokers)
 	archiveTestPages(t, brokers, 6)

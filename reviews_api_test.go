@@ -208,6 +208,7 @@ func seedReviewsAPI(t *testing.T, pool *pgxpool.Pool) {
 }
 
 func TestReviewsAPIFilters(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedReviewsAPI(t, pool)
 	srv, _ := reviewsServer(t, pool, "")
@@ -282,6 +283,7 @@ func TestReviewsAPIFilters(t *testing.T) {
 }
 
 func TestReviewsAPIRefusesBadParameters(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	srv, _ := reviewsServer(t, pool, "")
 	for query, param := range map[string]string{
@@ -315,6 +317,7 @@ func TestReviewsAPIRefusesBadParameters(t *testing.T) {
 }
 
 func TestReviewsAPIToken(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedReviewsAPI(t, pool)
 	srv, _ := reviewsServer(t, pool, "s3cret")
@@ -361,6 +364,7 @@ func TestReviewsAPIToken(t *testing.T) {
 // once, while other reviews are stored and the walked ones re-synced with
 // a new time on the store (an edit), new text and new thumbs.
 func TestReviewsPagingIsExact(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	const n = 600
 	s, msgs := storeNumberedReviews(t, pool, n, 97)
@@ -405,6 +409,7 @@ func TestReviewsPagingIsExact(t *testing.T) {
 }
 
 func TestReviewsExportCSVAndNDJSON(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedReviewsAPI(t, pool)
 	srv, _ := reviewsServer(t, pool, "")
@@ -477,6 +482,7 @@ func (p *pausingPager) page(ctx context.Context, q reviewQuery) (reviewPage, err
 }
 
 func TestReviewsExportsAtMostTwoAtOnce(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedReviewsAPI(t, pool)
 	srv, ra := reviewsServer(t, pool, "")
@@ -537,6 +543,7 @@ func (p *lockingPager) page(ctx context.Context, q reviewQuery) (reviewPage, err
 }
 
 func TestReviewsExportFailingMidwaySaysSo(t *testing.T) {
+	t.Parallel()
 	pool, timed := newTestReadPool(t, 300*time.Millisecond, 2)
 	seedReviewsAPI(t, pool)
 	srv, ra := reviewsServer(t, pool, "")
@@ -573,6 +580,7 @@ func TestReviewsExportFailingMidwaySaysSo(t *testing.T) {
 }
 
 func TestAppStatsExport(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedReviewsAPI(t, pool)
 	ctx := context.Background()

@@ -11,6 +11,7 @@ import (
 // and which would otherwise stay ahead of every later review; a review
 // dated past the margin is refused as a mark.
 func TestSetReadMarkForwardOnlyAndCapped(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := newTestPool(t)
 	const pkg = "com.example.marks"
@@ -69,6 +70,7 @@ func TestSetReadMarkForwardOnlyAndCapped(t *testing.T) {
 // A complete read whose newest reviews are dated after the crawl time and
 // its margin sets the mark at the newest review within it.
 func TestCrawlReadMarkLeavesOutFutureReviews(t *testing.T) {
+	t.Parallel()
 	const pkg = "com.example.future"
 	f := newCrawlFixture(t, testCrawlerConfig(1, 300), nil)
 	f.replay.setApp(pkg, replayApp{Reviews: 300})

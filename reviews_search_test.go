@@ -54,6 +54,7 @@ func TestSearchTextVersion(t *testing.T) {
 // Reviews stored before migration 15 (no search text) or with an older
 // normalisation are written by the backfill, which logs its progress.
 func TestSearchBackfill(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedReviewsAPI(t, pool)
 	ctx := context.Background()
@@ -103,6 +104,7 @@ func TestSearchBackfill(t *testing.T) {
 // test style): the trigram index for q, (application_id, first_at, id) for
 // an app's newest reviews, (first_at, id) across apps.
 func TestReviewsQueryPlans(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedReviewsAPI(t, pool)
 	ctx := context.Background()

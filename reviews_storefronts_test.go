@@ -39,6 +39,7 @@ func seeReviewIn(t testing.TB, pool *pgxpool.Pool, reviewID string, locs ...loca
 // review lists its storefronts, the CSV has them as a column, and bad codes
 // are 400s naming the parameter.
 func TestReviewsAPIStorefronts(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedReviewsAPI(t, pool)
 	gb := locale{Country: "gb", Lang: "en"}
@@ -80,6 +81,7 @@ func TestReviewsAPIStorefronts(t *testing.T) {
 // A walk through one storefront's reviews pages exactly: every review of
 // it once, none of another.
 func TestReviewsAPIStorefrontPaging(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	_, msgs := storeNumberedReviews(t, pool, 150, 41)
 	want := map[string]bool{}
@@ -114,6 +116,7 @@ func TestReviewsAPIStorefrontPaging(t *testing.T) {
 // and lang, filters by them, and pages exactly when two storefronts were
 // crawled at the same time.
 func TestAppStatsExportStorefronts(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	registerApps(t, pool, "org.telegram.messenger")
 	const times = 700 // × 3 storefronts: a page boundary (statsPageSize) falls within one crawl time
@@ -164,6 +167,7 @@ func TestAppStatsExportStorefronts(t *testing.T) {
 // in its form and links, shows where each review was seen, and answers a
 // bad code with 400 and the form.
 func TestReviewsPageStorefronts(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedReviewsAPI(t, pool)
 	for id, locs := range map[string][]locale{
@@ -215,6 +219,7 @@ func TestReviewsPageStorefronts(t *testing.T) {
 // `playwatch export` takes --country and --lang as the API's parameters:
 // reviews and listings of those storefronts only, a bad code a usage error.
 func TestExportCommandStorefronts(t *testing.T) {
+	t.Parallel()
 	dbURL := newTestDatabase(t)
 	pool := newTestPoolFor(t, dbURL)
 	seedReviewsAPI(t, pool)

@@ -10,6 +10,7 @@ import (
 // reviews (labelled, with topics, in two storefronts) and listings written
 // at schema version 16 are in the rollups after it.
 func TestMigrationRollupsCountTheStoredRows(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := newUnmigratedTestPool(t)
 	migrateUpTo(t, pool, 16)

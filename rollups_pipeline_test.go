@@ -18,6 +18,7 @@ import (
 // that moves a review to another hour with new stars and a new label. The
 // rollup check and rebuild commands agree.
 func TestRollupsMatchThePipeline(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dsn := newTestDatabase(t)
 	pool := newTestPoolFor(t, dsn)
@@ -148,6 +149,7 @@ func TestRollupsMatchThePipeline(t *testing.T) {
 // on the same apps and hours: no count is lost or doubled (a deadlock
 // between them, which PostgreSQL breaks, is retried by its writer).
 func TestRollupsUnderConcurrentWriters(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := newTestPool(t)
 	brokers := newConsumerTestBroker(t)

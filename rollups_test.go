@@ -24,6 +24,7 @@ func rollupsMustMatch(t *testing.T, ctx context.Context, pool *pgxpool.Pool, whe
 // an upsert that changes nothing, an edit that moves `at` and the stars, a
 // label and topics, a listing (twice, the second skipped).
 func TestRollupsFollowRawWrites(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	mustExec(t, pool, `INSERT INTO apps_registry_application (id, package_name) VALUES (1, 'com.example.a'), (2, 'com.example.b')`)

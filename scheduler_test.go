@@ -77,6 +77,7 @@ func (m *fleetMember) metric(t *testing.T, name string) float64 {
 // contract is skipped and committed; a redelivered job crawls at the same
 // crawled_at; an app registered mid-cycle gets a job of its own.
 func TestSchedulerCycleThroughCrawlJobs(t *testing.T) {
+	t.Parallel()
 	f := newCrawlFixture(t, testCrawlerConfig(3, 20), nil)
 	createTestTopics(t, f.brokers, topicSpec{Partitions: 3, Replication: -1, Retention: time.Hour})
 	const apps = 9
@@ -183,6 +184,7 @@ func TestSchedulerCycleThroughCrawlJobs(t *testing.T) {
 // Two schedulers on one database: one leads; the other takes over once the
 // leader resigns, and a leader whose lease passed to another plans nothing.
 func TestSchedulerLeaseOneLeader(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	cfg := schedulerConfig{Interval: time.Hour, Lease: 10 * time.Second, JobsGroup: "g"}
@@ -224,6 +226,7 @@ func TestSchedulerLeaseOneLeader(t *testing.T) {
 // an app registered since gets its new-app job at once, on the database's
 // clock, and the apps of the cycle get none.
 func TestSchedulerRestartCrawlsAppsTheCycleMissed(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	_, brokers := newTestBroker(t, t.TempDir())
 	ctx := context.Background()
@@ -276,6 +279,7 @@ func TestSchedulerRestartCrawlsAppsTheCycleMissed(t *testing.T) {
 // a takeover) does not crawl the app again in the same cycle: until the next
 // planned cycle the store sees one listing request for it.
 func TestSchedulerNewAppCrawledOnceAcrossRestart(t *testing.T) {
+	t.Parallel()
 	f := newCrawlFixture(t, testCrawlerConfig(2, 10), nil)
 	createTestTopics(t, f.brokers, topicSpec{Partitions: 3, Replication: -1, Retention: time.Hour})
 	const planned, late = "com.example.planned", "ir.example.late"
@@ -319,6 +323,7 @@ func TestSchedulerNewAppCrawledOnceAcrossRestart(t *testing.T) {
 // cycle as soon as the first app is registered, rather than crawling it
 // with the new-app watch and showing "none planned yet" for an interval.
 func TestSchedulerFirstAppStartsACycle(t *testing.T) {
+	t.Parallel()
 	f := newCrawlFixture(t, testCrawlerConfig(2, 10), nil)
 	createTestTopics(t, f.brokers, topicSpec{Partitions: 3, Replication: -1, Retention: time.Hour})
 	m := startFleetMember(t, f, 6*time.Second)
@@ -394,6 +399,7 @@ func TestSchedulerStopsProducingPastItsLeaseDeadline(t *testing.T) {
 // epoch (an older playwatch); one planned when its epoch had ended, or
 // under an epoch the database never had, is dropped, counted and committed.
 func TestCrawlWorkerDropsJobsOutsideTheirLeaseEpoch(t *testing.T) {
+	t.Parallel()
 	f := newCrawlFixture(t, testCrawlerConfig(2, 5), nil)
 	createTestTopics(t, f.brokers, topicSpec{Partitions: 1, Replication: -1, Retention: time.Hour})
 	ctx := context.Background()
@@ -465,6 +471,7 @@ func TestCrawlWorkerDropsJobsOutsideTheirLeaseEpoch(t *testing.T) {
 // takes the lease for the cycle, records it in crawl_cycles, crawls its
 // jobs from crawl-jobs, prints the summary and gives the lease up.
 func TestCrawlOncePlansThroughTheScheduler(t *testing.T) {
+	t.Parallel()
 	replay := newReplayPlayStore(t)
 	dbURL := newTestDatabase(t)
 	pool := newTestPoolFor(t, dbURL)
@@ -506,6 +513,7 @@ func TestCrawlOncePlansThroughTheScheduler(t *testing.T) {
 // leads, plans the cycle, runs the new-app watch, and gives the lease up
 // when it stops.
 func TestCrawlCommandIsTheScheduler(t *testing.T) {
+	t.Parallel()
 	replay := newReplayPlayStore(t)
 	dbURL := newTestDatabase(t)
 	pool := newTestPoolFor(t, dbURL)
@@ -542,6 +550,7 @@ func TestCrawlCommandIsTheScheduler(t *testing.T) {
 // would wait forever for commits past offsets the new log never reaches:
 // the leader finishes it and plans the next one.
 func TestSchedulerFinishesACycleWhoseJobsTheBrokerLost(t *testing.T) {
+	t.Parallel()
 	pool, brokers := newSchedulerBed(t, 3, "com.example.lost")
 	ctx := context.Background()
 	insertLostCycle(t, pool, `{"0": 40, "1": 0, "2": 7}`)
@@ -580,6 +589,7 @@ func lostCycleFinished(t *testing.T, pool *pgxpool.Pool) bool {
 
 // crawl --once finishes such a cycle too, instead of waiting for it forever.
 func TestCrawlOnceFinishesACycleWhoseJobsTheBrokerLost(t *testing.T) {
+	t.Parallel()
 	pool, brokers := newSchedulerBed(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -613,6 +623,7 @@ func TestJobOffsetsLost(t *testing.T) {
 // scheduler_epochs lacks: its jobs go out again without one, and the
 // workers crawl them instead of dropping them as a passed lease's.
 func TestSchedulerRepublishesAnOlderPlaywatchsCycleWithoutEpoch(t *testing.T) {
+	t.Parallel()
 	pool, brokers := newSchedulerBed(t, 1, "com.example.upgraded")
 	ctx := context.Background()
 	mustExec(t, pool, `INSERT INTO crawl_cycles (id, planned_at, leader, leader_epoch) VALUES (1, now(), 'older', 41)`)
@@ -639,6 +650,7 @@ func (panickingStore) Details(context.Context, string, string, string) (appDetai
 // A crawl that panics fails that job alone: logged, counted as invalid and
 // committed, so a restart does not meet it again; the worker goes on.
 func TestCrawlWorkerSurvivesAPanickingJob(t *testing.T) {
+	t.Parallel()
 	f := newCrawlFixture(t, testCrawlerConfig(2, 5), nil)
 	createTestTopics(t, f.brokers, topicSpec{Partitions: 1, Replication: -1, Retention: time.Hour})
 	reg := prometheus.NewRegistry()

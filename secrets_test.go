@@ -33,6 +33,7 @@ func checkNoSecret(t *testing.T, what, output string) {
 // run, as main does) and fails, and nothing it prints, logs or returns shows
 // the secret; a URL shows as user:xxxxx@.
 func TestSecretsNeverShown(t *testing.T) {
+	t.Parallel()
 	pwFile := filepath.Join(t.TempDir(), "sasl-password")
 	if err := os.WriteFile(pwFile, []byte(testSecret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -119,6 +120,7 @@ func TestSecretsNeverShown(t *testing.T) {
 // A running appliance with a password in DATABASE_URL and both tokens set:
 // its logs, /readyz and the one-off commands beside it show none of them.
 func TestSecretsNeverShownWhileRunning(t *testing.T) {
+	t.Parallel()
 	u, err := url.Parse(newTestDatabase(t))
 	if err != nil {
 		t.Fatal(err)

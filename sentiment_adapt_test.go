@@ -46,6 +46,7 @@ func storedSentimentModels(t *testing.T, pool *pgxpool.Pool) map[string]adaptFig
 // on the dev sets; adapt keeps it, the job switches to it and labels with
 // it, and rescore --model-older marks what the embedded model scored.
 func TestSentimentAdaptKeepsABetterModelAndTheJobSwitches(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	words := [sentClasses][]string{
@@ -170,6 +171,7 @@ func TestSentimentAdaptKeepsABetterModelAndTheJobSwitches(t *testing.T) {
 // (real texts, stars as labels) adapt keeps a model exactly when its rule
 // says so.
 func TestSentimentAdaptOnRecordedReviews(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	items := playstoreSentimentItems(t)

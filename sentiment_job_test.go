@@ -109,6 +109,7 @@ func sentimentAt(t testing.TB, pool *pgxpool.Pool) map[string]time.Time {
 // what was classified; a batch is one UPDATE (one statement_timestamp for
 // all its rows), and the metrics count what was written.
 func TestSentimentJobScoresEachBatchWithOneUpdate(t *testing.T) {
+	t.Parallel()
 	pool, j, reg := newSentimentJobFixture(t, "r", 5000, 2000)
 	ctx := context.Background()
 
@@ -190,6 +191,7 @@ func TestSentimentJobScoresEachBatchWithOneUpdate(t *testing.T) {
 // The work list is found through the partial index, not by reading every
 // scored review.
 func TestSentimentClaimUsesTheWorkIndex(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	insertSentimentReviews(t, pool, "s", 20000)
 	mustExec(t, pool, `UPDATE reviews SET sentiment = 'NEUTRAL', sentiment_text_hash = reviews_sentiment_input(score, content) WHERE id % 1000 <> 0`)
@@ -218,6 +220,7 @@ func planUsesIndex(t *testing.T, pool *pgxpool.Pool, index, sql string, args ...
 // A re-sync with the same text and stars is not scored again; a changed
 // text or changed stars are, and their latency runs from the new crawl.
 func TestSentimentJobRescoresOnlyChangedReviews(t *testing.T) {
+	t.Parallel()
 	pool, j, reg := newSentimentJobFixture(t, "c", 12, 100)
 	ctx := context.Background()
 	scoreAll(t, j)
@@ -281,6 +284,7 @@ func ptr[T any](v T) *T { return &v }
 // other skips it and scores the rest; together they score every review
 // exactly once.
 func TestSentimentJobsShareTheWorkWithoutDoubleScoring(t *testing.T) {
+	t.Parallel()
 	pool, a, regA := newSentimentJobFixture(t, "d", 1000, 100)
 	ctx := context.Background()
 	b, regB := newTestSentimentJob(t, pool, 100)
@@ -347,6 +351,7 @@ func TestSentimentJobsShareTheWorkWithoutDoubleScoring(t *testing.T) {
 // rescore marks every scored review, or those of other model versions; the
 // job scores them again and keeps their labels meanwhile.
 func TestSentimentRescore(t *testing.T) {
+	t.Parallel()
 	url := newTestDatabase(t)
 	pool := newTestPoolFor(t, url)
 	ctx := context.Background()
@@ -433,6 +438,7 @@ func TestSentimentRescore(t *testing.T) {
 // error; a database that refuses the job's statements is retried until it
 // takes them, without ending the role.
 func TestSentimentJobShutdownAndDatabaseTrouble(t *testing.T) {
+	t.Parallel()
 	pool, j, reg := newSentimentJobFixture(t, "x", 50, 20)
 	ctx := context.Background()
 	rctx, stop := context.WithCancel(ctx)
@@ -472,6 +478,7 @@ func TestSentimentJobShutdownAndDatabaseTrouble(t *testing.T) {
 // keeps following the work list (the database still answers the count)
 // rather than staying at what the last successful batch left.
 func TestSentimentJobFailingBatchesAreCountedWithTheBacklog(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	insertSentimentReviews(t, pool, "f", 40)
@@ -509,6 +516,7 @@ func TestSentimentJobFailingBatchesAreCountedWithTheBacklog(t *testing.T) {
 // crawler stored; a second crawl that finds the same texts re-syncs them
 // without putting them back on the job's work list.
 func TestSentimentRoleScoresWhatTheCrawlerStored(t *testing.T) {
+	t.Parallel()
 	dbURL := newTestDatabase(t)
 	pool := newTestPoolFor(t, dbURL)
 	replay := newReplayPlayStore(t)
@@ -612,6 +620,7 @@ func maxTime(ts map[string]time.Time) time.Time {
 // A pass goes up the ids batch by batch; a review below the last batch
 // whose text changed meanwhile is found once the pass starts again.
 func TestSentimentJobPassStartsAgainAtTheBottom(t *testing.T) {
+	t.Parallel()
 	pool, j, _ := newSentimentJobFixture(t, "w", 30, 10)
 	if sizes := scoreBatches(t, j, 1); sizes[0] != 10 {
 		t.Fatalf("first batch: %d, want 10", sizes[0])
@@ -646,6 +655,7 @@ func (c panickyClassifier) Classify(text string, stars int) sentimentResult {
 // review of the batch is scored. A rescore brings it back (and it fails
 // again, without a loop).
 func TestSentimentJobSurvivesAPanicOfTheModel(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	insertSentimentReviews(t, pool, "p", 600)

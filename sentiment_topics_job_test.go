@@ -26,6 +26,7 @@ func storedTopics(t testing.TB, pool *pgxpool.Pool) map[string][]string {
 // The scoring pass writes topics in the same UPDATE as the label: the
 // classifier's topics, '{}' for a review without one, never NULL.
 func TestSentimentJobWritesTopicsWithTheLabel(t *testing.T) {
+	t.Parallel()
 	pool, j, _ := newSentimentJobFixture(t, "t", 40, 1000)
 	ctx := context.Background()
 	scoreAll(t, j)
@@ -60,6 +61,7 @@ func TestSentimentJobWritesTopicsWithTheLabel(t *testing.T) {
 // rescoring); the backfill is logged and counted, and new reviews are
 // still scored (topics included) while it runs.
 func TestSentimentJobBackfillsTopicsWithoutRescoring(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	insertSentimentReviews(t, pool, "b", 2500)
@@ -139,6 +141,7 @@ func TestSentimentJobBackfillsTopicsWithoutRescoring(t *testing.T) {
 
 // The backfill's work list is found through its partial index.
 func TestTopicsBackfillUsesItsIndex(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	insertSentimentReviews(t, pool, "i", 20000)
 	mustExec(t, pool, `UPDATE reviews SET sentiment = 'NEUTRAL', topics = '{}' WHERE id % 1000 <> 0`)

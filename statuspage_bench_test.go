@@ -230,6 +230,7 @@ func bulkLoad(b testing.TB, pool *pgxpool.Pool, inserts []string) {
 // review stored once and seen in its storefronts, the rollups rebuilt
 // equal to the raw tables, and the gauges of a two-storefront app in both.
 func TestBenchSeedShape(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	seedBenchApps(t, pool)

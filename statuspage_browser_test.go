@@ -28,6 +28,7 @@ import (
 // traffic is not the page's and is not counted; its host resolver maps
 // every name but loopback to nothing, so nothing leaves anyway.
 func TestStatusPageInBrowser(t *testing.T) {
+	t.Parallel()
 	chromium := firstOnPath("chromium", "chromium-browser")
 	if chromium == "" {
 		if os.Getenv("CI") == "true" {

@@ -15,6 +15,7 @@ import (
 // add one; then it counts what was sent in 24 h, what is pending and what
 // failed, names the broken destinations, and is red for either.
 func TestStatusPageNotificationsCard(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	srv := statusServer(t, pool, "", newMetricsRegistry("test"))
 	code, body, _ := getPage(t, srv.URL+"/")
@@ -80,6 +81,7 @@ func TestStatusPageNotificationsCard(t *testing.T) {
 // The card's counts of sent and pending notifications read the outbox on
 // its indexes, so the page's cost does not grow with the outbox's history.
 func TestStatusPageNotificationsQueryPlan(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	for _, sql := range []string{

@@ -88,6 +88,7 @@ func insertReleases(t *testing.T, exec func(string, ...any)) {
 // is highlighted with why; the rating chart marks when each version
 // appeared and the releases chart has a bar per version with stars.
 func TestStatusPageAppReleases(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedStatus(t, pool)
 	ctx := context.Background()

@@ -33,6 +33,7 @@ func reviewsPageServer(t *testing.T, pool *pgxpool.Pool, token string) *httptest
 }
 
 func TestReviewsPage(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedReviewsAPI(t, pool)
 	srv := reviewsPageServer(t, pool, "")
@@ -107,6 +108,7 @@ func TestReviewsPage(t *testing.T) {
 }
 
 func TestReviewsPageToken(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	srv := reviewsPageServer(t, pool, "pw")
 	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/reviews", nil)
@@ -132,6 +134,7 @@ func TestReviewsPageToken(t *testing.T) {
 // it), nothing is loaded from elsewhere, no console error, and a Persian
 // review and its reply are laid out right to left.
 func TestReviewsPageInBrowser(t *testing.T) {
+	t.Parallel()
 	chromium := firstOnPath("chromium", "chromium-browser")
 	if chromium == "" {
 		skipOrFailUnderCI(t, "chromium is not on PATH (Debian: apt-get install chromium)")

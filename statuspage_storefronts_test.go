@@ -63,6 +63,7 @@ func seedStorefronts(t *testing.T, pool *pgxpool.Pool) {
 // The overview shows a storefronts app once, its storefronts' numbers side
 // by side; an app of one storefront looks as before (no storefront label).
 func TestStatusPageOverviewStorefronts(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedStatus(t, pool)
 	seedStorefronts(t, pool)
@@ -127,6 +128,7 @@ func TestStatusPageOverviewStorefronts(t *testing.T) {
 // unknown storefront is a 404 and a malformed one a 400 that name those
 // the app has.
 func TestStatusPageAppStorefronts(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedStatus(t, pool)
 	seedStorefronts(t, pool)

@@ -156,6 +156,7 @@ func chartPoints(body, id string) int {
 }
 
 func TestStatusPageOverview(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedStatus(t, pool)
 	reg := newMetricsRegistry("test")
@@ -231,6 +232,7 @@ func TestStatusPageOverview(t *testing.T) {
 }
 
 func TestStatusPageApp(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedStatus(t, pool)
 	// A capture older than the 90 days of the charts stays out of them
@@ -315,6 +317,7 @@ func TestStatusPageApp(t *testing.T) {
 }
 
 func TestStatusPageEmptyDatabase(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	srv := statusServer(t, pool, "", newMetricsRegistry("test"))
 	code, body, _ := getPage(t, srv.URL+"/")
@@ -337,6 +340,7 @@ func TestStatusPageEmptyDatabase(t *testing.T) {
 }
 
 func TestStatusPageToken(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	srv := statusServer(t, pool, "s3cret", newMetricsRegistry("test"))
 	for _, tc := range []struct {
@@ -368,6 +372,7 @@ func TestStatusPageToken(t *testing.T) {
 
 // The page's transaction is read-only: it cannot write, whatever a query did.
 func TestStatusPageReadsOnly(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	err := statusDB{pool}.read(context.Background(), func(tx pgx.Tx) error {
 		_, err := tx.Exec(context.Background(), `DELETE FROM dead_letter_events`)
@@ -383,6 +388,7 @@ func TestStatusPageReadsOnly(t *testing.T) {
 // the statistics are realistic. Sequential scans are disabled so that a
 // plan still holding one has no index to use.
 func TestStatusPageQueryPlans(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	ctx := context.Background()
 	seedStatus(t, pool)
@@ -519,6 +525,7 @@ func insertOutcome(t *testing.T, pool *pgxpool.Pool, pkg, path string, ago time.
 // last crawl's cause, the app page every path's last crawl. A package that
 // is not on the store, with nothing but its not_found outcomes, says so.
 func TestStatusPageCrawlOutcomes(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	seedStatus(t, pool)
 	const missing, quiet, broken = "com.example.nosuch", "com.example.quiet", "com.example.broken"
@@ -617,6 +624,7 @@ func TestOutcomeCause(t *testing.T) {
 // The consumer role runs from the start; its lag has no series until its
 // first fetch of records. The card says 0 then, not "not running".
 func TestStatusPageConsumerLagBeforeFirstRecord(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	reg := newMetricsRegistry("test")
 	newConsumerMetrics(reg)
@@ -728,6 +736,7 @@ func TestStatusPageStatementTimeout(t *testing.T) {
 // A panic in a page's handler answers 500 and is logged with its stack;
 // the server goes on serving (net/http alone would drop the connection).
 func TestHTTPHandlerPanic(t *testing.T) {
+	t.Parallel()
 	pool := newTestPool(t)
 	reg := newMetricsRegistry("test")
 	var logs syncBuffer

@@ -60,8 +60,11 @@ func (tp *testPostgres) start() error {
 			if tp.err = os.Chmod(tp.dir, 0o755); tp.err != nil {
 				return
 			}
+			// The parallel tests (make test's -parallel) each hold a
+			// pool or two on this server: room beyond the default 100.
 			tp.server, tp.err = startManagedPostgres(ctx, managedPostgresOptions{
 				DataDir: tp.dir + "/pg", Database: "playwatch", OSUser: "postgres", NoFsync: true,
+				MaxConnections: 300,
 			}, logger)
 			if tp.err != nil {
 				return
