@@ -102,3 +102,23 @@ func TestRollupsFollowRawWrites(t *testing.T) {
 		t.Fatal("rebuild of an unknown package succeeded")
 	}
 }
+
+// rollup rebuild writes an app's hourly buckets in key order (migration
+// 18), so that a storefront's recent hours are adjacent on disk: read in
+// the heap's order, the buckets of a storefront come hour after hour.
+func TestRollupRebuildWritesInKeyOrder(t *testing.T) {
+	t.Parallel()
+	pool := newTestPool(t)
+	seedBenchApps(t, pool)
+	seedBenchHistory(t, pool, 0, 200)
+	var disorder, buckets int64
+	if err := pool.QueryRow(context.Background(), `
+		SELECT count(*) FILTER (WHERE hour < lag), count(*) FROM (
+			SELECT hour, lag(hour) OVER (PARTITION BY country, lang ORDER BY ctid) FROM review_rollup_hourly
+			WHERE application_id = (SELECT min(id) FROM apps_registry_application)) b`).Scan(&disorder, &buckets); err != nil {
+		t.Fatal(err)
+	}
+	if buckets < 200 || disorder != 0 {
+		t.Errorf("%d of %d hourly buckets lie on disk before an earlier hour of their storefront, want 0", disorder, buckets)
+	}
+}
