@@ -21,7 +21,10 @@ import (
 // the first job still running, so a member that dies leaves every job it
 // had not finished to the member that gets its partition. Jobs of a
 // partition taken away mid-crawl are abandoned, not committed: the new
-// owner crawls them again at the same crawled_at.
+// owner crawls them again at the same crawled_at. A partition that a
+// cooperative rebalance moves to another member first gets up to
+// revokeDrain for its running jobs to end and be committed, so that the
+// new owner does not read their apps a second time in the cycle.
 type crawlWorker struct {
 	crawler *crawler
 	epochs  *leaseEpochs
@@ -35,7 +38,8 @@ type crawlWorker struct {
 	runCtx   context.Context // cancels every job at shutdown
 	mu       sync.Mutex
 	parts    map[int32]*partitionJobs
-	commitMu sync.Mutex // commits leave in the order they are computed
+	draining map[int32]bool // partitions a rebalance is taking away (drain)
+	commitMu sync.Mutex     // commits leave in the order they are computed
 }
 
 // partitionJobs are the jobs of one assigned partition not yet committed,
@@ -48,7 +52,8 @@ type partitionJobs struct {
 }
 
 func newCrawlWorker(c *crawler, epochs *leaseEpochs, workers int, reg prometheus.Registerer, logger *slog.Logger) *crawlWorker {
-	return &crawlWorker{crawler: c, epochs: epochs, workers: workers, metrics: newCrawlWorkerMetrics(reg), logger: logger, parts: map[int32]*partitionJobs{}}
+	return &crawlWorker{crawler: c, epochs: epochs, workers: workers, metrics: newCrawlWorkerMetrics(reg), logger: logger,
+		parts: map[int32]*partitionJobs{}, draining: map[int32]bool{}}
 }
 
 // clientOptions are the consumer settings of the crawl-jobs client. The
@@ -67,7 +72,7 @@ func (w *crawlWorker) clientOptions(group string, session time.Duration) []kgo.O
 		kgo.SessionTimeout(session),
 		kgo.HeartbeatInterval(max(session/10, 100*time.Millisecond)),
 		kgo.BlockRebalanceOnPoll(),
-		kgo.OnPartitionsRevoked(w.abandon),
+		kgo.OnPartitionsRevoked(w.revoked),
 		kgo.OnPartitionsLost(w.abandon),
 	}
 }
@@ -119,6 +124,10 @@ func (w *crawlWorker) Run(ctx context.Context, cl jobsClient) error {
 		cl.AllowRebalance()
 		for i, r := range recs {
 			jctx := jctxs[i]
+			if jctx == nil {
+				<-slots
+				continue
+			}
 			wg.Go(func() {
 				defer func() { <-slots }()
 				w.runJobRecovering(jctx, r)
@@ -129,10 +138,14 @@ func (w *crawlWorker) Run(ctx context.Context, cl jobsClient) error {
 }
 
 // track adds a polled job to its partition's pending list and returns the
-// context its crawl runs in.
+// context its crawl runs in; nil for a partition being drained, whose new
+// owner crawls the job.
 func (w *crawlWorker) track(r *kgo.Record) context.Context {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.draining[r.Partition] {
+		return nil
+	}
 	p := w.parts[r.Partition]
 	if p == nil {
 		ctx, cancel := context.WithCancel(w.runCtx)
@@ -220,6 +233,48 @@ func (w *crawlWorker) complete(ctx context.Context, cl jobsClient, r *kgo.Record
 	}
 }
 
+// revokeDrain bounds how long a rebalance waits for the running jobs of
+// the partitions this member gives up: about one app's crawl through a
+// slow proxy. The other partitions are crawled meanwhile.
+const revokeDrain = 10 * time.Second
+
+// revoked drains, then abandons, the partitions a rebalance moves away.
+// The member still owns them while this runs, so the jobs that end in
+// time are committed (complete) and the new owner starts after them. At
+// shutdown the jobs are cancelled and the wait ends at once.
+func (w *crawlWorker) revoked(ctx context.Context, cl *kgo.Client, moving map[string][]int32) {
+	w.drain(moving[topicCrawlJobs], revokeDrain)
+	w.abandon(ctx, cl, moving)
+}
+
+// drain waits until the jobs that parts are running now have ended, their
+// partition's jobs are cancelled, or timeout has passed. Jobs polled
+// meanwhile are not started (track).
+func (w *crawlWorker) drain(parts []int32, timeout time.Duration) {
+	w.mu.Lock()
+	running := map[*kgo.Record]*partitionJobs{}
+	for _, p := range parts {
+		w.draining[p] = true
+		if pj := w.parts[p]; pj != nil {
+			for _, r := range pj.pending {
+				running[r] = pj
+			}
+		}
+	}
+	w.mu.Unlock()
+	deadline := time.Now().Add(timeout)
+	for len(running) > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		w.mu.Lock()
+		for r, pj := range running {
+			if pj.ctx.Err() != nil || !slices.Contains(pj.pending, r) {
+				delete(running, r)
+			}
+		}
+		w.mu.Unlock()
+	}
+}
+
 // abandon cancels the jobs of partitions taken away from this member; they
 // are never committed here. It waits for a commit under way, so none leaves
 // once the partition may have a new owner.
@@ -229,6 +284,7 @@ func (w *crawlWorker) abandon(_ context.Context, _ *kgo.Client, lost map[string]
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, p := range lost[topicCrawlJobs] {
+		delete(w.draining, p)
 		if pj := w.parts[p]; pj != nil {
 			if len(pj.pending) > 0 {
 				w.logger.Info("crawl worker: partition taken away; its running jobs are left to its new owner", "partition", p, "jobs", len(pj.pending))

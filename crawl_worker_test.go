@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// committingClient records the offsets the worker commits.
+type committingClient struct {
+	mu        sync.Mutex
+	committed []int64
+}
+
+func (c *committingClient) PollRecords(context.Context, int) kgo.Fetches { return nil }
+func (c *committingClient) AllowRebalance()                              {}
+func (c *committingClient) CommitRecords(_ context.Context, rs ...*kgo.Record) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range rs {
+		c.committed = append(c.committed, r.Offset)
+	}
+	return nil
+}
+
+func (w *crawlWorker) isDraining(p int32) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.draining[p]
+}
+
+func (c *committingClient) offsets() []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.committed)
+}
+
+// A partition a rebalance moves away keeps its running job until the job
+// ends and is committed, so that its new owner does not crawl the app
+// again; a job polled meanwhile is not started, and one that outlasts the
+// drain is abandoned uncommitted.
+func TestCrawlWorkerDrainsARevokedPartition(t *testing.T) {
+	t.Parallel()
+	w := newCrawlWorker(nil, nil, 4, prometheus.NewRegistry(), testLogger(t))
+	w.runCtx = t.Context()
+	cl := &committingClient{}
+	moving := map[string][]int32{topicCrawlJobs: {3}}
+
+	running := &kgo.Record{Partition: 3, Offset: 10}
+	jctx := w.track(running)
+	other := &kgo.Record{Partition: 1, Offset: 5}
+	otherCtx := w.track(other)
+	revoked := make(chan struct{})
+	go func() {
+		w.revoked(t.Context(), nil, moving)
+		close(revoked)
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for !w.isDraining(3) {
+		if time.Now().After(deadline) {
+			t.Fatal("the revoked partition is not draining")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if w.track(&kgo.Record{Partition: 3, Offset: 11}) != nil {
+		t.Fatal("a job polled from the draining partition was tracked")
+	}
+	select {
+	case <-revoked:
+		t.Fatal("the rebalance went on before the partition's running job ended")
+	case <-time.After(100 * time.Millisecond):
+	}
+	if jctx.Err() != nil {
+		t.Fatal("the running job was cancelled while the partition drained")
+	}
+	w.complete(t.Context(), cl, running)
+	select {
+	case <-revoked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the rebalance still waits after the running job ended")
+	}
+	if got := cl.offsets(); !slices.Equal(got, []int64{10}) {
+		t.Fatalf("committed %v, want the drained job's offset 10", got)
+	}
+	if otherCtx.Err() != nil {
+		t.Fatal("a partition the member keeps was cancelled")
+	}
+
+	// A job that outlasts the drain: abandoned, never committed.
+	stuck := &kgo.Record{Partition: 1, Offset: 6}
+	w.complete(t.Context(), cl, other)
+	stuckCtx := w.track(stuck)
+	began := time.Now()
+	w.drain([]int32{1}, 100*time.Millisecond)
+	if waited := time.Since(began); waited < 100*time.Millisecond {
+		t.Fatalf("drain returned after %s with a job running", waited)
+	}
+	w.abandon(t.Context(), nil, map[string][]int32{topicCrawlJobs: {1}})
+	if stuckCtx.Err() == nil {
+		t.Fatal("the job that outlasted the drain was not cancelled")
+	}
+	w.complete(t.Context(), cl, stuck)
+	if got := cl.offsets(); !slices.Equal(got, []int64{10, 5}) {
+		t.Fatalf("committed %v, want 10 and 5 only: the abandoned job is not committed", got)
+	}
+	if w.track(&kgo.Record{Partition: 1, Offset: 7}) == nil {
+		t.Fatal("a partition assigned again after its drain is still draining")
+	}
+}
