@@ -20,7 +20,6 @@ type decideFixture struct {
 	t    *testing.T
 	pool *pgxpool.Pool
 	clk  *fakeClock
-	t0   time.Time
 	dest int64
 	d    *notifyDecider
 	reg  *prometheus.Registry
@@ -28,15 +27,17 @@ type decideFixture struct {
 
 var testNotifyLocales = localeDefaults{Default: locale{Lang: "en", Country: "us"}, Iranian: locale{Lang: "fa", Country: "ir"}}
 
-func newDecideFixture(t *testing.T) *decideFixture {
+// newDecideFixture also returns t0, the clock's start to the second: the
+// time every test lays its rows out from.
+func newDecideFixture(t *testing.T) (f *decideFixture, t0 time.Time) {
 	t.Helper()
-	f := &decideFixture{t: t, pool: newTestPool(t), clk: newFakeClock(false)}
-	f.t0 = f.clk.Now().Truncate(time.Second)
+	f = &decideFixture{t: t, pool: newTestPool(t), clk: newFakeClock(false)}
+	t0 = f.clk.Now().Truncate(time.Second)
 	f.d, f.reg = f.decider()
 	if err := f.pool.QueryRow(context.Background(), `INSERT INTO notify_destinations (name, type, config) VALUES ('hook', 'webhook', '{"url": "https://hooks.example/x"}') RETURNING id`).Scan(&f.dest); err != nil {
 		t.Fatal(err)
 	}
-	return f
+	return f, t0
 }
 
 func (f *decideFixture) decider() (*notifyDecider, *prometheus.Registry) {
@@ -187,8 +188,7 @@ func (f *decideFixture) textHash(reviewID string) string {
 // re-sync without change does not.
 func TestNotifyReviewEventsNoFloodAndEdits(t *testing.T) {
 	t.Parallel()
-	f := newDecideFixture(t)
-	t0 := f.t0
+	f, t0 := newDecideFixture(t)
 	app := f.app("com.example.shop", false, t0.Add(-2*time.Hour))
 	f.review(app, notifyTestReview{id: "hist", stars: 1, text: "old and bad", at: t0.Add(-3 * time.Hour), firstSeen: t0.Add(-2 * time.Hour)})
 	f.review(app, notifyTestReview{id: "pre", stars: 1, text: "bad before the rule", at: t0.Add(-30 * time.Minute)})
@@ -279,8 +279,7 @@ func TestNotifyReviewEventsNoFloodAndEdits(t *testing.T) {
 // a space or ZWNJ in نمی‌شه, case; whole words only.
 func TestNotifyReviewFilters(t *testing.T) {
 	t.Parallel()
-	f := newDecideFixture(t)
-	t0 := f.t0
+	f, t0 := newDecideFixture(t)
 	app := f.app("ir.example.bank", true, t0.Add(-time.Hour))
 	created := t0.Add(-30 * time.Minute)
 	rules := map[string]int64{
@@ -335,8 +334,7 @@ func TestNotifyReviewFilters(t *testing.T) {
 // stars' label and says so; a rule without one does not wait.
 func TestNotifyReviewSentimentWait(t *testing.T) {
 	t.Parallel()
-	f := newDecideFixture(t)
-	t0 := f.t0
+	f, t0 := newDecideFixture(t)
 	app := f.app("com.example.wait", false, t0.Add(-time.Hour))
 	onSentiment := f.rule("review", `{"sentiment": ["NEGATIVE"]}`, "0", nil, t0.Add(-time.Minute))
 	onStars := f.rule("review", `{"max_stars": 2}`, "0", nil, t0.Add(-time.Minute))
@@ -384,8 +382,7 @@ func TestNotifyReviewSentimentWait(t *testing.T) {
 // Two deciders at once (two servers) insert each event once.
 func TestNotifyDecidersInParallel(t *testing.T) {
 	t.Parallel()
-	f := newDecideFixture(t)
-	t0 := f.t0
+	f, t0 := newDecideFixture(t)
 	app := f.app("com.example.busy", false, t0.Add(-time.Hour))
 	rule := f.rule("review", `{"max_stars": 2}`, "0", nil, t0.Add(-time.Minute))
 	f.exec(`INSERT INTO reviews (application_id, review_id, score, content, at, first_seen_at, last_synced_at)
@@ -423,8 +420,7 @@ func TestNotifyDecidersInParallel(t *testing.T) {
 // ended and the rating drops anew.
 func TestNotifyRatingDrop(t *testing.T) {
 	t.Parallel()
-	f := newDecideFixture(t)
-	t0 := f.t0
+	f, t0 := newDecideFixture(t)
 	app := f.app("com.example.rating", false, t0.Add(-25*time.Hour))
 	rule := f.rule("rating_drop", `{}`, "0", nil, t0.Add(-time.Hour))
 	late := f.rule("rating_drop", `{}`, "0", nil, t0.Add(-5*time.Minute)) // created after the drop began
@@ -477,8 +473,7 @@ func TestNotifyRatingDrop(t *testing.T) {
 // average of the week; once per episode, keyed by its hour.
 func TestNotifyNegativeSpike(t *testing.T) {
 	t.Parallel()
-	f := newDecideFixture(t)
-	t0 := f.t0
+	f, t0 := newDecideFixture(t)
 	app := f.app("com.example.spike", false, t0.Add(-8*24*time.Hour))
 	rule := f.rule("negative_spike", `{}`, "0", nil, t0.Add(-2*time.Hour))
 	many := f.rule("negative_spike", `{"min_count": 10}`, "0", nil, t0.Add(-2*time.Hour))
@@ -525,8 +520,7 @@ func TestNotifyNegativeSpike(t *testing.T) {
 // no success for two crawl intervals starts it too.
 func TestNotifyCrawlFailing(t *testing.T) {
 	t.Parallel()
-	f := newDecideFixture(t)
-	t0 := f.t0
+	f, t0 := newDecideFixture(t)
 	app := f.app("com.example.flaky", false, time.Time{})
 	gone := f.app("com.example.gone", false, time.Time{})
 	stale := f.app("com.example.stale", false, time.Time{})
@@ -591,8 +585,7 @@ func TestNotifyCrawlFailing(t *testing.T) {
 // new_version: the rating before and after, once per change after the rule.
 func TestNotifyNewVersion(t *testing.T) {
 	t.Parallel()
-	f := newDecideFixture(t)
-	t0 := f.t0
+	f, t0 := newDecideFixture(t)
 	app := f.app("com.example.release", false, t0.Add(-3*time.Hour))
 	rule := f.rule("new_version", `{}`, "0", nil, t0.Add(-2*time.Hour))
 	f.stats(app, t0.Add(-time.Hour), 4.3, "1.0")
@@ -619,8 +612,7 @@ func TestNotifyNewVersion(t *testing.T) {
 // is skipped, the others still fire.
 func TestNotifyDeciderRunSkipsABadRule(t *testing.T) {
 	t.Parallel()
-	f := newDecideFixture(t)
-	t0 := f.t0
+	f, t0 := newDecideFixture(t)
 	app := f.app("com.example.run", false, t0.Add(-time.Hour))
 	f.rule("review", `{"max_stars": "two"}`, "0", nil, t0.Add(-time.Minute))
 	good := f.rule("review", `{"max_stars": 2}`, "0", nil, t0.Add(-time.Minute))

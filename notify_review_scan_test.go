@@ -12,8 +12,7 @@ import (
 // history does not, even with a backfill.
 func TestNotifyReviewsOfAnAppWithoutStats(t *testing.T) {
 	t.Parallel()
-	f := newDecideFixture(t)
-	t0 := f.t0
+	f, t0 := newDecideFixture(t)
 	app := f.app("com.example.nostats", false, time.Time{})
 	f.review(app, notifyTestReview{id: "hist", stars: 1, text: "old and bad", at: t0.Add(-3 * time.Hour), firstSeen: t0.Add(-2 * time.Hour)})
 	rule := f.rule("review", `{"max_stars": 2}`, "24h", nil, t0.Add(-10*time.Minute))
@@ -29,9 +28,8 @@ func TestNotifyReviewsOfAnAppWithoutStats(t *testing.T) {
 // not months of reviews.
 func TestNotifyRuleEditRescansFromTheEdit(t *testing.T) {
 	t.Parallel()
-	f := newDecideFixture(t)
+	f, t0 := newDecideFixture(t)
 	ctx := context.Background()
-	t0 := f.t0
 	app := f.app("com.example.shop", false, t0.Add(-90*24*time.Hour))
 	rule := f.rule("review", `{"max_stars": 2}`, "24h", nil, t0.Add(-60*24*time.Hour))
 	f.review(app, notifyTestReview{id: "old", stars: 1, text: "bad a month ago", at: t0.Add(-30 * 24 * time.Hour)})
@@ -65,8 +63,7 @@ func TestNotifyRuleEditRescansFromTheEdit(t *testing.T) {
 // nothing, neither its start nor its end: Prometheus would not have fired.
 func TestNotifyCrawlFailingShorterThanItsForSendsNothing(t *testing.T) {
 	t.Parallel()
-	f := newDecideFixture(t)
-	t0 := f.t0
+	f, t0 := newDecideFixture(t)
 	app := f.app("com.example.blip", false, time.Time{})
 	rule := f.rule("crawl_failing", `{}`, "0", nil, t0.Add(-time.Hour))
 	outcome := func(at time.Time, o string) {

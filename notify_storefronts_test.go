@@ -26,6 +26,13 @@ func (f *decideFixture) ruleIn(event string, loc locale, created time.Time) int6
 	return f.rule(event, fmt.Sprintf(`{"storefronts": [{"country": %q, "lang": %q}]}`, loc.Country, loc.Lang), "0", nil, created)
 }
 
+// rulesUSAndIR creates a rule of event for us/en alone, then one for ir/fa
+// alone: what a per-storefront test tells apart.
+func (f *decideFixture) rulesUSAndIR(event string, created time.Time) (us, ir int64) {
+	f.t.Helper()
+	return f.ruleIn(event, sfUS, created), f.ruleIn(event, sfIR, created)
+}
+
 // statsIn is an app_stats row of storefront loc.
 func (f *decideFixture) statsIn(app int64, loc locale, at time.Time, score float64, version string) {
 	f.t.Helper()
@@ -54,13 +61,11 @@ var (
 // storefront's first crawl (its whole history) is not news.
 func TestNotifyReviewStorefronts(t *testing.T) {
 	t.Parallel()
-	f := newDecideFixture(t)
-	t0 := f.t0
+	f, t0 := newDecideFixture(t)
 	app := f.appIn("org.telegram.messenger", sfUS, sfIR)
 	f.statsIn(app, sfUS, t0.Add(-25*time.Hour), 4.5, "1.0")
 	f.statsIn(app, sfIR, t0.Add(-25*time.Hour), 4.1, "1.0")
-	us := f.ruleIn("review", sfUS, t0.Add(-time.Hour))
-	ir := f.ruleIn("review", sfIR, t0.Add(-time.Hour))
+	us, ir := f.rulesUSAndIR("review", t0.Add(-time.Hour))
 	all := f.rule("review", `{}`, "0", nil, t0.Add(-time.Hour))
 	f.runOnce() // the rules' backfill scans: nothing yet
 
@@ -140,12 +145,10 @@ func TestNotifyReviewStorefronts(t *testing.T) {
 // first storefront.
 func TestNotifyReviewWithoutStorefrontIsInTheFirst(t *testing.T) {
 	t.Parallel()
-	f := newDecideFixture(t)
-	t0 := f.t0
+	f, t0 := newDecideFixture(t)
 	app := f.appIn("com.example.old", sfIR, sfUS)
 	f.statsIn(app, sfIR, t0.Add(-25*time.Hour), 4.5, "1.0")
-	us := f.ruleIn("review", sfUS, t0.Add(-time.Hour))
-	ir := f.ruleIn("review", sfIR, t0.Add(-time.Hour))
+	us, ir := f.rulesUSAndIR("review", t0.Add(-time.Hour))
 	f.runOnce()
 	f.clk.Advance(time.Minute)
 	f.review(app, notifyTestReview{id: "r-old", stars: 1, text: "bad", at: t0.Add(-10 * time.Minute), firstSeen: f.clk.Now()})
@@ -161,16 +164,14 @@ func TestNotifyReviewWithoutStorefrontIsInTheFirst(t *testing.T) {
 // storefronts are never compared with each other.
 func TestNotifyRatingDropPerStorefront(t *testing.T) {
 	t.Parallel()
-	f := newDecideFixture(t)
-	t0 := f.t0
+	f, t0 := newDecideFixture(t)
 	app := f.appIn("org.telegram.messenger", sfUS, sfIR)
 	// us rated far below ir: compared across storefronts, every ir crawl
 	// after a us one would look like a rise and every us one like a drop.
 	f.statsIn(app, sfUS, t0.Add(-25*time.Hour), 3.9, "1.0")
 	f.statsIn(app, sfIR, t0.Add(-25*time.Hour+time.Second), 4.6, "1.0")
 	all := f.rule("rating_drop", `{}`, "0", nil, t0.Add(-time.Hour))
-	us := f.ruleIn("rating_drop", sfUS, t0.Add(-time.Hour))
-	ir := f.ruleIn("rating_drop", sfIR, t0.Add(-time.Hour))
+	us, ir := f.rulesUSAndIR("rating_drop", t0.Add(-time.Hour))
 	f.statsIn(app, sfIR, t0.Add(-10*time.Minute), 4.4, "1.0") // ir: 4.6 → 4.4
 	f.statsIn(app, sfUS, t0.Add(-9*time.Minute), 3.95, "1.0") // us: 3.9 → 3.95, newest of the app
 	if n := f.runAfter(6 * time.Minute); n != 2 {
@@ -198,12 +199,10 @@ func TestNotifyRatingDropPerStorefront(t *testing.T) {
 // storefront fires for that one only.
 func TestNotifyCrawlFailingPerStorefront(t *testing.T) {
 	t.Parallel()
-	f := newDecideFixture(t)
-	t0 := f.t0
+	f, t0 := newDecideFixture(t)
 	app := f.appIn("com.example.local", sfUS, sfIR)
 	all := f.rule("crawl_failing", `{}`, "0", nil, t0.Add(-time.Hour))
-	us := f.ruleIn("crawl_failing", sfUS, t0.Add(-time.Hour))
-	ir := f.ruleIn("crawl_failing", sfIR, t0.Add(-time.Hour))
+	us, ir := f.rulesUSAndIR("crawl_failing", t0.Add(-time.Hour))
 	outcome := func(loc locale, o string, status any) {
 		f.crawlOutcome(app, loc, "stats", t0.Add(-time.Minute), o, status, "")
 	}
@@ -227,8 +226,7 @@ func TestNotifyCrawlFailingPerStorefront(t *testing.T) {
 // a spike there, not in us/en.
 func TestNotifyNegativeSpikePerStorefront(t *testing.T) {
 	t.Parallel()
-	f := newDecideFixture(t)
-	t0 := f.t0
+	f, t0 := newDecideFixture(t)
 	app := f.appIn("com.example.spiky", sfUS, sfIR)
 	f.statsIn(app, sfUS, t0.Add(-8*24*time.Hour), 4.5, "1.0")
 	all := f.rule("negative_spike", `{}`, "0", nil, t0.Add(-2*time.Hour))
@@ -306,8 +304,7 @@ func TestNotifyRuleStorefrontsAPI(t *testing.T) {
 // with those seen in the app's first storefront.
 func TestNotifyNegativeSpikeWithoutStorefronts(t *testing.T) {
 	t.Parallel()
-	f := newDecideFixture(t)
-	t0 := f.t0
+	f, t0 := newDecideFixture(t)
 	app := f.appIn("com.example.mixed", sfIR, sfUS)
 	f.statsIn(app, sfIR, t0.Add(-8*24*time.Hour), 4.5, "1.0")
 	rule := f.ruleIn("negative_spike", sfIR, t0.Add(-2*time.Hour))
