@@ -27,15 +27,12 @@ func TestNotifyRetryThenDeliver(t *testing.T) {
 		return false
 	})
 	rule, dest := seedWebhookReviews(t, pool, recv.srv.URL, 0, 1)
-	var id, digest int64
+	var id int64
 	if err := pool.QueryRow(ctx, `UPDATE notifications SET status = 'failed', attempts = 9, last_error = 'HTTP 502: down',
 	created_at = now() - interval '2 hours' RETURNING id`).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
-	if err := pool.QueryRow(ctx, `INSERT INTO notifications (rule_id, destination_id, event, event_key, payload, status, event_at, last_error)
-VALUES ($1, $2, 'digest', 'digest:1', '{"event": "digest"}', 'failed', now(), 'HTTP 502: down') RETURNING id`, rule, dest).Scan(&digest); err != nil {
-		t.Fatal(err)
-	}
+	digest := seedDigest(t, pool, rule, dest, "failed", "HTTP 502: down")
 	mustExec(t, pool, `UPDATE notifications SET digest_id = $1 WHERE id = $2`, digest, id)
 	var out bytes.Buffer
 	if err := runNotifyRetry(ctx, pool, []int64{id}, &out); err != nil || out.String() != "1 notifications pending again\n" {
@@ -68,11 +65,7 @@ func TestNotifyRetryDigestWithItsRows(t *testing.T) {
 	pool := newTestPool(t)
 	ctx := context.Background()
 	rule, dest := seedWebhookReviews(t, pool, "http://127.0.0.1:1/never", 0, 2)
-	var digest int64
-	if err := pool.QueryRow(ctx, `INSERT INTO notifications (rule_id, destination_id, event, event_key, payload, status, event_at)
-VALUES ($1, $2, 'digest', 'digest:1', '{"event": "digest"}', 'failed', now()) RETURNING id`, rule, dest).Scan(&digest); err != nil {
-		t.Fatal(err)
-	}
+	digest := seedDigest(t, pool, rule, dest, "failed", "")
 	mustExec(t, pool, `UPDATE notifications SET digest_id = $1, status = 'failed' WHERE event = 'review'`, digest)
 	var out bytes.Buffer
 	if err := runNotifyRetry(ctx, pool, nil, &out); err != nil || out.String() != "3 notifications pending again\n" {
@@ -87,14 +80,9 @@ VALUES ($1, $2, 'digest', 'digest:1', '{"event": "digest"}', 'failed', now()) RE
 func TestNotifyPendingGaugeCountsDigestOnce(t *testing.T) {
 	t.Parallel()
 	pool := newTestPool(t)
-	ctx := context.Background()
 	rule, dest := seedWebhookReviews(t, pool, "http://127.0.0.1:1/never", 0, 3)
 	mustExec(t, pool, `UPDATE notify_destinations SET status = 'broken'`)
-	var digest int64
-	if err := pool.QueryRow(ctx, `INSERT INTO notifications (rule_id, destination_id, event, event_key, payload, event_at)
-VALUES ($1, $2, 'digest', 'digest:1', '{"event": "digest"}', now()) RETURNING id`, rule, dest).Scan(&digest); err != nil {
-		t.Fatal(err)
-	}
+	digest := seedDigest(t, pool, rule, dest, "pending", "")
 	mustExec(t, pool, `UPDATE notifications SET digest_id = $1 WHERE event = 'review' AND event_key <> 'review:gp:0:h'`, digest)
 	reg := prometheus.NewRegistry()
 	runDelivery(t, pool, newTestSender(t), testDeliveryConfig(), reg)
