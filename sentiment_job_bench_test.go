@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -40,38 +39,20 @@ func BenchmarkSentimentJob(b *testing.B) {
 		b.Fatal(err)
 	}
 	reset := func() {
-		for _, sql := range []string{
-			`UPDATE reviews SET sentiment = NULL, sentiment_model = NULL, sentiment_at = NULL, sentiment_text_hash = NULL`,
-			`VACUUM ANALYZE reviews`,
-		} {
-			if _, err := pool.Exec(ctx, sql); err != nil {
-				b.Fatal(err)
-			}
-		}
+		mustExec(b, pool, `UPDATE reviews SET sentiment = NULL, sentiment_model = NULL, sentiment_at = NULL, sentiment_text_hash = NULL`)
+		mustExec(b, pool, `VACUUM ANALYZE reviews`)
 	}
 	expectScored := func() {
-		var scored int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM reviews WHERE NOT `+sentimentTodo).Scan(&scored); err != nil {
-			b.Fatal(err)
-		}
-		if scored != n {
+		if scored := count(b, pool, `SELECT count(*) FROM reviews WHERE NOT `+sentimentTodo); scored != n {
 			b.Fatalf("%d of %d reviews scored", scored, n)
 		}
 	}
 	var texts []string
 	var stars []int
-	rows, err := pool.Query(ctx, `SELECT coalesce(content, ''), coalesce(score, 0)::int FROM reviews`)
-	if err != nil {
-		b.Fatal(err)
-	}
 	var text string
 	var star int
-	if _, err := pgx.ForEachRow(rows, []any{&text, &star}, func() error {
-		texts, stars = append(texts, text), append(stars, star)
-		return nil
-	}); err != nil {
-		b.Fatal(err)
-	}
+	eachRow(b, pool, []any{&text, &star}, func() { texts, stars = append(texts, text), append(stars, star) },
+		`SELECT coalesce(content, ''), coalesce(score, 0)::int FROM reviews`)
 
 	variants := []struct {
 		name string
