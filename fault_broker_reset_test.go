@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -33,23 +32,10 @@ func TestFaultApplianceStoresEverythingAfterItsBrokerDataWasDeleted(t *testing.T
 		"CRAWL_NEW_APP_CHECK": "1s",
 		"LOG_LEVEL":           "warn",
 	})
-	register := func(base, prefix string) {
-		for i := range apps {
-			pkg := fmt.Sprintf("com.example.%s%02d", prefix, i)
-			replay.setApp(pkg, replayApp{Reviews: reviewsPerApp})
-			registerOverHTTP(t, base, pkg)
-		}
-	}
 	var pool *pgxpool.Pool
 	openPool := func() {
-		cfg, err := loadTestConfig(map[string]string{"PLAYWATCH_DATA_DIR": dataDir})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cfg, _, err = attachedConfig(cfg); err != nil {
-			t.Fatal(err)
-		}
-		if pool, err = pgxpool.New(context.Background(), cfg.DatabaseURL); err != nil {
+		var err error
+		if pool, err = pgxpool.New(context.Background(), attachedTestConfig(t, dataDir).DatabaseURL); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -63,7 +49,7 @@ func TestFaultApplianceStoresEverythingAfterItsBrokerDataWasDeleted(t *testing.T
 
 	base, stop, logs := startRun(t, env)
 	openPool()
-	register(base, "before")
+	registerReplayApps(t, replay, base, "before", apps, reviewsPerApp)
 	waitFor(t, time.Minute, "the first apps stored", func() bool {
 		r, s := storedOf("before")
 		return r == apps*reviewsPerApp && s == apps
@@ -83,7 +69,7 @@ func TestFaultApplianceStoresEverythingAfterItsBrokerDataWasDeleted(t *testing.T
 	base, stop, logs = startRun(t, env)
 	openPool()
 	defer pool.Close()
-	register(base, "after")
+	registerReplayApps(t, replay, base, "after", apps, reviewsPerApp)
 	waitFor(t, time.Minute, "every review and listing of the apps registered after the broker's data was deleted", func() bool {
 		r, s := storedOf("after")
 		return r == apps*reviewsPerApp && s == apps

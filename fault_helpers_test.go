@@ -24,6 +24,31 @@ func requireFaultSuite(t *testing.T) {
 	}
 }
 
+// registerReplayApps registers n apps, com.example.<prefix>00 on, with the
+// appliance at base, each with reviews reviews on the replay store.
+func registerReplayApps(t *testing.T, replay *replayPlayStore, base, prefix string, n, reviews int) {
+	t.Helper()
+	for i := range n {
+		pkg := fmt.Sprintf("com.example.%s%02d", prefix, i)
+		replay.setApp(pkg, replayApp{Reviews: reviews})
+		registerOverHTTP(t, base, pkg)
+	}
+}
+
+// attachedTestConfig is the config a one-off command on the appliance's
+// data directory runs with: its managed PostgreSQL and embedded broker.
+func attachedTestConfig(t *testing.T, dataDir string) Config {
+	t.Helper()
+	cfg, err := loadTestConfig(map[string]string{"PLAYWATCH_DATA_DIR": dataDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, _, err = attachedConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 // newRealTimePlayStore is a client of the replay server on the system
 // clock, so that every crawl stamps its own crawled_at.
 func newRealTimePlayStore(t testing.TB, baseURL string) *testPlayStore {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -45,11 +44,7 @@ func TestFaultApplianceKilledMidCycle(t *testing.T) {
 	// Run 1 registers the apps over HTTP; the cycle at the start of run 2
 	// crawls them.
 	a := startAppliance(t, bin, env, logPath, "--roles", "registry")
-	for i := range apps {
-		pkg := fmt.Sprintf("com.example.killed%02d", i)
-		replay.setApp(pkg, replayApp{Reviews: reviewsPerApp})
-		registerOverHTTP(t, a.base, pkg)
-	}
+	registerReplayApps(t, replay, a.base, "killed", apps, reviewsPerApp)
 	if err := a.stop(t, syscall.SIGTERM, time.Minute); err != nil {
 		t.Fatalf("run 1 exited with %v", err)
 	}
@@ -82,13 +77,7 @@ func TestFaultApplianceKilledMidCycle(t *testing.T) {
 	if redone < 1 || redone > apps {
 		t.Errorf("run 3 crawled the reviews of %v apps, want those of the jobs run 2 left, 1 to %d", redone, apps)
 	}
-	cfg, err := loadTestConfig(map[string]string{"PLAYWATCH_DATA_DIR": dataDir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg, _, err = attachedConfig(cfg); err != nil {
-		t.Fatal(err)
-	}
+	cfg := attachedTestConfig(t, dataDir)
 	pool, err := pgxpool.New(context.Background(), cfg.DatabaseURL)
 	if err != nil {
 		t.Fatal(err)
