@@ -22,7 +22,8 @@ import (
 //   - one-statement: a single UPDATE of the same rows and columns, labelled by
 //     the stars in SQL: the database's floor for rewriting them, with no
 //     classification, no locking and no round trips;
-//   - classify: the model alone over the same texts, in Go, on every core.
+//   - classify: the job's classifying alone (model and topics) over the
+//     same texts, in Go, on every core.
 //
 // The variants run interleaved PLAYWATCH_BENCH_ROUNDS times (default 1) and
 // the medians are reported: <variant>-rows/s, job-seconds (the goal: under
@@ -113,7 +114,7 @@ func BenchmarkSentimentJob(b *testing.B) {
 			for i := range texts {
 				batch[i] = scoredRow{text: texts[i], stars: stars[i]}
 			}
-			j := &sentimentJob{model: model}
+			j := newSentimentJob(pool, model, sentimentJobConfigOf(cfg), prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
 			start := time.Now()
 			j.classify(batch)
 			return time.Since(start)
