@@ -23,11 +23,7 @@ func TestConsumerSurvivesPostgresRestart(t *testing.T) {
 	logger := testLogger(t)
 	dataDir := tempDataDir(t) // laid out like $PLAYWATCH_DATA_DIR
 	// This test plays the appliance that owns the data directory.
-	release, err := lockDataDir(dataDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(release)
+	holdDataDir(t, dataDir)
 	pg, pool, opts := startDedicatedPostgres(t, dataDir, true)
 
 	brokers := newConsumerTestBroker(t)

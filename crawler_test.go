@@ -13,9 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // crawlFixture is a crawler wired to real things: registered apps in
@@ -220,11 +217,7 @@ func TestCrawlCycleWithoutApps(t *testing.T) {
 // delivers each review exactly once.
 func TestCrawlTransientBrokerFaultIsAbsorbed(t *testing.T) {
 	t.Parallel()
-	f := newCrawlFixture(t, testCrawlerConfig(3, 150), nil)
-	for i := range 3 {
-		f.register(t, fmt.Sprintf("com.example.app%d", i), false)
-	}
-	h := f.broker.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.NotEnoughReplicas, Count: -1})
+	f, h := newProduceOutageFixture(t, 3)
 	f.pub.clock = onEveryWait(func(time.Duration) { h.Remove() })
 
 	sum, err := f.crawler.RunCycle(context.Background())
@@ -254,11 +247,7 @@ func TestCrawlTransientBrokerFaultIsAbsorbed(t *testing.T) {
 // broker is back.
 func TestCrawlLongBrokerOutageFailsClosed(t *testing.T) {
 	t.Parallel()
-	f := newCrawlFixture(t, testCrawlerConfig(1, 150), nil)
-	for i := range 3 {
-		f.register(t, fmt.Sprintf("com.example.app%d", i), false)
-	}
-	h := f.broker.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.NotEnoughReplicas, Count: -1})
+	f, h := newProduceOutageFixture(t, 1)
 	// One worker crawls the apps in order: app0's two paths use up three
 	// waits each; the broker comes back at the next one (app1's first).
 	var waits atomic.Int32

@@ -2,53 +2,9 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"slices"
 	"testing"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// newUnmigratedTestPool is a pool on a fresh empty database, dropped when
-// the test ends.
-func newUnmigratedTestPool(t *testing.T) *pgxpool.Pool {
-	t.Helper()
-	if err := testPG.start(); err != nil {
-		t.Fatalf("test postgres: %v", err)
-	}
-	name := fmt.Sprintf("pwt_%d_%d", os.Getpid(), testPG.seq.Add(1))
-	if err := testPG.exec(context.Background(), "CREATE DATABASE "+name+" TEMPLATE template0"+testPG.owner); err != nil {
-		t.Fatalf("create test database: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := testPG.exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop test database %s: %v", name, err)
-		}
-	})
-	return newTestPoolFor(t, testPG.urlFor(name))
-}
-
-// migrateUpTo applies the migrations of schema.sql up to version, as
-// migrateSchema does (one transaction each, recorded), so that a later
-// migrateSchema goes on from there.
-func migrateUpTo(t *testing.T, pool *pgxpool.Pool, version int) {
-	t.Helper()
-	ms, err := parseMigrations(schemaSQL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `CREATE TABLE storage_consumer_migrations (
-		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())`); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range ms[:version] {
-		if err := applyMigration(ctx, pool, m); err != nil {
-			t.Fatalf("migration %d: %v", m.Version, err)
-		}
-	}
-}
 
 // Upgrading a filled database to storefronts keeps every row: app_stats and
 // reviews written at schema version 15, for an Iranian and a non-Iranian
@@ -60,9 +16,7 @@ func migrateUpTo(t *testing.T, pool *pgxpool.Pool, version int) {
 func TestMigrationStorefrontsKeepsEveryRow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := newUnmigratedTestPool(t)
-	migrateUpTo(t, pool, 15)
-	for _, sql := range []string{
+	pool := newTestPoolAtVersion(t, 15,
 		`INSERT INTO apps_registry_application (id, package_name, is_iranian_app) VALUES
 			(1, 'ir.divar', true), (2, 'org.telegram.messenger', false), (3, 'com.example.empty', false)`,
 		`INSERT INTO app_stats (application_id, score, ratings, version, crawled_at, ratings_5, developer)
@@ -72,12 +26,7 @@ func TestMigrationStorefrontsKeepsEveryRow(t *testing.T) {
 		 SELECT a, 'gp:' || a || '-' || i, 'user ' || i, 1 + i % 5, 'text ' || i, timestamptz '2026-05-01T00:00:00Z' + make_interval(mins => i),
 		        timestamptz '2026-05-02T00:00:00Z' + make_interval(mins => i), timestamptz '2026-06-01T00:00:00Z',
 		        timestamptz '2026-05-01T00:00:00Z' + make_interval(mins => i), 'text ' || i, 1
-		   FROM generate_series(1, 2) a, generate_series(1, 7) i`,
-	} {
-		if _, err := pool.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
+		   FROM generate_series(1, 2) a, generate_series(1, 7) i`)
 	statsRows := `SELECT id, application_id, score, ratings, version, crawled_at, ratings_5, developer FROM app_stats`
 	reviewRows := `SELECT id, application_id, review_id, user_name, score, content, at, first_seen_at, last_synced_at, first_at FROM reviews`
 	statsBefore, reviewsBefore := storedRows(t, pool, statsRows), storedRows(t, pool, reviewRows)

@@ -301,11 +301,7 @@ func makeLegacyCluster(t *testing.T, dataDir string, port int) {
 // does, so that db-url serves it.
 func passForRunning(t *testing.T, dataDir, dsn, addr string) {
 	t.Helper()
-	release, err := lockDataDir(dataDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(release)
+	holdDataDir(t, dataDir)
 	if _, err := publishRunning(dataDir, runningPlaywatch{PID: os.Getpid(), Version: version, DatabaseURL: dsn, Brokers: []string{"127.0.0.1:9"},
 		PGListen: addr, ManagedPostgres: true}); err != nil {
 		t.Fatal(err)

@@ -583,14 +583,11 @@ func TestAppStatsExport(t *testing.T) {
 	t.Parallel()
 	pool := newTestPool(t)
 	seedReviewsAPI(t, pool)
-	ctx := context.Background()
 	for i := range 5 {
-		if _, err := pool.Exec(ctx, `INSERT INTO app_stats (application_id, country, lang, score, ratings, min_installs, real_installs, reviews_count, version,
+		mustExec(t, pool, `INSERT INTO app_stats (application_id, country, lang, score, ratings, min_installs, real_installs, reviews_count, version,
 			ratings_1, ratings_2, ratings_3, ratings_4, ratings_5, crawled_at)
 			SELECT id, CASE WHEN is_iranian_app THEN 'ir' ELSE 'us' END, CASE WHEN is_iranian_app THEN 'fa' ELSE 'en' END, 4.25, 1000 + $1, 1000000, 1234567, 50, '12.' || $1, 1, 2, 3, 4, 5 + $1, $2 FROM apps_registry_application WHERE package_name = 'ir.divar'`,
-			i, testCrawl.Add(-time.Duration(i)*24*time.Hour)); err != nil {
-			t.Fatal(err)
-		}
+			i, testCrawl.Add(-time.Duration(i)*24*time.Hour))
 	}
 	srv, _ := reviewsServer(t, pool, "")
 	get := func(q string) (int, string) {

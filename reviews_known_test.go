@@ -15,9 +15,7 @@ func TestSetReadMarkForwardOnlyAndCapped(t *testing.T) {
 	ctx := context.Background()
 	pool := newTestPool(t)
 	const pkg = "com.example.marks"
-	if _, err := newAppStore(pool).Create(ctx, newApp{PackageName: pkg}); err != nil {
-		t.Fatal(err)
-	}
+	registerApps(t, pool, pkg)
 	known := newPGKnownReviews(pool)
 	loc := testLocales.Default
 	read := time.Date(2026, 8, 1, 12, 0, 0, 0, time.UTC)

@@ -12,9 +12,7 @@ import (
 func TestMigrationRollupsCountTheStoredRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := newUnmigratedTestPool(t)
-	migrateUpTo(t, pool, 16)
-	for _, sql := range []string{
+	pool := newTestPoolAtVersion(t, 16,
 		`INSERT INTO apps_registry_application (id, package_name) VALUES (1, 'org.telegram.messenger'), (2, 'com.example.empty')`,
 		`INSERT INTO app_stats (application_id, country, lang, score, crawled_at)
 		 SELECT 1, 'us', 'en', 4 + h / 10.0, timestamptz '2026-06-01T00:00:00Z' + make_interval(hours => h) FROM generate_series(0, 29) h`,
@@ -23,12 +21,7 @@ func TestMigrationRollupsCountTheStoredRows(t *testing.T) {
 		        (ARRAY['POSITIVE', 'NEGATIVE', NULL])[1 + i % 3], CASE WHEN i % 2 = 0 THEN ARRAY['crash'] END
 		   FROM generate_series(1, 40) i`,
 		`INSERT INTO review_storefronts (review_id, application_id, country, lang, first_seen_at)
-		 SELECT id, 1, 'us', 'en', now() FROM reviews UNION ALL SELECT id, 1, 'gb', 'en', now() FROM reviews WHERE score = 5`,
-	} {
-		if _, err := pool.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
+		 SELECT id, 1, 'us', 'en', now() FROM reviews UNION ALL SELECT id, 1, 'gb', 'en', now() FROM reviews WHERE score = 5`)
 	state, err := migrateSchema(ctx, pool, testLogger(t))
 	if err != nil {
 		t.Fatal(err)

@@ -25,14 +25,8 @@ func TestRollupsMatchThePipeline(t *testing.T) {
 	brokers := newConsumerTestBroker(t)
 	const a, b = "org.telegram.messenger", "com.example.other"
 	registerApps(t, pool, a, b)
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := pool.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
 	// A rule validation does not know: the consumer narrows the batch.
-	exec(`ALTER TABLE reviews ADD CONSTRAINT no_forbidden_words CHECK (content NOT LIKE '%forbidden%')`)
+	mustExec(t, pool, `ALTER TABLE reviews ADD CONSTRAINT no_forbidden_words CHECK (content NOT LIKE '%forbidden%')`)
 
 	texts := []string{"the app crashes after the update", "too many ads, annoying", "cannot login since yesterday",
 		"great app, works well", "payment failed twice", "ok"}
@@ -93,7 +87,7 @@ func TestRollupsMatchThePipeline(t *testing.T) {
 	// The refused review replayed; an edit (a later crawl: a new hour, new
 	// stars and text, so a new label); a review seen in a third storefront;
 	// everything redelivered once more.
-	exec(`ALTER TABLE reviews DROP CONSTRAINT no_forbidden_words`)
+	mustExec(t, pool, `ALTER TABLE reviews DROP CONSTRAINT no_forbidden_words`)
 	if out, err := runCLI(t, dsn, "dlq", "replay", "--all"); err != nil || !strings.HasPrefix(out, "stored 1,") {
 		t.Fatalf("dlq replay: %v\n%s", err, out)
 	}
@@ -133,8 +127,8 @@ func TestRollupsMatchThePipeline(t *testing.T) {
 	if out, err := runCLI(t, dsn, "rollup", "check"); err != nil || !strings.Contains(out, "the rollups match") {
 		t.Fatalf("rollup check: %v\n%s", err, out)
 	}
-	exec(`UPDATE review_topic_rollup_hourly SET reviews = reviews + 1 WHERE country = 'gb'`)
-	exec(`DELETE FROM review_rollup_hourly WHERE country = 'de'`)
+	mustExec(t, pool, `UPDATE review_topic_rollup_hourly SET reviews = reviews + 1 WHERE country = 'gb'`)
+	mustExec(t, pool, `DELETE FROM review_rollup_hourly WHERE country = 'de'`)
 	out, err := runCLI(t, dsn, "rollup", "check")
 	if err == nil || !strings.Contains(out, "review_topic_rollup_hourly") || !strings.Contains(out, "review_rollup_hourly") {
 		t.Fatalf("rollup check of damaged rollups: %v\n%s", err, out)

@@ -14,13 +14,16 @@ import (
 
 const statusSignal = "org.thoughtcrime.securesms"
 
-// seedStorefronts adds Signal, registered with two storefronts (ir/fa
-// first, us/en), whose listings and reviews differ per storefront: ir/fa
-// 4.10 with 2,000 ratings, 2 negative and 1 positive review in the last
-// 24 h; us/en 3.80 with 9,000 ratings, 1 negative and 3 positive, and
-// one review seen in both storefronts (counted in each).
-func seedStorefronts(t *testing.T, pool *pgxpool.Pool) {
+// newStorefrontsTestPool is a test pool with seedStatus's apps and Signal,
+// registered with two storefronts (ir/fa first, us/en), whose listings and
+// reviews differ per storefront: ir/fa 4.10 with 2,000 ratings, 2 negative
+// and 1 positive review in the last 24 h; us/en 3.80 with 9,000 ratings, 1
+// negative and 3 positive, and one review seen in both storefronts
+// (counted in each). Every review is in a storefront.
+func newStorefrontsTestPool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
+	pool := newTestPool(t)
+	seedStatus(t, pool)
 	ctx := context.Background()
 	exec := poolExec(t, ctx, pool)
 	exec(`INSERT INTO apps_registry_application (package_name, display_name) VALUES ($1, 'Signal')`, statusSignal)
@@ -58,16 +61,15 @@ func seedStorefronts(t *testing.T, pool *pgxpool.Pool) {
 	review([]string{"ir/fa", "us/en"}, 7*time.Hour, 5, "POSITIVE", "seen in both")
 	// Older than 24 h: only in the app page's charts.
 	review([]string{"us/en"}, 3*24*time.Hour, 1, "NEGATIVE", "old US complaint")
+	seedReviewStorefronts(t, pool)
+	return pool
 }
 
 // The overview shows a storefronts app once, its storefronts' numbers side
 // by side; an app of one storefront looks as before (no storefront label).
 func TestStatusPageOverviewStorefronts(t *testing.T) {
 	t.Parallel()
-	pool := newTestPool(t)
-	seedStatus(t, pool)
-	seedStorefronts(t, pool)
-	seedReviewStorefronts(t, pool)
+	pool := newStorefrontsTestPool(t)
 	insertOutcome(t, pool, statusSignal, "stats", 5*time.Minute, "not_found", ptr(404), "GET /store/apps/details: 404")
 	srv := statusServer(t, pool, "", newMetricsRegistry("test"))
 	code, body, _ := getPage(t, srv.URL+"/")
@@ -129,10 +131,7 @@ func TestStatusPageOverviewStorefronts(t *testing.T) {
 // the app has.
 func TestStatusPageAppStorefronts(t *testing.T) {
 	t.Parallel()
-	pool := newTestPool(t)
-	seedStatus(t, pool)
-	seedStorefronts(t, pool)
-	seedReviewStorefronts(t, pool)
+	pool := newStorefrontsTestPool(t)
 	srv := statusServer(t, pool, "", newMetricsRegistry("test"))
 	base := srv.URL + "/apps/" + statusSignal
 
