@@ -189,6 +189,9 @@ func TestBenchFleet(t *testing.T) {
 			s := fleetSample{at: now, cpu: map[string]float64{}}
 			sec := int(now.Sub(began) / time.Second)
 			s.responses, s.ok = store.answers(sec-10, sec)
+			// The servers are scraped at once, so that three slow answers
+			// still fit in the 10 s between samples.
+			var scrapes sync.WaitGroup
 			for _, f := range fleet {
 				if f.a == nil || !f.a.running() {
 					continue
@@ -198,14 +201,20 @@ func TestBenchFleet(t *testing.T) {
 				samplesMu.Lock()
 				s.cpu[f.name] = cpuBase[f.name] + pidCPU(f.a.cmd.Process.Pid)
 				samplesMu.Unlock()
-				m, err := fetchMetrics(f.a.base)
-				if err != nil {
-					continue
-				}
-				s.up++
-				s.healthy += m["playwatch_proxy_healthy"]
-				s.queue = max(s.queue, m["playwatch_crawl_jobs_lag_records"])
+				base := f.a.base
+				scrapes.Go(func() {
+					m, err := fetchMetrics(base)
+					if err != nil {
+						return
+					}
+					samplesMu.Lock()
+					defer samplesMu.Unlock()
+					s.up++
+					s.healthy += m["playwatch_proxy_healthy"]
+					s.queue = max(s.queue, m["playwatch_crawl_jobs_lag_records"])
+				})
 			}
+			scrapes.Wait()
 			s.cpu["postgresql"] = childrenCPU(pgPID)
 			s.cpu["kafka"] = groupCPU(kafkaPGID)
 			s.cpu["bench (store, proxies)"] = pidCPU(os.Getpid())
@@ -603,8 +612,9 @@ func coefficientOfVariation(v []float64) float64 {
 
 // fetchMetrics reads base's /metrics into sample → value (no test failure:
 // a server may be down while it is being killed). The timeout stays under
-// the 10 s between samples, but is generous: with 35,000 apps a scrape
-// renders about 70,000 per-app series on a machine the fleet keeps busy.
+// the 10 s between samples (the servers are scraped at once), but is
+// generous: with 35,000 apps a scrape renders about 70,000 per-app series
+// on a machine the fleet keeps busy.
 func fetchMetrics(base string) (map[string]float64, error) {
 	cl := http.Client{Timeout: 9 * time.Second}
 	resp, err := cl.Get(base + "/metrics")

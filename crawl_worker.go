@@ -38,8 +38,7 @@ type crawlWorker struct {
 	runCtx   context.Context // cancels every job at shutdown
 	mu       sync.Mutex
 	parts    map[int32]*partitionJobs
-	draining map[int32]bool // partitions a rebalance is taking away (drain)
-	commitMu sync.Mutex     // commits leave in the order they are computed
+	commitMu sync.Mutex // commits leave in the order they are computed
 }
 
 // partitionJobs are the jobs of one assigned partition not yet committed,
@@ -52,8 +51,7 @@ type partitionJobs struct {
 }
 
 func newCrawlWorker(c *crawler, epochs *leaseEpochs, workers int, reg prometheus.Registerer, logger *slog.Logger) *crawlWorker {
-	return &crawlWorker{crawler: c, epochs: epochs, workers: workers, metrics: newCrawlWorkerMetrics(reg), logger: logger,
-		parts: map[int32]*partitionJobs{}, draining: map[int32]bool{}}
+	return &crawlWorker{crawler: c, epochs: epochs, workers: workers, metrics: newCrawlWorkerMetrics(reg), logger: logger, parts: map[int32]*partitionJobs{}}
 }
 
 // clientOptions are the consumer settings of the crawl-jobs client. The
@@ -124,10 +122,6 @@ func (w *crawlWorker) Run(ctx context.Context, cl jobsClient) error {
 		cl.AllowRebalance()
 		for i, r := range recs {
 			jctx := jctxs[i]
-			if jctx == nil {
-				<-slots
-				continue
-			}
 			wg.Go(func() {
 				defer func() { <-slots }()
 				w.runJobRecovering(jctx, r)
@@ -138,14 +132,10 @@ func (w *crawlWorker) Run(ctx context.Context, cl jobsClient) error {
 }
 
 // track adds a polled job to its partition's pending list and returns the
-// context its crawl runs in; nil for a partition being drained, whose new
-// owner crawls the job.
+// context its crawl runs in.
 func (w *crawlWorker) track(r *kgo.Record) context.Context {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.draining[r.Partition] {
-		return nil
-	}
 	p := w.parts[r.Partition]
 	if p == nil {
 		ctx, cancel := context.WithCancel(w.runCtx)
@@ -235,26 +225,27 @@ func (w *crawlWorker) complete(ctx context.Context, cl jobsClient, r *kgo.Record
 
 // revokeDrain bounds how long a rebalance waits for the running jobs of
 // the partitions this member gives up: about one app's crawl through a
-// slow proxy. The other partitions are crawled meanwhile.
+// slow proxy. Meanwhile this member polls no new job (BlockRebalanceOnPoll
+// holds its polls while franz-go revokes), so a drain costs its free slots
+// up to that long; crawling an app twice costs its proxies more.
 const revokeDrain = 10 * time.Second
 
 // revoked drains, then abandons, the partitions a rebalance moves away.
 // The member still owns them while this runs, so the jobs that end in
-// time are committed (complete) and the new owner starts after them. At
-// shutdown the jobs are cancelled and the wait ends at once.
+// time are committed (complete) and the new owner starts after them; the
+// wait is revokeDrain plus a commit under way (abandon). At shutdown the
+// jobs are cancelled and the drain ends at once.
 func (w *crawlWorker) revoked(ctx context.Context, cl *kgo.Client, moving map[string][]int32) {
 	w.drain(moving[topicCrawlJobs], revokeDrain)
 	w.abandon(ctx, cl, moving)
 }
 
 // drain waits until the jobs that parts are running now have ended, their
-// partition's jobs are cancelled, or timeout has passed. Jobs polled
-// meanwhile are not started (track).
+// partition's jobs are cancelled, or timeout has passed.
 func (w *crawlWorker) drain(parts []int32, timeout time.Duration) {
 	w.mu.Lock()
 	running := map[*kgo.Record]*partitionJobs{}
 	for _, p := range parts {
-		w.draining[p] = true
 		if pj := w.parts[p]; pj != nil {
 			for _, r := range pj.pending {
 				running[r] = pj
@@ -284,7 +275,6 @@ func (w *crawlWorker) abandon(_ context.Context, _ *kgo.Client, lost map[string]
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, p := range lost[topicCrawlJobs] {
-		delete(w.draining, p)
 		if pj := w.parts[p]; pj != nil {
 			if len(pj.pending) > 0 {
 				w.logger.Info("crawl worker: partition taken away; its running jobs are left to its new owner", "partition", p, "jobs", len(pj.pending))
