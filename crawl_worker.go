@@ -240,30 +240,27 @@ func (w *crawlWorker) revoked(ctx context.Context, cl *kgo.Client, moving map[st
 	w.abandon(ctx, cl, moving)
 }
 
-// drain waits until the jobs that parts are running now have ended, their
-// partition's jobs are cancelled, or timeout has passed.
+// drain waits until parts have no job left uncommitted, their jobs are
+// cancelled, or timeout has passed. No job joins them meanwhile: polls
+// are held while franz-go revokes.
 func (w *crawlWorker) drain(parts []int32, timeout time.Duration) {
-	w.mu.Lock()
-	running := map[*kgo.Record]*partitionJobs{}
-	for _, p := range parts {
-		if pj := w.parts[p]; pj != nil {
-			for _, r := range pj.pending {
-				running[r] = pj
-			}
-		}
-	}
-	w.mu.Unlock()
 	deadline := time.Now().Add(timeout)
-	for len(running) > 0 && time.Now().Before(deadline) {
+	for w.running(parts) && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
-		w.mu.Lock()
-		for r, pj := range running {
-			if pj.ctx.Err() != nil || !slices.Contains(pj.pending, r) {
-				delete(running, r)
-			}
-		}
-		w.mu.Unlock()
 	}
+}
+
+// running reports whether any of parts has a job not yet committed whose
+// partition is not cancelled.
+func (w *crawlWorker) running(parts []int32) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, p := range parts {
+		if pj := w.parts[p]; pj != nil && len(pj.pending) > 0 && pj.ctx.Err() == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // abandon cancels the jobs of partitions taken away from this member; they
