@@ -14,10 +14,14 @@ import (
 // the reviews come from the rollups of migration 17 (docs/schema.md
 // §Rollups): review_rollup_totals for the counts by sentiment, the hourly
 // buckets for the windows. A window's whole hours are read from the buckets
-// and its two partial hours at either end from the raw reviews seen in the
-// storefront (reviews (application_id, at), then review_storefronts' key),
-// so "the last hour" is the last 60 minutes, as before the rollups, and the
-// cost is that of two hours of reviews however long the history.
+// and its two partial hours at either end from the raw reviews, so "the
+// last hour" is the last 60 minutes, as before the rollups. The partial
+// hours of every storefront are read once, by time (reviews_at_idx, then
+// review_storefronts' key), and joined to the storefronts: read per
+// storefront, PostgreSQL walked a whole partial hour of every app for each
+// storefront once the history was large (at 10M reviews; both indexes
+// estimate one row there). Either way the cost is that of a few hours of
+// reviews however long the history.
 
 // appGaugeRow is one app's business numbers in one storefront for /metrics.
 type appGaugeRow struct {
@@ -31,32 +35,25 @@ type appGaugeRow struct {
 	Topics7d               map[string]int64 // reviews of the last 7 days by topic (statuspage_topics.go)
 }
 
-// gaugeWindowSQL sums, for the storefront sf of the outer query, the rows
-// of a review rollup in the window (now - window, now] ($1 now): whole
-// hours from rollup's buckets (bucketWhere narrows them, bucketValue is
-// what a bucket adds), the partial first and last hours from the raw
-// reviews (rawWhere narrows them, rawValue is what a review adds). from is
-// the rest of the raw reviews' FROM after "reviews r JOIN review_storefronts
-// s" (a CROSS JOIN unnest for the topics).
-func gaugeWindowSQL(rollup, window, bucketValue, bucketWhere, rawFrom, rawValue, rawWhere string) string {
-	start := `$1::timestamptz - interval '` + window + `'`
-	raw := func(cond string) string {
-		return `SELECT ` + rawValue + ` FROM reviews r JOIN review_storefronts s ON s.review_id = r.id AND s.country = sf.country AND s.lang = sf.lang` + rawFrom + `
-		WHERE r.application_id = sf.id AND ` + rawWhere + ` AND ` + cond
-	}
-	return `SELECT ` + bucketValue + ` FROM ` + rollup + `
-		WHERE application_id = sf.id AND country = sf.country AND lang = sf.lang AND ` + bucketWhere + `
-			AND hour > date_trunc('hour', ` + start + `, 'UTC') AND hour < date_trunc('hour', $1::timestamptz, 'UTC')
-		UNION ALL
-		` + raw(`r.at > `+start+` AND r.at < date_trunc('hour', `+start+`, 'UTC') + interval '1 hour'`) + `
-		UNION ALL
-		` + raw(`r.at >= date_trunc('hour', $1::timestamptz, 'UTC') AND r.at <= $1`)
+// A window (now - w, now] ($1 now) is its first partial hour, its whole
+// hours and its last partial hour, the one now is in.
+func windowStart(w string) string { return `$1::timestamptz - interval '` + w + `'` }
+
+// inFirstHourSQL: a review's time is in the window's first partial hour.
+func inFirstHourSQL(w string) string {
+	return `(at > ` + windowStart(w) + ` AND at < date_trunc('hour', ` + windowStart(w) + `, 'UTC') + interval '1 hour')`
 }
 
-// negativeInSQL counts the storefront's NEGATIVE reviews of the window.
-func negativeInSQL(window string) string {
-	return `SELECT coalesce(sum(n), 0)::bigint FROM (` +
-		gaugeWindowSQL("review_rollup_hourly", window, "reviews AS n", "sentiment = 'NEGATIVE'", "", "1", "r.sentiment = 'NEGATIVE'") + `) w`
+// inPartialHoursSQL: a review's time is in one of the window's partial hours.
+func inPartialHoursSQL(w string) string {
+	return `(` + inFirstHourSQL(w) + ` OR at >= date_trunc('hour', $1::timestamptz, 'UTC') AND at <= $1)`
+}
+
+// wholeHoursSQL narrows a rollup's buckets of the storefront sf of the
+// outer query to the window's whole hours.
+func wholeHoursSQL(w string) string {
+	return `application_id = sf.id AND country = sf.country AND lang = sf.lang
+			AND hour > date_trunc('hour', ` + windowStart(w) + `, 'UTC') AND hour < date_trunc('hour', $1::timestamptz, 'UTC')`
 }
 
 // appGaugesSQL: $1 now; $2 … $5 the default storefronts of an app
@@ -64,10 +61,31 @@ func negativeInSQL(window string) string {
 var appGaugesSQL = `
 WITH fronts AS MATERIALIZED (
 	SELECT a.id, a.package_name, sf.country, sf.lang FROM apps_registry_application a ` + appStorefrontsSQL + `
-	WHERE a.is_active)
+	WHERE a.is_active),
+-- The reviews of the windows' partial hours, every storefront's: the 7 d
+-- window's first hour, the 1 h window's first hour and the current hour.
+edge AS MATERIALIZED (
+	SELECT r.application_id, s.country::text AS country, s.lang::text AS lang, r.sentiment, r.topics, r.at
+	FROM reviews r JOIN review_storefronts s ON s.review_id = r.id
+	WHERE ` + inFirstHourSQL("7 days") + ` OR ` + inPartialHoursSQL("1 hour") + `),
+edge_negative AS (
+	SELECT application_id, country, lang,
+		count(*) FILTER (WHERE ` + inPartialHoursSQL("1 hour") + `) AS n1h,
+		count(*) FILTER (WHERE ` + inPartialHoursSQL("7 days") + `) AS n7d
+	FROM edge WHERE sentiment = 'NEGATIVE' GROUP BY application_id, country, lang),
+edge_topics AS (
+	SELECT application_id, country, lang, array_agg(topic) AS topics, array_agg(n) AS counts FROM (
+		SELECT application_id, country, lang, topic, count(*) AS n FROM edge CROSS JOIN unnest(topics) AS topic
+		WHERE ` + inPartialHoursSQL("7 days") + ` GROUP BY application_id, country, lang, topic) c
+	GROUP BY application_id, country, lang)
 SELECT sf.package_name, sf.country, sf.lang, l.score, l.ratings, coalesce(l.real_installs, l.min_installs),
-	t.pos, t.neu, t.neg, t.none, (` + negativeInSQL("1 hour") + `), (` + negativeInSQL("7 days") + `), nw.newest, tp.topics, tp.counts
+	t.pos, t.neu, t.neg, t.none,
+	(SELECT coalesce(sum(reviews), 0)::bigint FROM review_rollup_hourly WHERE sentiment = 'NEGATIVE' AND ` + wholeHoursSQL("1 hour") + `) + coalesce(en.n1h, 0),
+	(SELECT coalesce(sum(reviews), 0)::bigint FROM review_rollup_hourly WHERE sentiment = 'NEGATIVE' AND ` + wholeHoursSQL("7 days") + `) + coalesce(en.n7d, 0),
+	nw.newest, tp.topics, tp.counts
 FROM fronts AS sf
+LEFT JOIN edge_negative en ON en.application_id = sf.id AND en.country = sf.country AND en.lang = sf.lang
+LEFT JOIN edge_topics et ON et.application_id = sf.id AND et.country = sf.country AND et.lang = sf.lang
 LEFT JOIN LATERAL (
 	SELECT score, ratings, real_installs, min_installs FROM app_stats
 	WHERE application_id = sf.id AND country = sf.country AND lang = sf.lang ORDER BY crawled_at DESC LIMIT 1) l ON true
@@ -87,8 +105,10 @@ CROSS JOIN LATERAL (
 		WHERE application_id = sf.id AND country = sf.country AND lang = sf.lang AND reviews > 0)) nw
 CROSS JOIN LATERAL (
 	SELECT array_agg(topic ORDER BY topic) AS topics, array_agg(n ORDER BY topic) AS counts FROM (
-		SELECT topic, sum(n)::bigint AS n FROM (` +
-	gaugeWindowSQL("review_topic_rollup_hourly", "7 days", "topic, reviews AS n", "true", " CROSS JOIN unnest(r.topics) AS topic", "topic, 1", "true") + `) w
+		SELECT topic, sum(n)::bigint AS n FROM (
+			SELECT topic, reviews AS n FROM review_topic_rollup_hourly WHERE ` + wholeHoursSQL("7 days") + `
+			UNION ALL
+			SELECT * FROM unnest(et.topics, et.counts)) w
 		GROUP BY topic HAVING sum(n) > 0) c) tp
 ORDER BY sf.package_name, sf.country, sf.lang`
 
