@@ -34,7 +34,7 @@ type benchFleetConfig struct {
 }
 
 func benchFleetSettings(t *testing.T) benchFleetConfig {
-	c := benchFleetConfig{duration: 15 * time.Minute, interval: 5 * time.Minute, apps: 35000, proxies: 500, workers: 48, gap: 1750 * time.Millisecond}
+	c := benchFleetConfig{duration: 15 * time.Minute, interval: 5 * time.Minute, apps: 35000, proxies: 500, gap: 1750 * time.Millisecond}
 	dur := func(name string, d *time.Duration) {
 		if v := os.Getenv(name); v != "" {
 			var err error
@@ -57,6 +57,9 @@ func benchFleetSettings(t *testing.T) benchFleetConfig {
 	num("BENCH_FLEET_APPS", &c.apps)
 	num("BENCH_FLEET_PROXIES", &c.proxies)
 	num("BENCH_FLEET_WORKERS", &c.workers)
+	if c.workers == 0 { // the servers' own CRAWL_WORKERS=auto, for the largest third of the proxies
+		c.workers = Config{Proxies: make([]string, (c.proxies+2)/3), EgressMinGap: c.gap, EgressMaxInFlight: 1}.autoCrawlWorkers()
+	}
 	c.killAt = c.duration * 7 / 15 // minute 7 of 15
 	dur("BENCH_FLEET_KILL_AT", &c.killAt)
 	return c
@@ -123,7 +126,6 @@ func TestBenchFleet(t *testing.T) {
 			"EGRESS_MIN_GAP":       cfg.gap.String(),
 			"EGRESS_MAX_IN_FLIGHT": "1",
 			"REVIEWS_PER_APP":      "20",
-			"CRAWL_WORKERS":        strconv.Itoa(cfg.workers),
 			"CRAWL_INTERVAL":       cfg.interval.String(),
 			"CRAWL_NEW_APP_CHECK":  "1h",
 			"SCHEDULER_LEASE":      "10s",
@@ -131,6 +133,9 @@ func TestBenchFleet(t *testing.T) {
 			"CRAWL_JOBS_GROUP":     "fleet-crawl-" + run,
 			"LOG_LEVEL":            "warn",
 		}}
+		if os.Getenv("BENCH_FLEET_WORKERS") != "" {
+			fleet[i].env["CRAWL_WORKERS"] = strconv.Itoa(cfg.workers)
+		}
 		os.Remove(fleet[i].log)
 	}
 	// The apps are registered first: the leader plans the first cycle as

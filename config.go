@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/netip"
 	"net/url"
@@ -245,8 +246,15 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.ReviewsPerApp, err = parseInt(v, 1, 100000); return }},
 	{"CRAWL_INTERVAL", "1h", "time between the starts of two crawl cycles",
 		func(c *Config, v string) (err error) { c.CrawlInterval, err = parsePositiveDuration(v); return }},
-	{"CRAWL_WORKERS", "5", "apps crawled at the same time",
-		func(c *Config, v string) (err error) { c.CrawlWorkers, err = parseInt(v, 1, 1000); return }},
+	{"CRAWL_WORKERS", "auto", "apps crawled at the same time (1 to 1000); auto: enough to keep every egress busy, the larger of 5 and egresses × the requests/s each may make (RATE_LIMIT_*, EGRESS_MIN_GAP) × 0.5 s",
+		func(c *Config, v string) (err error) {
+			if v == "auto" {
+				c.CrawlWorkers = 0 // autoCrawlWorkers, once the egress settings are read
+				return nil
+			}
+			c.CrawlWorkers, err = parseInt(v, 1, 1000)
+			return
+		}},
 	{"CRAWL_APP_TIMEOUT", "15m", "longest time spent reading one app's listing and reviews",
 		func(c *Config, v string) (err error) { c.CrawlAppTimeout, err = parsePositiveDuration(v); return }},
 	{"REVIEWS_FULL_SYNC_INTERVAL", "24h", "how often each app's REVIEWS_PER_APP reviews are read in full (spread over the apps); in between a cycle stops after the first page with a review stored unchanged at or before the read mark of the last complete read; 0s: every cycle; else at least CRAWL_INTERVAL",
@@ -395,6 +403,9 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, cf configFlags) (_
 	}
 	// Read from KAFKA_SASL_PASSWORD_FILE, perhaps.
 	c.secrets = redactable(append(c.secrets, settingSecrets("KAFKA_SASL_PASSWORD", c.Kafka.SASLPassword)...))
+	if c.CrawlWorkers == 0 {
+		c.CrawlWorkers = c.autoCrawlWorkers()
+	}
 	if c.ReviewsFullSyncInterval != 0 && c.ReviewsFullSyncInterval < c.CrawlInterval {
 		return Config{}, fmt.Errorf("REVIEWS_FULL_SYNC_INTERVAL=%s is shorter than CRAWL_INTERVAL=%s: set it to 0s to read every app's reviews in full every cycle, or to at least %s",
 			c.ReviewsFullSyncInterval, c.CrawlInterval, c.CrawlInterval)
@@ -403,6 +414,28 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, cf configFlags) (_
 		return Config{}, fmt.Errorf("KAFKA_IDEMPOTENT=true needs KAFKA_ACKS=all (got %q): set KAFKA_IDEMPOTENT=false to use it", c.Producer.Acks)
 	}
 	return c, nil
+}
+
+// autoCrawlWorkers is CRAWL_WORKERS=auto: about as many workers as requests
+// the egresses can have in flight at the pace they are allowed, so that a
+// large proxy pool is not left idle behind the five workers a single
+// egress needs. A worker holds a request for about 0.5 s (the fleet
+// benchmark's relayed answers: p50 218 ms, p95 461 ms; README, Fleet
+// benchmark), and waits for its egress's next slot in between, which
+// takes no extra worker when there are more egresses than workers. 167
+// proxies at EGRESS_MIN_GAP=1.75s and no rate limit give the 48 that
+// benchmark ran with; one direct egress at the defaults gives 5.
+func (c Config) autoCrawlWorkers() int {
+	const requestHold, least, most = 0.5, 5, 1000
+	perEgress := float64(c.EgressMaxInFlight) // requests in flight on one egress, at most
+	if c.EgressMinGap > 0 {
+		perEgress = min(perEgress, requestHold/c.EgressMinGap.Seconds())
+	}
+	if c.RateLimitRequests > 0 {
+		perEgress = min(perEgress, requestHold*float64(c.RateLimitRequests)/c.RateLimitPeriod.Seconds())
+	}
+	egresses := max(1, len(c.Proxies))
+	return min(most, max(least, int(math.Ceil(float64(egresses)*perEgress))))
 }
 
 // checkRegistryExposure refuses to serve registry writes to the network

@@ -185,6 +185,36 @@ func TestConfigReviewsFullSyncInterval(t *testing.T) {
 	}
 }
 
+// CRAWL_WORKERS=auto (the default) scales with the egresses and the pace
+// each may keep; a number is taken as it is.
+func TestConfigCrawlWorkers(t *testing.T) {
+	proxies := func(n int) string {
+		urls := make([]string, n)
+		for i := range urls {
+			urls[i] = fmt.Sprintf("http://127.0.0.1:%d", 10000+i)
+		}
+		return strings.Join(urls, ",")
+	}
+	fleet := map[string]string{"PROXIES": proxies(167), "RATE_LIMIT_REQUESTS": "0", "EGRESS_MIN_GAP": "1.75s", "EGRESS_MAX_IN_FLIGHT": "1"}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want int
+	}{
+		{"direct, the defaults", nil, 5},
+		{"30 proxies, the default rate limit", map[string]string{"PROXIES": proxies(30)}, 5},
+		{"600 proxies, the default rate limit", map[string]string{"PROXIES": proxies(600)}, 50},
+		{"the fleet benchmark's servers", fleet, 48},
+		{"no pacing at all", map[string]string{"PROXIES": proxies(600), "RATE_LIMIT_REQUESTS": "0", "EGRESS_MIN_GAP": "0s"}, 1000},
+		{"a number", map[string]string{"PROXIES": proxies(600), "CRAWL_WORKERS": "7"}, 7},
+	} {
+		c, err := loadTestConfig(tc.env)
+		if err != nil || c.CrawlWorkers != tc.want {
+			t.Errorf("%s: CRAWL_WORKERS %d, %v; want %d", tc.name, c.CrawlWorkers, err, tc.want)
+		}
+	}
+}
+
 // PLAYWATCH_PG_WRITER_FROM: empty by default (other hosts get the reader
 // only), else the networks it names, IPv4 and IPv6.
 func TestConfigPGWriterFrom(t *testing.T) {
