@@ -132,6 +132,22 @@ WHERE app_crawl_outcomes.at <= EXCLUDED.at`, pkg, loc.Country, loc.Lang, path, o
 	return nil
 }
 
+// CrawledSince says whether both paths of pkg in the storefront loc were
+// crawled to an end that needs no new crawl (ok, or the listing not found)
+// after since. The crawler records an outcome only once the path's messages
+// are confirmed by the broker, so such a crawl lost nothing.
+func (p *pgKnownReviews) CrawledSince(ctx context.Context, pkg string, loc locale, since time.Time) (bool, error) {
+	var ended int
+	err := p.pool.QueryRow(ctx, `
+SELECT count(*) FROM app_crawl_outcomes o JOIN apps_registry_application a ON a.id = o.application_id
+WHERE a.package_name = $1 AND o.country = $2 AND o.lang = $3 AND o.path IN ($4, $5) AND o.at > $6 AND o.outcome IN ($7, $8)`,
+		pkg, loc.Country, loc.Lang, pathStats, pathReviews, since, crawlOK, crawlNotFound).Scan(&ended)
+	if err != nil {
+		return false, fmt.Errorf("crawl outcomes of %s: %w", pkg, err)
+	}
+	return ended == 2, nil
+}
+
 // pathOutcome is one path's last crawl as the API shows it.
 type pathOutcome struct {
 	At         time.Time `json:"at"`

@@ -24,7 +24,10 @@ import (
 // owner crawls them again at the same crawled_at. A partition that a
 // cooperative rebalance moves to another member first gets up to
 // revokeDrain for its running jobs to end and be committed, so that the
-// new owner does not read their apps a second time in the cycle.
+// new owner does not read their apps a second time in the cycle. A member
+// that gets a partition after a job of it was planned (its last owner died
+// or lost it before committing) first asks app_crawl_outcomes whether the
+// job's app was crawled since, and skips the job if it was.
 type crawlWorker struct {
 	crawler *crawler
 	epochs  *leaseEpochs
@@ -46,9 +49,16 @@ type crawlWorker struct {
 type partitionJobs struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
+	since   time.Time // when this member began to track the partition's jobs
 	pending []*kgo.Record
 	done    map[int64]bool
 }
+
+// crawledAgainMargin: a job planned less than this after its partition came
+// to this member is checked for a crawl since it was planned too, and a crawl
+// must have ended this long after the job was planned to count, so that
+// clocks a little apart across servers never skip a job nobody crawled.
+const crawledAgainMargin = time.Second
 
 func newCrawlWorker(c *crawler, epochs *leaseEpochs, workers int, reg prometheus.Registerer, logger *slog.Logger) *crawlWorker {
 	return &crawlWorker{crawler: c, epochs: epochs, workers: workers, metrics: newCrawlWorkerMetrics(reg), logger: logger, parts: map[int32]*partitionJobs{}}
@@ -115,16 +125,16 @@ func (w *crawlWorker) Run(ctx context.Context, cl jobsClient) error {
 		for range free - len(recs) {
 			<-slots
 		}
-		jctxs := make([]context.Context, len(recs))
+		jctxs, sinces := make([]context.Context, len(recs)), make([]time.Time, len(recs))
 		for i, r := range recs {
-			jctxs[i] = w.track(r)
+			jctxs[i], sinces[i] = w.track(r)
 		}
 		cl.AllowRebalance()
 		for i, r := range recs {
-			jctx := jctxs[i]
+			jctx, since := jctxs[i], sinces[i]
 			wg.Go(func() {
 				defer func() { <-slots }()
-				w.runJobRecovering(jctx, r)
+				w.runJobRecovering(jctx, r, since)
 				w.complete(ctx, cl, r)
 			})
 		}
@@ -132,24 +142,25 @@ func (w *crawlWorker) Run(ctx context.Context, cl jobsClient) error {
 }
 
 // track adds a polled job to its partition's pending list and returns the
-// context its crawl runs in.
-func (w *crawlWorker) track(r *kgo.Record) context.Context {
+// context its crawl runs in and since when this member has had the
+// partition.
+func (w *crawlWorker) track(r *kgo.Record) (context.Context, time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.parts[r.Partition]
 	if p == nil {
 		ctx, cancel := context.WithCancel(w.runCtx)
-		p = &partitionJobs{ctx: ctx, cancel: cancel, done: map[int64]bool{}}
+		p = &partitionJobs{ctx: ctx, cancel: cancel, since: time.Now(), done: map[int64]bool{}}
 		w.parts[r.Partition] = p
 	}
 	p.pending = append(p.pending, r)
-	return p.ctx
+	return p.ctx, p.since
 }
 
 // runJobRecovering runs one job; a panic while crawling it (a job or a page
 // no code foresaw) is logged and counted as an invalid job, which is then
 // committed: redelivered after a crash, it would panic again.
-func (w *crawlWorker) runJobRecovering(ctx context.Context, r *kgo.Record) {
+func (w *crawlWorker) runJobRecovering(ctx context.Context, r *kgo.Record, since time.Time) {
 	defer func() {
 		if v := recover(); v != nil {
 			w.metrics.invalid.Inc()
@@ -157,10 +168,11 @@ func (w *crawlWorker) runJobRecovering(ctx context.Context, r *kgo.Record) {
 				"key", printable(string(r.Key), 100), "err", recoveredPanic(v))
 		}
 	}()
-	w.runJob(ctx, r)
+	w.runJob(ctx, r, since)
 }
 
-func (w *crawlWorker) runJob(ctx context.Context, r *kgo.Record) {
+// runJob crawls the job r of a partition this member has had since since.
+func (w *crawlWorker) runJob(ctx context.Context, r *kgo.Record, since time.Time) {
 	m, bad := decodeCrawlJob(r.Value, time.Now())
 	if bad != nil {
 		w.metrics.invalid.Inc()
@@ -180,6 +192,10 @@ func (w *crawlWorker) runJob(ctx context.Context, r *kgo.Record) {
 			return
 		}
 	}
+	if w.crawledAlready(ctx, m, since) {
+		w.metrics.crawledAlready.Inc()
+		return
+	}
 	res := func() appResult {
 		w.crawler.metrics.busy.Inc()
 		defer w.crawler.metrics.busy.Dec() // also when the crawl panics
@@ -192,6 +208,27 @@ func (w *crawlWorker) runJob(ctx context.Context, r *kgo.Record) {
 		}
 	}
 	w.logger.Debug("crawl job done", "package", m.PackageName, "cycle", m.CycleID, "stats_err", res.statsErr, "reviews_err", res.reviewsErr)
+}
+
+// crawledAlready says whether m's app was crawled in both paths since m was
+// planned, by another member that had m's partition then; a job planned
+// while this member had the partition was not. A failed check crawls.
+func (w *crawlWorker) crawledAlready(ctx context.Context, m crawlJobMessage, since time.Time) bool {
+	if !m.PlannedAt.Before(since.Add(crawledAgainMargin)) {
+		return false
+	}
+	j := m.crawlJob()
+	crawled, err := w.crawler.known.CrawledSince(ctx, m.PackageName, j.Locale, m.PlannedAt.Add(crawledAgainMargin))
+	if err != nil {
+		w.logger.Warn("crawl worker: cannot tell whether the job's app was crawled since it was planned; crawling it", "package", m.PackageName,
+			"cycle", m.CycleID, "err", err)
+		return false
+	}
+	if crawled {
+		w.logger.Debug("crawl worker: skipping a job whose app was crawled since it was planned", "package", m.PackageName,
+			"country", j.Locale.Country, "lang", j.Locale.Lang, "cycle", m.CycleID, "planned_at", m.PlannedAt)
+	}
+	return crawled
 }
 
 // complete marks r done and commits its partition up to the first job
@@ -283,9 +320,10 @@ func (w *crawlWorker) abandon(_ context.Context, _ *kgo.Client, lost map[string]
 }
 
 type crawlWorkerMetrics struct {
-	done        prometheus.Counter
-	invalid     prometheus.Counter
-	leasePassed prometheus.Counter
+	done           prometheus.Counter
+	invalid        prometheus.Counter
+	leasePassed    prometheus.Counter
+	crawledAlready prometheus.Counter
 }
 
 func newCrawlWorkerMetrics(reg prometheus.Registerer) *crawlWorkerMetrics {
@@ -294,6 +332,8 @@ func newCrawlWorkerMetrics(reg prometheus.Registerer) *crawlWorkerMetrics {
 		done:        mk.counter("playwatch_crawl_jobs_done_total", "Crawl jobs this instance crawled to the end (both paths published or failed closed)."),
 		invalid:     mk.counter("playwatch_crawl_jobs_invalid_total", "Crawl jobs skipped because they break the crawl-jobs contract (logged with partition and offset)."),
 		leasePassed: mk.counter("playwatch_crawl_jobs_lease_passed_total", "Crawl jobs dropped because their planned_at is outside their lease epoch: published by a leader whose lease had passed (logged)."),
+		crawledAlready: mk.counter("playwatch_crawl_jobs_crawled_already_total",
+			"Crawl jobs skipped because their app was crawled in both paths since they were planned, by the member that had their partition before this one (it died or lost the partition before committing)."),
 	}
 	return m
 }

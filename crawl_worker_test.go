@@ -46,9 +46,9 @@ func TestCrawlWorkerDrainsARevokedPartition(t *testing.T) {
 	moving := map[string][]int32{topicCrawlJobs: {3}}
 
 	running := &kgo.Record{Partition: 3, Offset: 10}
-	jctx := w.track(running)
+	jctx, _ := w.track(running)
 	other := &kgo.Record{Partition: 1, Offset: 5}
-	otherCtx := w.track(other)
+	otherCtx, _ := w.track(other)
 	revoked := make(chan struct{})
 	go func() {
 		w.revoked(t.Context(), nil, moving)
@@ -78,7 +78,7 @@ func TestCrawlWorkerDrainsARevokedPartition(t *testing.T) {
 	// A job that outlasts the drain: abandoned, never committed.
 	stuck := &kgo.Record{Partition: 1, Offset: 6}
 	w.complete(t.Context(), cl, other)
-	stuckCtx := w.track(stuck)
+	stuckCtx, _ := w.track(stuck)
 	began := time.Now()
 	w.drain([]int32{1}, 100*time.Millisecond)
 	if waited := time.Since(began); waited < 100*time.Millisecond {
@@ -103,5 +103,63 @@ func TestCrawlWorkerDrainsARevokedPartition(t *testing.T) {
 	w.revoked(t.Context(), nil, map[string][]int32{topicCrawlJobs: {4}})
 	if waited := time.Since(began); waited > time.Second {
 		t.Fatalf("the revoke at shutdown waited %s for cancelled jobs", waited)
+	}
+}
+
+// A job whose partition came to this member after the job was planned is
+// skipped when both paths of its app were crawled since (by the
+// partition's last owner, which died before committing), and crawled when
+// the app's last crawl is older than the job; a member that had the
+// partition all along crawls a job delivered again.
+func TestCrawlWorkerSkipsAJobItsPartitionsLastOwnerCrawled(t *testing.T) {
+	t.Parallel()
+	f := newCrawlFixture(t, testCrawlerConfig(2, 5), nil)
+	createTestTopics(t, f.brokers, topicSpec{Partitions: 1, Replication: -1, Retention: time.Hour})
+	const crawled, older = "com.example.crawled", "com.example.older"
+	job := func(pkg string, planned time.Time) *kgo.Record {
+		t.Helper()
+		f.replay.setApp(pkg, replayApp{Reviews: 3})
+		b, err := crawlJobMessage{CycleID: 2, PlannedAt: messageTime(planned), PackageName: pkg, Lang: "en", Country: "us"}.encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec(topicCrawlJobs, pkg, b)
+	}
+	member := func() (*crawlWorker, *prometheus.Registry) {
+		reg := prometheus.NewRegistry()
+		cr := newCrawler(f.crawler.cfg, f.store.client, newPGKnownReviews(f.pool), f.pub, reg, testLogger(t))
+		return newCrawlWorker(cr, newLeaseEpochs(f.pool), 2, reg, testLogger(t)), reg
+	}
+	f.register(t, crawled, false)
+	f.register(t, older, false)
+	planned := time.Now().Add(-time.Minute)
+	last, _ := member()
+	next, reg := member()
+
+	// The last owner had the partition when the job was planned.
+	j := job(crawled, planned)
+	last.runJob(t.Context(), j, planned.Add(-time.Hour))
+	next.runJob(t.Context(), j, time.Now())
+	if n := f.replay.requests("details", crawled); n != 1 {
+		t.Errorf("%d listing requests for the job its last owner crawled, want 1", n)
+	}
+	if n := metricValue(t, reg, "playwatch_crawl_jobs_crawled_already_total", nil); n != 1 {
+		t.Errorf("playwatch_crawl_jobs_crawled_already_total = %v, want 1", n)
+	}
+	// Delivered again to the member that had the partition all along.
+	last.runJob(t.Context(), j, planned.Add(-time.Hour))
+	if n := f.replay.requests("details", crawled); n != 2 {
+		t.Errorf("%d listing requests after a redelivery to the same member, want 2", n)
+	}
+
+	// The app's last crawl was the cycle before: the job is crawled.
+	last.runJob(t.Context(), job(older, planned), planned.Add(-time.Hour))
+	time.Sleep(10 * time.Millisecond)
+	next.runJob(t.Context(), job(older, time.Now().Add(crawledAgainMargin)), time.Now())
+	if n := f.replay.requests("details", older); n != 2 {
+		t.Errorf("%d listing requests for an app crawled the cycle before, want 2", n)
+	}
+	if n := metricValue(t, reg, "playwatch_crawl_jobs_crawled_already_total", nil); n != 1 {
+		t.Errorf("playwatch_crawl_jobs_crawled_already_total = %v, want still 1", n)
 	}
 }

@@ -30,6 +30,7 @@ type crawlState interface {
 	KnownReviews(ctx context.Context, pkg string, loc locale, limit, countUpTo int) (knownReviews, error)
 	SetReadMark(ctx context.Context, pkg string, loc locale, newest review, readAt time.Time) error
 	RecordOutcome(ctx context.Context, pkg string, loc locale, path string, o crawlOutcome) error
+	CrawledSince(ctx context.Context, pkg string, loc locale, since time.Time) (bool, error)
 }
 
 // crawlPublisher sends what a crawl read.

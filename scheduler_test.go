@@ -661,7 +661,7 @@ func TestCrawlWorkerSurvivesAPanickingJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.runJobRecovering(context.Background(), rec(topicCrawlJobs, "com.example.panics", b))
+	w.runJobRecovering(context.Background(), rec(topicCrawlJobs, "com.example.panics", b), time.Now())
 	if got := metricValue(t, reg, "playwatch_crawl_jobs_invalid_total", nil); got != 1 {
 		t.Errorf("invalid jobs %v, want 1", got)
 	}
