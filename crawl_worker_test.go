@@ -163,3 +163,64 @@ func TestCrawlWorkerSkipsAJobItsPartitionsLastOwnerCrawled(t *testing.T) {
 		t.Errorf("playwatch_crawl_jobs_crawled_already_total = %v, want still 1", n)
 	}
 }
+
+// A job with a not_before waits for it in its worker slot, counted as
+// held; a revoke does not drain it (nothing of it has begun) and the
+// abandoned job is neither crawled nor committed.
+func TestCrawlWorkerHoldsAJobUntilItsStart(t *testing.T) {
+	t.Parallel()
+	f := newCrawlFixture(t, testCrawlerConfig(2, 5), nil)
+	createTestTopics(t, f.brokers, topicSpec{Partitions: 1, Replication: -1, Retention: time.Hour})
+	reg := prometheus.NewRegistry()
+	cr := newCrawler(f.crawler.cfg, f.store.client, newPGKnownReviews(f.pool), f.pub, reg, testLogger(t))
+	w := newCrawlWorker(cr, newLeaseEpochs(f.pool), 2, reg, testLogger(t))
+	w.runCtx = t.Context()
+	cl := &committingClient{}
+	run := func(pkg string, partition int32, notBefore time.Time) chan struct{} {
+		f.replay.setApp(pkg, replayApp{Reviews: 3})
+		f.register(t, pkg, false)
+		b, err := crawlJobMessage{CycleID: 1, PlannedAt: messageTime(time.Now()), NotBefore: messageTime(notBefore), PackageName: pkg, Lang: "en", Country: "us"}.encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &kgo.Record{Topic: topicCrawlJobs, Partition: partition, Offset: 1, Value: b}
+		ctx, since := w.track(r)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			w.runJobRecovering(ctx, r, since)
+			w.complete(t.Context(), cl, r)
+		}()
+		return done
+	}
+
+	start := time.Now().Add(time.Second)
+	crawled := run("com.example.later", 1, start)
+	held := run("com.example.revoked", 2, time.Now().Add(time.Hour))
+	waitFor(t, 5*time.Second, "both jobs held", func() bool { return metricValue(t, reg, "playwatch_crawl_jobs_held", nil) == 2 })
+	if n := f.replay.requests("details", "com.example.later"); n != 0 {
+		t.Errorf("%d listing requests before the job's start", n)
+	}
+	began := time.Now()
+	w.revoked(t.Context(), nil, map[string][]int32{topicCrawlJobs: {2}})
+	if waited := time.Since(began); waited > 2*time.Second {
+		t.Errorf("the revoke waited %s for a held job", waited)
+	}
+	<-held
+	<-crawled
+	if time.Now().Before(start) {
+		t.Errorf("the job ended before its start")
+	}
+	if n := f.replay.requests("details", "com.example.later"); n != 1 {
+		t.Errorf("%d listing requests for the job after its start, want 1", n)
+	}
+	if n := f.replay.requests("details", "com.example.revoked"); n != 0 {
+		t.Errorf("%d listing requests for the held job of the revoked partition, want 0", n)
+	}
+	if got := cl.offsets(); len(got) != 1 {
+		t.Errorf("committed %v, want the crawled job's offset only", got)
+	}
+	if n := metricValue(t, reg, "playwatch_crawl_jobs_held", nil); n != 0 {
+		t.Errorf("playwatch_crawl_jobs_held = %v after both jobs ended, want 0", n)
+	}
+}
