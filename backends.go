@@ -83,7 +83,7 @@ func crawlerConfigOf(cfg Config) crawlerConfig {
 
 func schedulerConfigOf(cfg Config) schedulerConfig {
 	return schedulerConfig{Interval: cfg.CrawlInterval, Lease: cfg.SchedulerLease, NewAppCheck: cfg.CrawlNewAppCheck,
-		JobsGroup: cfg.CrawlJobsGroup, Locales: cfg.Locales, FullResyncEvery: cfg.ReviewsFullSyncInterval, Spread: cfg.CrawlSpread}
+		JobsGroup: cfg.CrawlJobsGroup, Locales: cfg.Locales, FullResyncEvery: cfg.ReviewsFullSyncInterval}
 }
 
 // backends are the services a command works with: PostgreSQL (migrated) and,

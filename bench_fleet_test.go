@@ -31,11 +31,10 @@ type benchFleetConfig struct {
 	duration, interval, killAt time.Duration
 	apps, proxies, workers     int
 	gap                        time.Duration
-	spread                     string // CRAWL_SPREAD
 }
 
 func benchFleetSettings(t *testing.T) benchFleetConfig {
-	c := benchFleetConfig{duration: 15 * time.Minute, interval: 5 * time.Minute, apps: 35000, proxies: 500, gap: 1750 * time.Millisecond, spread: "0.95"}
+	c := benchFleetConfig{duration: 15 * time.Minute, interval: 5 * time.Minute, apps: 35000, proxies: 500, gap: 1750 * time.Millisecond}
 	dur := func(name string, d *time.Duration) {
 		if v := os.Getenv(name); v != "" {
 			var err error
@@ -55,9 +54,6 @@ func benchFleetSettings(t *testing.T) benchFleetConfig {
 	dur("BENCH_FLEET_DURATION", &c.duration)
 	dur("BENCH_FLEET_INTERVAL", &c.interval)
 	dur("BENCH_FLEET_GAP", &c.gap)
-	if v := os.Getenv("BENCH_FLEET_SPREAD"); v != "" {
-		c.spread = v // the servers refuse a wrong one, naming CRAWL_SPREAD
-	}
 	num("BENCH_FLEET_APPS", &c.apps)
 	num("BENCH_FLEET_PROXIES", &c.proxies)
 	num("BENCH_FLEET_WORKERS", &c.workers)
@@ -131,7 +127,6 @@ func TestBenchFleet(t *testing.T) {
 			"EGRESS_MAX_IN_FLIGHT": "1",
 			"REVIEWS_PER_APP":      "20",
 			"CRAWL_INTERVAL":       cfg.interval.String(),
-			"CRAWL_SPREAD":         cfg.spread,
 			"CRAWL_NEW_APP_CHECK":  "1h",
 			"SCHEDULER_LEASE":      "10s",
 			"CONSUMER_GROUP":       "fleet-storage-" + run,
@@ -508,8 +503,8 @@ func (r *fleetReport) write(t *testing.T, dir string) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Fleet benchmark, %s\n\n%s\n\n", r.began.UTC().Format("2 Jan 2006 15:04 UTC"), r.summary())
-	fmt.Fprintf(&b, "%d apps, %d proxies over 3 servers, CRAWL_INTERVAL %s, CRAWL_SPREAD %s, EGRESS_MIN_GAP %s, CRAWL_WORKERS %d, %s run, %d cycles planned; load average at the end %s.\n\n",
-		r.cfg.apps, r.cfg.proxies, r.cfg.interval, r.cfg.spread, r.cfg.gap, r.cfg.workers, r.ended.Sub(r.began).Round(time.Second), r.cycles, loadAverage())
+	fmt.Fprintf(&b, "%d apps, %d proxies over 3 servers, CRAWL_INTERVAL %s, EGRESS_MIN_GAP %s, CRAWL_WORKERS %d, %s run, %d cycles planned; load average at the end %s.\n\n",
+		r.cfg.apps, r.cfg.proxies, r.cfg.interval, r.cfg.gap, r.cfg.workers, r.ended.Sub(r.began).Round(time.Second), r.cycles, loadAverage())
 	fmt.Fprintf(&b, "| figure | measured | goal | met |\n|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| store responses/s (after minute 1) | %.1f | ≥ 231 | %s |\n", r.responsesPerS, goal(r.responsesPerS >= 231))
 	fmt.Fprintf(&b, "| per-minute success CV outside the takeover | %.1f %% | ≤ 5 %% | %s |\n", r.successCV*100, goal(r.successCV <= 0.05))

@@ -21,9 +21,6 @@ func cmdCrawl(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	if once {
-		cl.cfg.CrawlSpread = 0 // one cycle, now: its summary waits for every job
-	}
 	return cl.attach(ctx, backendOptions{broker: true}, func(be *backends) error {
 		cr, err := newCrawlerRole(cl.cfg, be, prometheus.NewRegistry(), cl.logger)
 		if err != nil {

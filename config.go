@@ -60,7 +60,6 @@ type Config struct {
 	ReviewsPerApp     int
 	CrawlInterval     time.Duration
 	CrawlWorkers      int
-	CrawlSpread       float64 // CRAWL_SPREAD
 	CrawlAppTimeout   time.Duration
 	CrawlNewAppCheck  time.Duration
 	// ReviewsFullSyncInterval: how often each app's reviews are read in
@@ -254,14 +253,6 @@ var settings = []setting{
 				return nil
 			}
 			c.CrawlWorkers, err = parseInt(v, 1, 1000)
-			return
-		}},
-	{"CRAWL_SPREAD", "0", "share of CRAWL_INTERVAL over which a cycle's jobs start, evenly, in registration order (0 to 0.95); 0: all at once. With a fleet, a steady request rate instead of a burst at each cycle's start",
-		func(c *Config, v string) (err error) {
-			c.CrawlSpread, err = strconv.ParseFloat(v, 64)
-			if err == nil && !(c.CrawlSpread >= 0 && c.CrawlSpread <= maxCrawlSpread) {
-				err = fmt.Errorf("must be between 0 and %g", maxCrawlSpread)
-			}
 			return
 		}},
 	{"CRAWL_APP_TIMEOUT", "15m", "longest time spent reading one app's listing and reviews",
@@ -502,7 +493,7 @@ var settingGroups = map[string][]string{
 	// What fetch reads of the crawler's settings: one app, one locale.
 	"play store": {"PLAYSTORE_URL", "PROXIES", "RATE_LIMIT_REQUESTS", "RATE_LIMIT_PERIOD", "EGRESS_MIN_GAP", "EGRESS_MAX_IN_FLIGHT",
 		"PLAYSTORE_LANG", "PLAYSTORE_COUNTRY", "REVIEWS_PER_APP", "CRAWL_APP_TIMEOUT"},
-	"crawl": {"PLAYSTORE_IRAN_LANG", "PLAYSTORE_IRAN_COUNTRY", "CRAWL_INTERVAL", "CRAWL_WORKERS", "CRAWL_SPREAD", "REVIEWS_FULL_SYNC_INTERVAL", "CRAWL_NEW_APP_CHECK",
+	"crawl": {"PLAYSTORE_IRAN_LANG", "PLAYSTORE_IRAN_COUNTRY", "CRAWL_INTERVAL", "CRAWL_WORKERS", "REVIEWS_FULL_SYNC_INTERVAL", "CRAWL_NEW_APP_CHECK",
 		"SCHEDULER_LEASE", "CRAWL_JOBS_GROUP"},
 	"consumer": {"CONSUMER_GROUP", "CONSUMER_MAX_POLL_RECORDS", "CONSUMER_LINGER", "CONSUMER_WRITERS", "CONSUMER_MAX_RECORD_BYTES",
 		"CONSUMER_RETRY_MAX_BACKOFF"},

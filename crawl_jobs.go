@@ -47,9 +47,6 @@ type crawlJobMessage struct {
 	// cycle's leader_epoch, or that of the leader publishing a new-app job.
 	// 0 (absent): a job of an older playwatch, accepted as it is.
 	LeaseEpoch int64 `json:"lease_epoch,omitempty"`
-	// NotBefore is when the job's crawl may start (CRAWL_SPREAD); absent:
-	// at once.
-	NotBefore time.Time `json:"not_before,omitzero"`
 }
 
 // decodeCrawlJob reads and validates a job; a job that breaks the contract
@@ -71,9 +68,6 @@ func decodeCrawlJob(v []byte, now time.Time) (crawlJobMessage, *invalidRecord) {
 		c.fail(reasonOutOfRange, "lease_epoch is %d, below 0", m.LeaseEpoch)
 	}
 	c.timestamp("planned_at", &m.PlannedAt, true)
-	if !m.NotBefore.IsZero() && m.NotBefore.Before(m.PlannedAt) {
-		c.fail(reasonOutOfRange, "not_before %s is before planned_at %s", m.NotBefore.Format(time.RFC3339Nano), m.PlannedAt.Format(time.RFC3339Nano))
-	}
 	c.packageName(m.PackageName)
 	for _, f := range []struct{ name, v string }{{"lang", m.Lang}, {"country", m.Country}} {
 		if f.v == "" {

@@ -27,9 +27,7 @@ import (
 // new owner does not read their apps a second time in the cycle. A member
 // that gets a partition after a job of it was planned (its last owner died
 // or lost it before committing) first asks app_crawl_outcomes whether the
-// job's app was crawled since, and skips the job if it was. A job with a
-// not_before (CRAWL_SPREAD) is held in its worker slot until then; a drain
-// does not wait for held jobs, as nothing of them has begun.
+// job's app was crawled since, and skips the job if it was.
 type crawlWorker struct {
 	crawler *crawler
 	epochs  *leaseEpochs
@@ -54,7 +52,6 @@ type partitionJobs struct {
 	since   time.Time // when this member began to track the partition's jobs
 	pending []*kgo.Record
 	done    map[int64]bool
-	held    map[int64]bool // jobs waiting for their not_before
 }
 
 // crawledAgainMargin: a job planned less than this after its partition came
@@ -153,7 +150,7 @@ func (w *crawlWorker) track(r *kgo.Record) (context.Context, time.Time) {
 	p := w.parts[r.Partition]
 	if p == nil {
 		ctx, cancel := context.WithCancel(w.runCtx)
-		p = &partitionJobs{ctx: ctx, cancel: cancel, since: time.Now(), done: map[int64]bool{}, held: map[int64]bool{}}
+		p = &partitionJobs{ctx: ctx, cancel: cancel, since: time.Now(), done: map[int64]bool{}}
 		w.parts[r.Partition] = p
 	}
 	p.pending = append(p.pending, r)
@@ -195,9 +192,6 @@ func (w *crawlWorker) runJob(ctx context.Context, r *kgo.Record, since time.Time
 			return
 		}
 	}
-	if w.hold(ctx, r, m.NotBefore) != nil {
-		return // cancelled: the job is not committed
-	}
 	if w.crawledAlready(ctx, m, since) {
 		w.metrics.crawledAlready.Inc()
 		return
@@ -214,43 +208,6 @@ func (w *crawlWorker) runJob(ctx context.Context, r *kgo.Record, since time.Time
 		}
 	}
 	w.logger.Debug("crawl job done", "package", m.PackageName, "cycle", m.CycleID, "stats_err", res.statsErr, "reviews_err", res.reviewsErr)
-}
-
-// hold waits until notBefore, or ctx's end (its error). The job counts as
-// held meanwhile: in playwatch_crawl_jobs_held, and not as running for a
-// drain.
-func (w *crawlWorker) hold(ctx context.Context, r *kgo.Record, notBefore time.Time) error {
-	wait := time.Until(notBefore)
-	if wait <= 0 {
-		return nil
-	}
-	w.setHeld(r, true)
-	defer w.setHeld(r, false)
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (w *crawlWorker) setHeld(r *kgo.Record, held bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if held {
-		w.metrics.held.Inc()
-	} else {
-		w.metrics.held.Dec()
-	}
-	if p := w.parts[r.Partition]; p != nil {
-		if held {
-			p.held[r.Offset] = true
-		} else {
-			delete(p.held, r.Offset)
-		}
-	}
 }
 
 // crawledAlready says whether m's app was crawled in both paths since m was
@@ -330,13 +287,13 @@ func (w *crawlWorker) drain(parts []int32, timeout time.Duration) {
 	}
 }
 
-// running reports whether any of parts has a job not yet committed, and
-// not held, whose partition is not cancelled.
+// running reports whether any of parts has a job not yet committed whose
+// partition is not cancelled.
 func (w *crawlWorker) running(parts []int32) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, p := range parts {
-		if pj := w.parts[p]; pj != nil && len(pj.pending) > len(pj.held) && pj.ctx.Err() == nil {
+		if pj := w.parts[p]; pj != nil && len(pj.pending) > 0 && pj.ctx.Err() == nil {
 			return true
 		}
 	}
@@ -367,7 +324,6 @@ type crawlWorkerMetrics struct {
 	invalid        prometheus.Counter
 	leasePassed    prometheus.Counter
 	crawledAlready prometheus.Counter
-	held           prometheus.Gauge
 }
 
 func newCrawlWorkerMetrics(reg prometheus.Registerer) *crawlWorkerMetrics {
@@ -376,7 +332,6 @@ func newCrawlWorkerMetrics(reg prometheus.Registerer) *crawlWorkerMetrics {
 		done:        mk.counter("playwatch_crawl_jobs_done_total", "Crawl jobs this instance crawled to the end (both paths published or failed closed)."),
 		invalid:     mk.counter("playwatch_crawl_jobs_invalid_total", "Crawl jobs skipped because they break the crawl-jobs contract (logged with partition and offset)."),
 		leasePassed: mk.counter("playwatch_crawl_jobs_lease_passed_total", "Crawl jobs dropped because their planned_at is outside their lease epoch: published by a leader whose lease had passed (logged)."),
-		held:        mk.gauge("playwatch_crawl_jobs_held", "Crawl jobs this instance holds in a worker slot until their start time (CRAWL_SPREAD spreads a cycle's jobs over the interval)."),
 		crawledAlready: mk.counter("playwatch_crawl_jobs_crawled_already_total",
 			"Crawl jobs skipped because their app was crawled in both paths since they were planned, by the member that had their partition before this one (it died or lost the partition before committing)."),
 	}

@@ -46,12 +46,7 @@ type schedulerConfig struct {
 	FullResyncEvery time.Duration // how often an app's reviews are read in full (fullResyncDue)
 	JobsGroup       string        // CRAWL_JOBS_GROUP: the crawl workers' consumer group
 	Locales         localeDefaults
-	Spread          float64 // CRAWL_SPREAD: the share of Interval over which a cycle's jobs start
 }
-
-// maxCrawlSpread leaves a cycle's last jobs a twentieth of the interval to
-// end before the next cycle is due.
-const maxCrawlSpread = 0.95
 
 // The lease's timing, as parts of SCHEDULER_LEASE: the row is valid for
 // leaseTTL and renewed every leaseRenew, and a follower looks at most every
@@ -536,38 +531,20 @@ func (s *scheduler) publishCycle(ctx context.Context, c crawlCycle) error {
 	return s.publish(ctx, c, apps)
 }
 
-// publish publishes c's jobs, one per app and storefront. With
-// CRAWL_SPREAD their start times (not_before) step evenly from the cycle's
-// planned time over that share of the interval, in registration order, so
-// that each app keeps its place in every cycle, and a leader that publishes
-// the cycle again gives each job the same time.
 func (s *scheduler) publish(ctx context.Context, c crawlCycle, apps []app) error {
+	recs := make([]*kgo.Record, 0, len(apps))
 	known := make(map[newAppKey]bool, len(apps))
 	series := make(map[appStorefront]bool, len(apps))
-	type job struct {
-		a   app
-		loc locale
-	}
-	var jobs []job
 	for _, a := range apps {
 		for _, loc := range s.cfg.Locales.storefronts(a) {
-			jobs = append(jobs, job{a, loc})
+			r, err := s.jobRecord(c, a, loc)
+			if err != nil {
+				return err
+			}
+			recs = append(recs, r)
 			known[newAppKey{a.ID, loc}] = true
 			series[appStorefront{a.PackageName, loc}] = true
 		}
-	}
-	recs := make([]*kgo.Record, len(jobs))
-	step := time.Duration(s.cfg.Spread * float64(s.cfg.Interval) / float64(max(1, len(jobs))))
-	for i, j := range jobs {
-		var notBefore time.Time
-		if step > 0 {
-			notBefore = c.PlannedAt.Add(time.Duration(i) * step)
-		}
-		r, err := s.jobRecord(c, j.a, j.loc, notBefore)
-		if err != nil {
-			return err
-		}
-		recs[i] = r
 	}
 	// The per-app series of this process's crawls: an app or storefront no
 	// longer active would otherwise look like one that stopped succeeding.
@@ -608,8 +585,8 @@ func (s *scheduler) publish(ctx context.Context, c crawlCycle, apps []app) error
 // jobRecord is the job of a in the storefront loc in cycle c (ID 0: the
 // new-app watch's, a full read: a new app or storefront has nothing stored,
 // a reactivated one missed its resyncs), planned under the lease epoch
-// c.Epoch, keyed by crawlJobKey, to start at notBefore (zero: at once).
-func (s *scheduler) jobRecord(c crawlCycle, a app, loc locale, notBefore time.Time) (*kgo.Record, error) {
+// c.Epoch, keyed by crawlJobKey.
+func (s *scheduler) jobRecord(c crawlCycle, a app, loc locale) (*kgo.Record, error) {
 	prev := c.Prev
 	if prev.IsZero() {
 		prev = c.PlannedAt.Add(-s.cfg.Interval)
@@ -617,7 +594,7 @@ func (s *scheduler) jobRecord(c crawlCycle, a app, loc locale, notBefore time.Ti
 	key := crawlJobKey(a.PackageName, loc)
 	b, err := crawlJobMessage{CycleID: c.ID, PlannedAt: messageTime(c.PlannedAt), PackageName: a.PackageName, IsIranianApp: a.IsIranianApp,
 		Lang: loc.Lang, Country: loc.Country, FullResync: c.ID == 0 || fullResyncDue(key, c.PlannedAt, prev, s.cfg.FullResyncEvery),
-		LeaseEpoch: c.Epoch, NotBefore: messageTime(notBefore)}.encode()
+		LeaseEpoch: c.Epoch}.encode()
 	if err != nil {
 		return nil, err
 	}
@@ -736,7 +713,7 @@ func (s *scheduler) newAppJobs(ctx context.Context, cycle int64) (map[newAppKey]
 // loc, then records it. Published first: a leader that dies in between
 // leaves an app crawled twice, never one not crawled.
 func (s *scheduler) publishNewApp(ctx context.Context, cycle int64, a app, loc locale, now time.Time) error {
-	r, err := s.jobRecord(crawlCycle{PlannedAt: now, Epoch: s.ledEpoch}, a, loc, time.Time{})
+	r, err := s.jobRecord(crawlCycle{PlannedAt: now, Epoch: s.ledEpoch}, a, loc)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -135,7 +134,7 @@ func TestSchedulerCycleThroughCrawlJobs(t *testing.T) {
 	// A job delivered again (another leader published it before it died)
 	// crawls at the same time, so app_stats takes it once, and in the
 	// locale the job carries: that leader had other PLAYSTORE_* settings.
-	job, err := m.sched.jobRecord(crawlCycle{ID: 1, PlannedAt: planned}, app{PackageName: "com.example.fleet03"}, testLocales.Default, time.Time{})
+	job, err := m.sched.jobRecord(crawlCycle{ID: 1, PlannedAt: planned}, app{PackageName: "com.example.fleet03"}, testLocales.Default)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -710,51 +709,4 @@ func newLoneScheduler(t *testing.T, pool *pgxpool.Pool, brokers []string) *sched
 	t.Cleanup(adm.Close)
 	cfg := schedulerConfig{Interval: time.Hour, Lease: 10 * time.Second, NewAppCheck: time.Hour, JobsGroup: "g", Locales: testLocales}
 	return newScheduler(cfg, pool, newAppStore(pool), producer, kadm.NewClient(adm), newCrawlMetrics(prometheus.NewRegistry(), time.Hour), prometheus.NewRegistry(), testLogger(t))
-}
-
-// CRAWL_SPREAD: a cycle's jobs start one after another over that share of
-// the interval, in registration order, each app and storefront at the same
-// place every cycle; a leader that publishes the cycle again gives each job
-// the same time, and a job with a not_before before its planned_at breaks
-// the contract.
-func TestSchedulerSpreadsACyclesJobs(t *testing.T) {
-	t.Parallel()
-	pkgs := []string{"com.example.spread1", "com.example.spread2", "com.example.spread3", "com.example.spread4"}
-	pool, brokers := newSchedulerBed(t, 1, pkgs...)
-	ctx := context.Background()
-	s := newLeadingScheduler(t, pool, brokers)
-	s.cfg.Spread = 0.8
-	c, err := s.planCycle(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustExec(t, pool, `UPDATE crawl_cycles SET job_end_offsets = NULL WHERE id = $1`, c.ID) // as if its leader died publishing
-	if err := s.lead(ctx, jobOffsets{}, nil); err != nil {
-		t.Fatal(err)
-	}
-	step := time.Duration(0.8 * float64(time.Hour) / float64(len(pkgs)))
-	jobs := map[string]int{}
-	for _, r := range consumeAll(t, brokers, topicCrawlJobs, 2*len(pkgs)) {
-		job, bad := decodeCrawlJob(r.Value, time.Now())
-		if bad != nil {
-			t.Fatalf("a job: %v", bad)
-		}
-		jobs[job.PackageName]++
-		want := c.PlannedAt.Add(time.Duration(slices.Index(pkgs, job.PackageName)) * step)
-		if !job.NotBefore.Equal(messageTime(want)) {
-			t.Errorf("%s not before %v, want %v", job.PackageName, job.NotBefore, want)
-		}
-	}
-	for _, p := range pkgs {
-		if jobs[p] != 2 {
-			t.Errorf("%d jobs of %s, want 2: the cycle's and its republished one", jobs[p], p)
-		}
-	}
-	b, err := crawlJobMessage{PlannedAt: c.PlannedAt, NotBefore: c.PlannedAt.Add(-time.Second), PackageName: pkgs[0], Lang: "en", Country: "us"}.encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, bad := decodeCrawlJob(b, time.Now()); bad == nil || !strings.Contains(bad.detail, "not_before") {
-		t.Errorf("a job to start before its planned_at: %v, want it refused naming not_before", bad)
-	}
 }
