@@ -196,6 +196,9 @@ func (w *crawlWorker) runJob(ctx context.Context, r *kgo.Record, since time.Time
 		w.metrics.crawledAlready.Inc()
 		return
 	}
+	if ctx.Err() != nil {
+		return // cancelled while checking: not crawled, not committed
+	}
 	res := func() appResult {
 		w.crawler.metrics.busy.Inc()
 		defer w.crawler.metrics.busy.Dec() // also when the crawl panics
@@ -219,7 +222,7 @@ func (w *crawlWorker) crawledAlready(ctx context.Context, m crawlJobMessage, sin
 	}
 	j := m.crawlJob()
 	crawled, err := w.crawler.known.CrawledSince(ctx, m.PackageName, j.Locale, m.PlannedAt.Add(crawledAgainMargin))
-	if err != nil {
+	if err != nil && ctx.Err() == nil {
 		w.logger.Warn("crawl worker: cannot tell whether the job's app was crawled since it was planned; crawling it", "package", m.PackageName,
 			"cycle", m.CycleID, "err", err)
 		return false

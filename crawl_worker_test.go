@@ -152,6 +152,17 @@ func TestCrawlWorkerSkipsAJobItsPartitionsLastOwnerCrawled(t *testing.T) {
 		t.Errorf("%d listing requests after a redelivery to the same member, want 2", n)
 	}
 
+	// The last owner's crawl failed in a path: the job is crawled again.
+	const failed = "com.example.failed"
+	j = job(failed, planned)
+	f.replay.setApp(failed, replayApp{Reviews: 3, ReviewsAlways: fault500})
+	f.register(t, failed, false)
+	last.runJob(t.Context(), j, planned.Add(-time.Hour))
+	next.runJob(t.Context(), j, time.Now())
+	if n := f.replay.requests("details", failed); n != 2 {
+		t.Errorf("%d listing requests for a job whose reviews path failed at its last owner, want 2", n)
+	}
+
 	// The app's last crawl was the cycle before: the job is crawled.
 	last.runJob(t.Context(), job(older, planned), planned.Add(-time.Hour))
 	time.Sleep(10 * time.Millisecond)
