@@ -246,7 +246,7 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.ReviewsPerApp, err = parseInt(v, 1, 100000); return }},
 	{"CRAWL_INTERVAL", "1h", "time between the starts of two crawl cycles",
 		func(c *Config, v string) (err error) { c.CrawlInterval, err = parsePositiveDuration(v); return }},
-	{"CRAWL_WORKERS", "auto", "apps crawled at the same time (1 to 1000); auto: enough to keep every egress busy, the larger of 5 and egresses × the requests/s each may make (RATE_LIMIT_*, EGRESS_MIN_GAP) × 0.5 s",
+	{"CRAWL_WORKERS", "auto", "apps crawled at the same time (1 to 1000); auto: enough to keep every egress busy, the larger of 5 and egresses × the requests each may have in flight at its pace (EGRESS_MAX_IN_FLIGHT, EGRESS_MIN_GAP, RATE_LIMIT_*) over 0.5 s",
 		func(c *Config, v string) (err error) {
 			if v == "auto" {
 				c.CrawlWorkers = 0 // autoCrawlWorkers, once the egress settings are read
