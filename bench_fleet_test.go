@@ -33,6 +33,15 @@ type benchFleetConfig struct {
 	gap                        time.Duration
 }
 
+// crawlWorkers is each server's CRAWL_WORKERS: BENCH_FLEET_WORKERS, else
+// what auto gives the largest third of the proxies.
+func (c benchFleetConfig) crawlWorkers() int {
+	if c.workers != 0 {
+		return c.workers
+	}
+	return Config{Proxies: make([]string, (c.proxies+2)/3), EgressMinGap: c.gap, EgressMaxInFlight: 1}.autoCrawlWorkers()
+}
+
 func benchFleetSettings(t *testing.T) benchFleetConfig {
 	c := benchFleetConfig{duration: 15 * time.Minute, interval: 5 * time.Minute, apps: 35000, proxies: 500, gap: 1750 * time.Millisecond}
 	dur := func(name string, d *time.Duration) {
@@ -57,9 +66,6 @@ func benchFleetSettings(t *testing.T) benchFleetConfig {
 	num("BENCH_FLEET_APPS", &c.apps)
 	num("BENCH_FLEET_PROXIES", &c.proxies)
 	num("BENCH_FLEET_WORKERS", &c.workers)
-	if c.workers == 0 { // the servers' own CRAWL_WORKERS=auto, for the largest third of the proxies
-		c.workers = Config{Proxies: make([]string, (c.proxies+2)/3), EgressMinGap: c.gap, EgressMaxInFlight: 1}.autoCrawlWorkers()
-	}
 	c.killAt = c.duration * 7 / 15 // minute 7 of 15
 	dur("BENCH_FLEET_KILL_AT", &c.killAt)
 	return c
@@ -133,7 +139,7 @@ func TestBenchFleet(t *testing.T) {
 			"CRAWL_JOBS_GROUP":     "fleet-crawl-" + run,
 			"LOG_LEVEL":            "warn",
 		}}
-		if os.Getenv("BENCH_FLEET_WORKERS") != "" {
+		if cfg.workers != 0 { // else the servers' own CRAWL_WORKERS=auto
 			fleet[i].env["CRAWL_WORKERS"] = strconv.Itoa(cfg.workers)
 		}
 		os.Remove(fleet[i].log)
@@ -504,7 +510,7 @@ func (r *fleetReport) write(t *testing.T, dir string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Fleet benchmark, %s\n\n%s\n\n", r.began.UTC().Format("2 Jan 2006 15:04 UTC"), r.summary())
 	fmt.Fprintf(&b, "%d apps, %d proxies over 3 servers, CRAWL_INTERVAL %s, EGRESS_MIN_GAP %s, CRAWL_WORKERS %d, %s run, %d cycles planned; load average at the end %s.\n\n",
-		r.cfg.apps, r.cfg.proxies, r.cfg.interval, r.cfg.gap, r.cfg.workers, r.ended.Sub(r.began).Round(time.Second), r.cycles, loadAverage())
+		r.cfg.apps, r.cfg.proxies, r.cfg.interval, r.cfg.gap, r.cfg.crawlWorkers(), r.ended.Sub(r.began).Round(time.Second), r.cycles, loadAverage())
 	fmt.Fprintf(&b, "| figure | measured | goal | met |\n|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| store responses/s (after minute 1) | %.1f | ≥ 231 | %s |\n", r.responsesPerS, goal(r.responsesPerS >= 231))
 	fmt.Fprintf(&b, "| per-minute success CV outside the takeover | %.1f %% | ≤ 5 %% | %s |\n", r.successCV*100, goal(r.successCV <= 0.05))

@@ -125,16 +125,16 @@ func (w *crawlWorker) Run(ctx context.Context, cl jobsClient) error {
 		for range free - len(recs) {
 			<-slots
 		}
-		jctxs, sinces := make([]context.Context, len(recs)), make([]time.Time, len(recs))
+		parts := make([]*partitionJobs, len(recs))
 		for i, r := range recs {
-			jctxs[i], sinces[i] = w.track(r)
+			parts[i] = w.track(r)
 		}
 		cl.AllowRebalance()
 		for i, r := range recs {
-			jctx, since := jctxs[i], sinces[i]
+			p := parts[i]
 			wg.Go(func() {
 				defer func() { <-slots }()
-				w.runJobRecovering(jctx, r, since)
+				w.runJobRecovering(p.ctx, r, p.since)
 				w.complete(ctx, cl, r)
 			})
 		}
@@ -142,9 +142,8 @@ func (w *crawlWorker) Run(ctx context.Context, cl jobsClient) error {
 }
 
 // track adds a polled job to its partition's pending list and returns the
-// context its crawl runs in and since when this member has had the
-// partition.
-func (w *crawlWorker) track(r *kgo.Record) (context.Context, time.Time) {
+// partition, whose ctx and since (set once) the job's crawl reads.
+func (w *crawlWorker) track(r *kgo.Record) *partitionJobs {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.parts[r.Partition]
@@ -154,7 +153,7 @@ func (w *crawlWorker) track(r *kgo.Record) (context.Context, time.Time) {
 		w.parts[r.Partition] = p
 	}
 	p.pending = append(p.pending, r)
-	return p.ctx, p.since
+	return p
 }
 
 // runJobRecovering runs one job; a panic while crawling it (a job or a page

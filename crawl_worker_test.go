@@ -46,9 +46,9 @@ func TestCrawlWorkerDrainsARevokedPartition(t *testing.T) {
 	moving := map[string][]int32{topicCrawlJobs: {3}}
 
 	running := &kgo.Record{Partition: 3, Offset: 10}
-	jctx, _ := w.track(running)
+	jctx := w.track(running).ctx
 	other := &kgo.Record{Partition: 1, Offset: 5}
-	otherCtx, _ := w.track(other)
+	otherCtx := w.track(other).ctx
 	revoked := make(chan struct{})
 	go func() {
 		w.revoked(t.Context(), nil, moving)
@@ -78,7 +78,7 @@ func TestCrawlWorkerDrainsARevokedPartition(t *testing.T) {
 	// A job that outlasts the drain: abandoned, never committed.
 	stuck := &kgo.Record{Partition: 1, Offset: 6}
 	w.complete(t.Context(), cl, other)
-	stuckCtx, _ := w.track(stuck)
+	stuckCtx := w.track(stuck).ctx
 	began := time.Now()
 	w.drain([]int32{1}, 100*time.Millisecond)
 	if waited := time.Since(began); waited < 100*time.Millisecond {

@@ -84,7 +84,7 @@ func TestCrawlIncrementalReadCutLeavesNoHole(t *testing.T) {
 			// The crawl worker cancels the jobs of a revoked partition.
 			w := newCrawlWorker(f.crawler.crawler, newLeaseEpochs(f.pool), 1, prometheus.NewRegistry(), testLogger(t))
 			w.runCtx = context.Background()
-			jctx, _ := w.track(&kgo.Record{Partition: 2})
+			jctx := w.track(&kgo.Record{Partition: 2}).ctx
 			f.crawler.store = &cuttingReader{storeReader: f.store.client, afterPage: func(page int) {
 				if page == 1 {
 					w.abandon(context.Background(), nil, map[string][]int32{topicCrawlJobs: {2}})
