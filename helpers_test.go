@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -14,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -305,14 +308,61 @@ func consumeAllWith(t testing.TB, opts []kgo.Opt, topic string, n int) []*kgo.Re
 	return out
 }
 
+// freeAddr is a free loopback address for a server the test starts later.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeLoopbackPort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+}
+
+// givenPorts are the ports freeLoopbackPort handed out in this test binary.
+var givenPorts struct {
+	sync.Mutex
+	m map[int]bool
+}
+
+// freeLoopbackPort is a free loopback port, never the same twice in a test
+// binary, from below the kernel's ephemeral range: a port the kernel picks
+// for a listen on port 0 comes from the range its outgoing connections take
+// their local ports from, so between the pick and the server's bind a
+// connection of a parallel test could take it ("address already in use");
+// below the range only another process picking the same port at random can.
+func freeLoopbackPort() (int, error) {
+	const lowest = 10000
+	high := 32768 // Linux's default first ephemeral port
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				high = n
+			}
+		}
+	}
+	givenPorts.Lock()
+	defer givenPorts.Unlock()
+	if givenPorts.m == nil {
+		givenPorts.m = map[int]bool{}
+	}
+	for range 1000 {
+		port := 0 // the kernel's pick, where the range leaves no room below it
+		if high-lowest >= 1000 {
+			port = lowest + rand.IntN(high-lowest)
+		}
+		if givenPorts.m[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		port = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		givenPorts.m[port] = true
+		return port, nil
+	}
+	return 0, errors.New("no free loopback port in 1000 tries")
 }
 
 func envFunc(env map[string]string) func(string) string {

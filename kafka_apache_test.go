@@ -240,7 +240,7 @@ func startApacheKafka(ctx context.Context, kind apacheKafkaKind) (*apacheKafka, 
 	if kind.secured {
 		listeners = 4
 	}
-	ports, err := freeLoopbackPorts(listeners * nodes)
+	ports, err := freeLoopbackPortList(listeners * nodes)
 	if err != nil {
 		lock.Close()
 		os.RemoveAll(dir)
@@ -332,23 +332,16 @@ func removeStaleApacheKafkaDirs() {
 	}
 }
 
-// freeLoopbackPorts asks the kernel for n distinct free ports. They are
-// released before Kafka binds them; a clash is unlikely and fails loudly.
-func freeLoopbackPorts(n int) ([]int, error) {
-	listeners := make([]net.Listener, 0, n)
-	defer func() {
-		for _, l := range listeners {
-			l.Close()
-		}
-	}()
+// freeLoopbackPortList is n distinct free ports (freeLoopbackPort). They
+// are free when picked; a clash when Kafka binds them fails loudly.
+func freeLoopbackPortList(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		p, err := freeLoopbackPort()
 		if err != nil {
 			return nil, fmt.Errorf("pick a free loopback port: %w", err)
 		}
-		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, p)
 	}
 	return ports, nil
 }
