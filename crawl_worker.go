@@ -38,10 +38,14 @@ type crawlWorker struct {
 	// up its cycle).
 	done func(crawlJobMessage, appResult)
 
-	runCtx   context.Context // cancels every job at shutdown
-	mu       sync.Mutex
-	parts    map[int32]*partitionJobs
-	commitMu sync.Mutex // commits leave in the order they are computed
+	runCtx context.Context // cancels every job at shutdown
+	mu     sync.Mutex
+	parts  map[int32]*partitionJobs
+	// assignedAt is when each crawl-jobs partition this member holds came
+	// to it: a job planned before then may have been crawled by its last
+	// owner.
+	assignedAt map[int32]time.Time
+	commitMu   sync.Mutex // commits leave in the order they are computed
 }
 
 // partitionJobs are the jobs of one assigned partition not yet committed,
@@ -49,7 +53,7 @@ type crawlWorker struct {
 type partitionJobs struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
-	since   time.Time // when this member began to track the partition's jobs
+	since   time.Time // when the partition came to this member
 	pending []*kgo.Record
 	done    map[int64]bool
 }
@@ -61,7 +65,8 @@ type partitionJobs struct {
 const crawledAgainMargin = time.Second
 
 func newCrawlWorker(c *crawler, epochs *leaseEpochs, workers int, reg prometheus.Registerer, logger *slog.Logger) *crawlWorker {
-	return &crawlWorker{crawler: c, epochs: epochs, workers: workers, metrics: newCrawlWorkerMetrics(reg), logger: logger, parts: map[int32]*partitionJobs{}}
+	return &crawlWorker{crawler: c, epochs: epochs, workers: workers, metrics: newCrawlWorkerMetrics(reg), logger: logger,
+		parts: map[int32]*partitionJobs{}, assignedAt: map[int32]time.Time{}}
 }
 
 // clientOptions are the consumer settings of the crawl-jobs client. The
@@ -80,6 +85,7 @@ func (w *crawlWorker) clientOptions(group string, session time.Duration) []kgo.O
 		kgo.SessionTimeout(session),
 		kgo.HeartbeatInterval(max(session/10, 100*time.Millisecond)),
 		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(w.assigned),
 		kgo.OnPartitionsRevoked(w.revoked),
 		kgo.OnPartitionsLost(w.abandon),
 	}
@@ -148,8 +154,12 @@ func (w *crawlWorker) track(r *kgo.Record) *partitionJobs {
 	defer w.mu.Unlock()
 	p := w.parts[r.Partition]
 	if p == nil {
+		since, ok := w.assignedAt[r.Partition]
+		if !ok { // not seen assigned: as if it came now
+			since = time.Now()
+		}
 		ctx, cancel := context.WithCancel(w.runCtx)
-		p = &partitionJobs{ctx: ctx, cancel: cancel, since: time.Now(), done: map[int64]bool{}}
+		p = &partitionJobs{ctx: ctx, cancel: cancel, since: since, done: map[int64]bool{}}
 		w.parts[r.Partition] = p
 	}
 	p.pending = append(p.pending, r)
@@ -262,6 +272,18 @@ func (w *crawlWorker) complete(ctx context.Context, cl jobsClient, r *kgo.Record
 	}
 }
 
+// assigned notes when partitions came to this member. A cooperative
+// rebalance names only the partitions new to it, so one it keeps keeps its
+// time.
+func (w *crawlWorker) assigned(_ context.Context, _ *kgo.Client, got map[string][]int32) {
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, p := range got[topicCrawlJobs] {
+		w.assignedAt[p] = now
+	}
+}
+
 // revokeDrain bounds how long a rebalance waits for the running jobs of
 // the partitions this member gives up: about one app's crawl through a
 // slow proxy. Meanwhile this member polls no new job (BlockRebalanceOnPoll
@@ -311,6 +333,7 @@ func (w *crawlWorker) abandon(_ context.Context, _ *kgo.Client, lost map[string]
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, p := range lost[topicCrawlJobs] {
+		delete(w.assignedAt, p)
 		if pj := w.parts[p]; pj != nil {
 			if len(pj.pending) > 0 {
 				w.logger.Info("crawl worker: partition taken away; its running jobs are left to its new owner", "partition", p, "jobs", len(pj.pending))

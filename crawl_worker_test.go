@@ -174,3 +174,57 @@ func TestCrawlWorkerSkipsAJobItsPartitionsLastOwnerCrawled(t *testing.T) {
 		t.Errorf("playwatch_crawl_jobs_crawled_already_total = %v, want still 1", n)
 	}
 }
+
+// A partition dates from when it came to the member (the group's
+// assignment), not from its first job: a job planned after that is crawled
+// without asking app_crawl_outcomes, even when it is polled long after it
+// was planned and its app was crawled meanwhile by other means.
+func TestCrawlWorkerDatesAPartitionFromItsAssignment(t *testing.T) {
+	t.Parallel()
+	f := newCrawlFixture(t, testCrawlerConfig(2, 5), nil)
+	createTestTopics(t, f.brokers, topicSpec{Partitions: 1, Replication: -1, Retention: time.Hour})
+	const pkg = "com.example.kept"
+	f.replay.setApp(pkg, replayApp{Reviews: 3})
+	f.register(t, pkg, false)
+	reg := prometheus.NewRegistry()
+	known := newPGKnownReviews(f.pool)
+	w := newCrawlWorker(newCrawler(f.crawler.cfg, f.store.client, known, f.pub, reg, testLogger(t)), newLeaseEpochs(f.pool), 2, reg, testLogger(t))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(f.brokers...)}, w.clientOptions("crawl-assigned", 6*time.Second)...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, cl) }()
+	defer func() { cancel(); <-done }()
+	var came time.Time
+	waitFor(t, 20*time.Second, "crawl-jobs partition 0 assigned", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		came = w.assignedAt[0]
+		return !came.IsZero()
+	})
+
+	planned := came.Add(2 * crawledAgainMargin)
+	time.Sleep(time.Until(planned.Add(2 * crawledAgainMargin)))
+	for _, path := range []string{pathStats, pathReviews} {
+		if err := known.RecordOutcome(t.Context(), pkg, locale{Lang: "en", Country: "us"}, path, crawlOutcome{At: time.Now(), Outcome: crawlOK}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := crawlJobMessage{CycleID: 3, PlannedAt: messageTime(planned), PackageName: pkg, Lang: "en", Country: "us"}.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce(t, f.brokers, rec(topicCrawlJobs, pkg, b))
+	waitFor(t, 20*time.Second, "the job done or skipped", func() bool {
+		return metricValue(t, reg, "playwatch_crawl_jobs_done_total", nil)+metricValue(t, reg, "playwatch_crawl_jobs_crawled_already_total", nil) == 1
+	})
+	if n := metricValue(t, reg, "playwatch_crawl_jobs_crawled_already_total", nil); n != 0 {
+		t.Errorf("playwatch_crawl_jobs_crawled_already_total = %v, want 0: the job was planned after the partition came to the member", n)
+	}
+	if n := f.replay.requests("details", pkg); n != 1 {
+		t.Errorf("%d listing requests, want 1", n)
+	}
+}
