@@ -33,15 +33,6 @@ type benchFleetConfig struct {
 	gap                        time.Duration
 }
 
-// crawlWorkers is each server's CRAWL_WORKERS: BENCH_FLEET_WORKERS, else
-// what auto gives the largest third of the proxies.
-func (c benchFleetConfig) crawlWorkers() int {
-	if c.workers != 0 {
-		return c.workers
-	}
-	return Config{Proxies: make([]string, (c.proxies+2)/3), EgressMinGap: c.gap, EgressMaxInFlight: 1}.autoCrawlWorkers()
-}
-
 func benchFleetSettings(t *testing.T) benchFleetConfig {
 	c := benchFleetConfig{duration: 15 * time.Minute, interval: 5 * time.Minute, apps: 35000, proxies: 500, gap: 1750 * time.Millisecond}
 	dur := func(name string, d *time.Duration) {
@@ -143,6 +134,12 @@ func TestBenchFleet(t *testing.T) {
 			fleet[i].env["CRAWL_WORKERS"] = strconv.Itoa(cfg.workers)
 		}
 		os.Remove(fleet[i].log)
+	}
+	// The servers' CRAWL_WORKERS, as the first (the largest third of the
+	// proxies) reads its settings.
+	server1, err := loadTestConfig(fleet[0].env)
+	if err != nil {
+		t.Fatal(err)
 	}
 	// The apps are registered first: the leader plans the first cycle as
 	// soon as it leads.
@@ -333,7 +330,7 @@ func TestBenchFleet(t *testing.T) {
 	}
 	slices.Sort(cycleStarts)
 
-	r := fleetReport{cfg: cfg, began: began, ended: ended, killedAt: killedAt, leaderTakeover: takeover, samples: samples,
+	r := fleetReport{cfg: cfg, crawlWorkers: server1.CrawlWorkers, began: began, ended: ended, killedAt: killedAt, leaderTakeover: takeover, samples: samples,
 		cycles: len(cycles), fresh: fresh, unstored: unstored}
 	r.violations, r.overlaps, r.minGap = proxies.violations()
 	killSec := int32(killedAt.Sub(began) / time.Second)
@@ -358,6 +355,7 @@ func TestBenchFleet(t *testing.T) {
 // fleetReport computes the benchmark's figures from its samples.
 type fleetReport struct {
 	cfg                  benchFleetConfig
+	crawlWorkers         int
 	began, ended         time.Time
 	killedAt             time.Time
 	leaderTakeover       time.Duration
@@ -510,7 +508,7 @@ func (r *fleetReport) write(t *testing.T, dir string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Fleet benchmark, %s\n\n%s\n\n", r.began.UTC().Format("2 Jan 2006 15:04 UTC"), r.summary())
 	fmt.Fprintf(&b, "%d apps, %d proxies over 3 servers, CRAWL_INTERVAL %s, EGRESS_MIN_GAP %s, CRAWL_WORKERS %d, %s run, %d cycles planned; load average at the end %s.\n\n",
-		r.cfg.apps, r.cfg.proxies, r.cfg.interval, r.cfg.gap, r.cfg.crawlWorkers(), r.ended.Sub(r.began).Round(time.Second), r.cycles, loadAverage())
+		r.cfg.apps, r.cfg.proxies, r.cfg.interval, r.cfg.gap, r.crawlWorkers, r.ended.Sub(r.began).Round(time.Second), r.cycles, loadAverage())
 	fmt.Fprintf(&b, "| figure | measured | goal | met |\n|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| store responses/s (after minute 1) | %.1f | ≥ 231 | %s |\n", r.responsesPerS, goal(r.responsesPerS >= 231))
 	fmt.Fprintf(&b, "| per-minute success CV outside the takeover | %.1f %% | ≤ 5 %% | %s |\n", r.successCV*100, goal(r.successCV <= 0.05))
