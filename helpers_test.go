@@ -318,11 +318,24 @@ func freeAddr(t *testing.T) string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
 
+// firstEphemeralPort is the first port of the kernel's range for port 0
+// and outgoing connections.
+var firstEphemeralPort = sync.OnceValue(func() int {
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				return n
+			}
+		}
+	}
+	return 32768 // Linux's default
+})
+
 // givenPorts are the ports freeLoopbackPort handed out in this test binary.
-var givenPorts struct {
+var givenPorts = struct {
 	sync.Mutex
 	m map[int]bool
-}
+}{m: map[int]bool{}}
 
 // freeLoopbackPort is a free loopback port, never the same twice in a test
 // binary, from below the kernel's ephemeral range: a port the kernel picks
@@ -332,19 +345,9 @@ var givenPorts struct {
 // below the range only another process picking the same port at random can.
 func freeLoopbackPort() (int, error) {
 	const lowest = 10000
-	high := 32768 // Linux's default first ephemeral port
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil {
-				high = n
-			}
-		}
-	}
+	high := firstEphemeralPort()
 	givenPorts.Lock()
 	defer givenPorts.Unlock()
-	if givenPorts.m == nil {
-		givenPorts.m = map[int]bool{}
-	}
 	for range 1000 {
 		port := 0 // the kernel's pick, where the range leaves no room below it
 		if high-lowest >= 1000 {
