@@ -330,7 +330,7 @@ func TestBenchFleet(t *testing.T) {
 	}
 	slices.Sort(cycleStarts)
 
-	r := fleetReport{cfg: cfg, crawlWorkers: server1.CrawlWorkers, began: began, ended: ended, killedAt: killedAt, leaderTakeover: takeover, samples: samples,
+	r := fleetReport{cfg: cfg, servers: servers, crawlWorkers: server1.CrawlWorkers, began: began, ended: ended, killedAt: killedAt, leaderTakeover: takeover, samples: samples,
 		cycles: len(cycles), fresh: fresh, unstored: unstored}
 	r.violations, r.overlaps, r.minGap = proxies.violations()
 	killSec := int32(killedAt.Sub(began) / time.Second)
@@ -355,7 +355,8 @@ func TestBenchFleet(t *testing.T) {
 // fleetReport computes the benchmark's figures from its samples.
 type fleetReport struct {
 	cfg                  benchFleetConfig
-	crawlWorkers         int
+	servers              int
+	crawlWorkers         int // each server's
 	began, ended         time.Time
 	killedAt             time.Time
 	leaderTakeover       time.Duration
@@ -375,11 +376,37 @@ type fleetReport struct {
 	takeoverLost         float64
 }
 
+// The takeover's cost counts what the fleet missed while jobs waited, not
+// a cycle's end, when it had run out of jobs.
+func TestFleetReportTakeoverLost(t *testing.T) {
+	began := time.Now()
+	r := fleetReport{servers: 3, crawlWorkers: 48, began: began, killedAt: began.Add(125 * time.Second)}
+	for sec := 10; sec <= 300; sec += 10 {
+		s := fleetSample{at: began.Add(time.Duration(sec) * time.Second), responses: 2600, queue: 10000, up: 3}
+		switch sec {
+		case 130: // the kill: half the rate, jobs waiting
+			s.responses = 1300
+		case 150, 160: // the cycle's jobs are done: nothing to crawl
+			s.responses, s.queue = 0, 0
+		case 170: // the last in flight, fewer than the workers hold
+			s.responses, s.queue = 900, 100
+		}
+		r.samples = append(r.samples, s)
+	}
+	r.compute()
+	if r.takeoverLost != 5 {
+		t.Errorf("takeover lost %v s, want 5 (half of the 10 s after the kill)", r.takeoverLost)
+	}
+}
+
 // compute derives the summary figures: the rate over the run after its
 // first minute (the fleet's ramp-up), the per-minute coefficient of
 // variation of the 200s outside the takeover (the minutes from the kill
 // to two minutes after it), and the throughput the takeover cost: seconds
-// of the rate before the kill missing in the three minutes after it.
+// of the rate before the kill missing in the three minutes after it, in
+// the 10-s samples that end with more jobs queued than the servers' workers
+// can hold, so that jobs waited throughout: a cycle's end, when the fleet
+// has run out of jobs, costs nothing.
 func (r *fleetReport) compute() {
 	var rates []float64
 	r.healthyMin, r.queueMax = math.Inf(1), 0
@@ -404,7 +431,8 @@ func (r *fleetReport) compute() {
 	if len(baseline) > 0 {
 		base := median(baseline)
 		for _, s := range r.samples {
-			if s.at.After(r.killedAt) && s.at.Before(r.killedAt.Add(3*time.Minute+time.Second)) && base > 0 {
+			if s.at.After(r.killedAt) && s.at.Before(r.killedAt.Add(3*time.Minute+time.Second)) && base > 0 &&
+				s.queue > float64(r.servers*r.crawlWorkers) {
 				lost += math.Max(0, base-float64(s.responses)/10) / base * 10
 			}
 		}
